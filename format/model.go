@@ -1,0 +1,169 @@
+// Package format owns the checkpoint file: the in-memory model of a partial
+// checkpoint (this file) and its byte encoding (writer.go, reader.go), documented
+// byte by byte in FORMAT.md.
+//
+// A checkpoint describes the last intervals of one process. Interval K holds the
+// state at its start (registers of every thread, the memory map) and the original
+// content of every page the process wrote during K. Together with the final memory
+// (the pages as they were when the checkpoint was taken) this is Transplay's
+// splicing rule: the content of page P at the start of interval K is the original
+// saved by the earliest interval J >= K that wrote P, else its final content. The
+// syscall log runs across all intervals, ordered by a global sequence number, and
+// each interval names the first sequence number it owns.
+package format
+
+import "time"
+
+// PageSize is the only page size the format knows (x86-64 base pages).
+const PageSize = 4096
+
+// Hash names a page's content in the page store: the first 16 bytes of its SHA-256.
+type Hash [16]byte
+
+// ZeroHash is the content hash of an all-zero page. The page store never holds a
+// zero page: a reference to ZeroHash means "zeros".
+var ZeroHash = hashZero()
+
+// Checkpoint is a whole partial checkpoint in memory. Page content is not held
+// here: it lives in a PageStore (the writer takes one, the reader returns one that
+// reads blocks from the file on demand).
+type Checkpoint struct {
+	Header    Header
+	Intervals []Interval
+	// Final lists the pages at the moment the checkpoint was taken that any
+	// interval's start state may need and that no retained interval saved an
+	// original of. Sorted by address.
+	Final []PageRef
+	// Syscalls is the syscall log of every thread, sorted by Seq.
+	Syscalls []Syscall
+	// Signals lists signals delivered to the process during the window (not the
+	// final one, which is in End), sorted by Seq.
+	Signals []SignalEvent
+	End     EndState
+}
+
+// Header says what was recorded, where and how.
+type Header struct {
+	Arch          string // "x86_64"
+	KernelRelease string
+	CPUFlags      []string // from /proc/cpuinfo "flags" of the recording CPU
+	Hostname      string
+	ExePath       string
+	BuildID       string // hex of the executable's GNU build-id note, "" if none
+	Cmdline       []string
+	Pid           int
+	Backend       string // "ptrace" or "ebpf"
+	Interval      time.Duration
+	FullPages     bool   // every present page, not only the touched ones
+	PageSetNote   string // why the page set is what it is (e.g. a trial replay fell back)
+	StartTime     time.Time
+	DumpTime      time.Time
+	Reason        string // what triggered the dump: "signal", "exit", "request"
+	Lost          uint64 // events the recorder knows it lost in the window
+}
+
+// Interval is one recording interval: the state at its start and what it wrote.
+type Interval struct {
+	Index      int // monotonically increasing since attach
+	Start      time.Time
+	End        time.Time
+	FirstSeq   uint64 // sequence number of the first syscall that belongs to it
+	Threads    []Thread
+	Maps       []Mapping
+	Written    []PageRef // originals (content at interval start) of pages written in it
+	Replayable bool      // false if something in it cannot be replayed (Reason says what)
+	Reason     string
+}
+
+// Thread is one thread's CPU state.
+type Thread struct {
+	Tid     int
+	Regs    Regs
+	XState  []byte // PTRACE_GETREGSET NT_X86_XSTATE image (FP/SSE/AVX...)
+	SigMask uint64
+	// InSyscall is set when the thread was stopped inside a syscall that the
+	// kernel will restart; Regs are then normalized to "about to execute it".
+	InSyscall bool
+}
+
+// Regs is the x86-64 general register file in the order of the kernel's
+// struct user_regs_struct (arch/x86/include/asm/user_64.h).
+type Regs struct {
+	R15, R14, R13, R12, Rbp, Rbx, R11, R10, R9, R8, Rax, Rcx, Rdx, Rsi, Rdi uint64
+	OrigRax, Rip, Cs, Eflags, Rsp, Ss, FsBase, GsBase, Ds, Es, Fs, Gs       uint64
+}
+
+// Prot bits of a mapping (PROT_READ/WRITE/EXEC values).
+const (
+	ProtRead  = 1
+	ProtWrite = 2
+	ProtExec  = 4
+)
+
+// Mapping is one line of /proc/pid/maps.
+type Mapping struct {
+	Start, End uint64
+	Prot       uint32
+	Shared     bool
+	Offset     uint64
+	Dev        string // "fd:01"
+	Inode      uint64
+	Path       string // file path or "[heap]", "[stack]", "[vdso]"..., "" for anonymous
+}
+
+// PageRef says: the page at Addr has the content named by Hash.
+type PageRef struct {
+	Addr uint64
+	Hash Hash
+}
+
+// Syscall is one completed syscall as the program saw it.
+type Syscall struct {
+	Seq  uint64 // global order across the process's threads, from 1
+	Tid  int
+	Nr   int
+	Args [6]uint64
+	Ret  int64
+	// Out lists the memory the kernel wrote into the process for this call.
+	Out []OutBuf
+	// Rip of the instruction after the syscall instruction.
+	Rip uint64
+}
+
+// OutBuf is a range of process memory written by the kernel during a syscall.
+type OutBuf struct {
+	Addr uint64
+	Data []byte
+}
+
+// SignalEvent is a signal delivered to a thread during the window.
+type SignalEvent struct {
+	Seq     uint64 // delivered after syscall Seq (0 = before the first)
+	Tid     int
+	Signo   int
+	Siginfo []byte // 128-byte siginfo_t
+	Regs    Regs   // registers at delivery
+}
+
+// End reasons.
+const (
+	EndSignal  = "signal"  // a fatal signal; Signo and Siginfo are set
+	EndExit    = "exit"    // the process called exit_group; ExitCode is set
+	EndRequest = "request" // the user asked for a dump; the process ran on
+)
+
+// EndState is where the recorded execution stopped.
+type EndState struct {
+	Kind     string
+	Tid      int
+	Signo    int
+	Siginfo  []byte // 128-byte siginfo_t, as PTRACE_GETSIGINFO returned it
+	ExitCode int
+	Regs     Regs
+	XState   []byte
+	LastSeq  uint64 // last syscall completed before the end
+	// Digests of pages at the end (the stack page under rsp and the pages written
+	// in the last interval) so a replay can tell a matching iteration of a loop
+	// from another one with the same registers.
+	Digests []PageRef
+}

@@ -1,0 +1,89 @@
+package proc
+
+import (
+	"fmt"
+
+	"github.com/tprec/tprec/format"
+
+	"golang.org/x/sys/unix"
+)
+
+// Injection is the result of one injected syscall.
+type Injection struct {
+	Ret   int64
+	Child int // pid reported by a PTRACE_EVENT_CLONE/FORK during the call, else 0
+}
+
+// Inject makes a stopped tracee execute one syscall through the syscall
+// instruction at insn (2 bytes: 0f 05) and puts its registers back afterwards.
+// The tracee must be in a stop it can be single-stepped from (event, group or
+// signal-delivery stop; not a syscall-entry stop). orig_rax is set to -1 so the
+// kernel's syscall-restart logic leaves the injected call alone. Signals stay
+// pending: the caller blocks them with SetSigmask for the duration when it
+// cannot afford a signal stop here; a signal stop that still arrives is
+// reported as an error and the signal is left pending.
+func Inject(tid int, insn uint64, nr int, args ...uint64) (Injection, error) {
+	saved, err := GetRegs(tid)
+	if err != nil {
+		return Injection{}, fmt.Errorf("inject syscall %d: %w", nr, err)
+	}
+	res, err := injectWith(tid, saved, insn, nr, args)
+	if rerr := SetRegs(tid, saved); rerr != nil && err == nil {
+		err = fmt.Errorf("inject syscall %d: restore registers: %w", nr, rerr)
+	}
+	return res, err
+}
+
+func injectWith(tid int, base Regs, insn uint64, nr int, args []uint64) (Injection, error) {
+	r := base
+	r.Rip = insn
+	r.Rax = uint64(nr)
+	r.OrigRax = ^uint64(0)
+	dst := []*uint64{&r.Rdi, &r.Rsi, &r.Rdx, &r.R10, &r.R8, &r.R9}
+	for i, a := range args {
+		*dst[i] = a
+	}
+	if err := SetRegs(tid, r); err != nil {
+		return Injection{}, fmt.Errorf("inject syscall %d: %w", nr, err)
+	}
+	var res Injection
+	for {
+		if err := Resume(unix.PTRACE_SINGLESTEP, tid, 0); err != nil {
+			return res, fmt.Errorf("inject syscall %d: step: %w", nr, err)
+		}
+		st, err := Wait(tid)
+		if err != nil {
+			return res, err
+		}
+		if st.Exited() {
+			return res, fmt.Errorf("inject syscall %d: %v", nr, st)
+		}
+		switch ev := st.Event(); ev {
+		case unix.PTRACE_EVENT_CLONE, unix.PTRACE_EVENT_FORK, unix.PTRACE_EVENT_VFORK:
+			msg, err := EventMsg(tid)
+			if err != nil {
+				return res, err
+			}
+			res.Child = int(msg)
+			continue
+		case 0:
+		default:
+			continue
+		}
+		if st.Status.StopSignal() != unix.SIGTRAP {
+			return res, fmt.Errorf("inject syscall %d: unexpected stop %v", nr, st)
+		}
+		cur, err := GetRegs(tid)
+		if err != nil {
+			return res, err
+		}
+		if cur.Rip != insn+2 {
+			return res, fmt.Errorf("inject syscall %d: stopped at %#x, expected %#x", nr, cur.Rip, insn+2)
+		}
+		res.Ret = int64(cur.Rax)
+		return res, nil
+	}
+}
+
+// Regs is format.Regs, named here for brevity.
+type Regs = format.Regs

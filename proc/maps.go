@@ -1,0 +1,75 @@
+package proc
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/tprec/tprec/format"
+)
+
+// ReadMaps parses /proc/PID/maps.
+func ReadMaps(pid int) ([]format.Mapping, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return nil, fmt.Errorf("read memory map: %w", err)
+	}
+	return ParseMaps(b)
+}
+
+// ParseMaps parses the text of a /proc/PID/maps file.
+func ParseMaps(b []byte) ([]format.Mapping, error) {
+	var out []format.Mapping
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		// start-end perms offset dev inode [path]
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			return nil, fmt.Errorf("parse memory map line %q", line)
+		}
+		var m format.Mapping
+		se := strings.SplitN(f[0], "-", 2)
+		if len(se) != 2 {
+			return nil, fmt.Errorf("parse memory map line %q", line)
+		}
+		var err1, err2, err3, err4 error
+		m.Start, err1 = strconv.ParseUint(se[0], 16, 64)
+		m.End, err2 = strconv.ParseUint(se[1], 16, 64)
+		m.Offset, err3 = strconv.ParseUint(f[2], 16, 64)
+		m.Inode, err4 = strconv.ParseUint(f[4], 10, 64)
+		if err1 != nil || err2 != nil || err3 != nil || err4 != nil || len(f[1]) < 4 {
+			return nil, fmt.Errorf("parse memory map line %q", line)
+		}
+		p := f[1]
+		if p[0] == 'r' {
+			m.Prot |= format.ProtRead
+		}
+		if p[1] == 'w' {
+			m.Prot |= format.ProtWrite
+		}
+		if p[2] == 'x' {
+			m.Prot |= format.ProtExec
+		}
+		m.Shared = p[3] == 's'
+		m.Dev = f[3]
+		if len(f) > 5 {
+			// The path is the rest of the line after the inode column; it may hold spaces.
+			idx := strings.Index(line, f[5])
+			m.Path = line[idx:]
+		}
+		out = append(out, m)
+	}
+	return out, sc.Err()
+}
+
+// Special reports mappings whose content cannot be read from outside or must
+// not be recreated: [vvar], [vvar_vclock] (EIO/EFAULT on read) and [vsyscall]
+// (fixed by the kernel at the same address in every process).
+func Special(m format.Mapping) bool {
+	return m.Path == "[vvar]" || m.Path == "[vvar_vclock]" || m.Path == "[vsyscall]"
+}

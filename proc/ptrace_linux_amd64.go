@@ -1,0 +1,120 @@
+package proc
+
+import (
+	"errors"
+	"fmt"
+	"syscall"
+	"unsafe"
+
+	"github.com/tprec/tprec/format"
+	"golang.org/x/sys/unix"
+)
+
+// ptrace requests and constants x/sys/unix does not name (include/uapi/linux/ptrace.h).
+const (
+	ptraceGetSigmask = 0x420a
+	ptraceSetSigmask = 0x420b
+	ntX86XState      = 0x202 // NT_X86_XSTATE, include/uapi/linux/elf.h
+	xstateMax        = 16384 // larger than any XSAVE area a CPU reports today
+)
+
+func ptrace(req int, pid int, addr, data uintptr) error {
+	_, _, e := unix.Syscall6(unix.SYS_PTRACE, uintptr(req), uintptr(pid), addr, data, 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// Seize attaches to pid with PTRACE_SEIZE and the given options, without stopping it.
+func Seize(pid int, options int) error {
+	if err := ptrace(unix.PTRACE_SEIZE, pid, 0, uintptr(options)); err != nil {
+		return fmt.Errorf("ptrace seize %d: %w", pid, err)
+	}
+	return nil
+}
+
+// SetOptions replaces the ptrace options of a stopped tracee.
+func SetOptions(pid int, options int) error {
+	return ptrace(unix.PTRACE_SETOPTIONS, pid, 0, uintptr(options))
+}
+
+// GetRegs reads the general registers of a stopped tracee.
+func GetRegs(tid int) (format.Regs, error) {
+	var r format.Regs
+	// format.Regs has the layout of struct user_regs_struct.
+	err := ptrace(unix.PTRACE_GETREGS, tid, 0, uintptr(unsafe.Pointer(&r)))
+	return r, err
+}
+
+// SetRegs writes the general registers of a stopped tracee.
+func SetRegs(tid int, r format.Regs) error {
+	return ptrace(unix.PTRACE_SETREGS, tid, 0, uintptr(unsafe.Pointer(&r)))
+}
+
+// GetXState reads the XSAVE image (x87, SSE, AVX...) of a stopped tracee.
+func GetXState(tid int) ([]byte, error) {
+	buf := make([]byte, xstateMax)
+	iov := unix.Iovec{Base: &buf[0]}
+	iov.SetLen(len(buf))
+	if err := ptrace(unix.PTRACE_GETREGSET, tid, ntX86XState, uintptr(unsafe.Pointer(&iov))); err != nil {
+		return nil, fmt.Errorf("read xstate of %d: %w", tid, err)
+	}
+	return buf[:iov.Len], nil
+}
+
+// SetXState writes an XSAVE image taken by GetXState.
+func SetXState(tid int, x []byte) error {
+	if len(x) == 0 {
+		return nil
+	}
+	b := append([]byte(nil), x...)
+	iov := unix.Iovec{Base: &b[0]}
+	iov.SetLen(len(b))
+	if err := ptrace(unix.PTRACE_SETREGSET, tid, ntX86XState, uintptr(unsafe.Pointer(&iov))); err != nil {
+		return fmt.Errorf("write xstate of %d: %w", tid, err)
+	}
+	return nil
+}
+
+// GetSigmask reads the blocked-signal mask of a stopped tracee.
+func GetSigmask(tid int) (uint64, error) {
+	var m uint64
+	err := ptrace(ptraceGetSigmask, tid, 8, uintptr(unsafe.Pointer(&m)))
+	return m, err
+}
+
+// SetSigmask sets the blocked-signal mask of a stopped tracee (SIGKILL and
+// SIGSTOP stay unblockable, the kernel drops them from the mask).
+func SetSigmask(tid int, m uint64) error {
+	return ptrace(ptraceSetSigmask, tid, 8, uintptr(unsafe.Pointer(&m)))
+}
+
+// GetSiginfo returns the raw 128-byte siginfo of the signal a tracee is stopped for.
+func GetSiginfo(tid int) ([]byte, error) {
+	buf := make([]byte, 128)
+	err := ptrace(unix.PTRACE_GETSIGINFO, tid, 0, uintptr(unsafe.Pointer(&buf[0])))
+	return buf, err
+}
+
+// Resume restarts a stopped tracee with one of PTRACE_CONT, PTRACE_SYSCALL,
+// PTRACE_SINGLESTEP, PTRACE_SYSEMU, delivering sig (0 for none).
+func Resume(req int, tid int, sig int) error {
+	return ptrace(req, tid, 0, uintptr(sig))
+}
+
+// Interrupt asks a seized tracee to stop (PTRACE_EVENT_STOP).
+func Interrupt(tid int) error { return ptrace(unix.PTRACE_INTERRUPT, tid, 0, 0) }
+
+// Detach detaches from a stopped tracee, delivering sig.
+func Detach(tid int, sig int) error { return ptrace(unix.PTRACE_DETACH, tid, 0, uintptr(sig)) }
+
+// EventMsg returns PTRACE_GETEVENTMSG (new pid at a clone event, status at exit).
+func EventMsg(tid int) (uint64, error) {
+	var m uint64
+	err := ptrace(unix.PTRACE_GETEVENTMSG, tid, 0, uintptr(unsafe.Pointer(&m)))
+	return m, err
+}
+
+// Gone reports whether err means the thread no longer exists.
+func Gone(err error) bool { return errors.Is(err, syscall.ESRCH) }

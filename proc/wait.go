@@ -1,0 +1,83 @@
+package proc
+
+import (
+	"fmt"
+
+	"golang.org/x/sys/unix"
+)
+
+// Stop describes what wait4 reported for one tracee.
+type Stop struct {
+	Tid    int
+	Status unix.WaitStatus
+}
+
+// Exited reports whether the thread is gone (exited or killed).
+func (s Stop) Exited() bool { return s.Status.Exited() || s.Status.Signaled() }
+
+// SyscallStop reports a syscall-entry or -exit stop (PTRACE_O_TRACESYSGOOD).
+func (s Stop) SyscallStop() bool {
+	return s.Status.Stopped() && s.Status.StopSignal() == unix.SIGTRAP|0x80
+}
+
+// Event returns the PTRACE_EVENT_* of an event stop, or 0.
+func (s Stop) Event() int {
+	if !s.Status.Stopped() || s.Status.StopSignal()&0x7f != unix.SIGTRAP {
+		if s.Status.Stopped() && s.Status.TrapCause() == unix.PTRACE_EVENT_STOP {
+			return unix.PTRACE_EVENT_STOP
+		}
+		return 0
+	}
+	return s.Status.TrapCause()
+}
+
+// Signal returns the signal of a signal-delivery stop, or 0 for every other stop.
+func (s Stop) Signal() int {
+	if !s.Status.Stopped() || s.SyscallStop() || s.Status.TrapCause() > 0 {
+		return 0
+	}
+	return int(s.Status.StopSignal())
+}
+
+func (s Stop) String() string {
+	switch {
+	case s.Status.Exited():
+		return fmt.Sprintf("tid %d exited %d", s.Tid, s.Status.ExitStatus())
+	case s.Status.Signaled():
+		return fmt.Sprintf("tid %d killed by %v", s.Tid, s.Status.Signal())
+	case s.SyscallStop():
+		return fmt.Sprintf("tid %d syscall stop", s.Tid)
+	case s.Event() != 0:
+		return fmt.Sprintf("tid %d event %d", s.Tid, s.Event())
+	default:
+		return fmt.Sprintf("tid %d signal %v", s.Tid, s.Status.StopSignal())
+	}
+}
+
+// Wait waits for the next stop of tid (-1: any tracee or child).
+func Wait(tid int) (Stop, error) {
+	var ws unix.WaitStatus
+	for {
+		got, err := unix.Wait4(tid, &ws, unix.WALL, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return Stop{}, fmt.Errorf("wait for %d: %w", tid, err)
+		}
+		return Stop{Tid: got, Status: ws}, nil
+	}
+}
+
+// WaitNoHang returns a pending stop of tid, or ok=false when none is ready.
+func WaitNoHang(tid int) (Stop, bool, error) {
+	var ws unix.WaitStatus
+	got, err := unix.Wait4(tid, &ws, unix.WALL|unix.WNOHANG, nil)
+	if err != nil {
+		return Stop{}, false, err
+	}
+	if got == 0 {
+		return Stop{}, false, nil
+	}
+	return Stop{Tid: got, Status: ws}, true, nil
+}
