@@ -30,9 +30,10 @@ var ZeroHash = hashZero()
 type Checkpoint struct {
 	Header    Header
 	Intervals []Interval
-	// Final lists the pages at the moment the checkpoint was taken that any
-	// interval's start state may need and that no retained interval saved an
-	// original of. Sorted by address.
+	// Final lists the content, at the moment the checkpoint was taken, of every
+	// page any interval's start state may need (a page written in interval J
+	// still needs its final content for a replay that starts after J). Sorted
+	// by address.
 	Final []PageRef
 	// Syscalls is the syscall log of every thread, sorted by Seq.
 	Syscalls []Syscall

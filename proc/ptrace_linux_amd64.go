@@ -118,3 +118,50 @@ func EventMsg(tid int) (uint64, error) {
 
 // Gone reports whether err means the thread no longer exists.
 func Gone(err error) bool { return errors.Is(err, syscall.ESRCH) }
+
+// SyscallInfo is what PTRACE_GET_SYSCALL_INFO reports at a syscall stop
+// (include/uapi/linux/ptrace.h: struct ptrace_syscall_info).
+type SyscallInfo struct {
+	Op   uint8 // SyscallEntry, SyscallExit, or 0 when not at a syscall stop
+	Rip  uint64
+	Rsp  uint64
+	Nr   uint64    // entry only
+	Args [6]uint64 // entry only
+	Ret  int64     // exit only
+}
+
+// PTRACE_SYSCALL_INFO_* op values.
+const (
+	SyscallEntry = 1
+	SyscallExit  = 2
+)
+
+const ptraceGetSyscallInfo = 0x420e
+
+// GetSyscallInfo tells a syscall-entry stop from a syscall-exit stop without
+// the tracer having to keep count (injections and exec would confuse a count).
+func GetSyscallInfo(tid int) (SyscallInfo, error) {
+	var raw [88]byte
+	if err := ptrace(ptraceGetSyscallInfo, tid, uintptr(len(raw)), uintptr(unsafe.Pointer(&raw[0]))); err != nil {
+		return SyscallInfo{}, err
+	}
+	le := func(off int) uint64 {
+		return uint64(raw[off]) | uint64(raw[off+1])<<8 | uint64(raw[off+2])<<16 | uint64(raw[off+3])<<24 |
+			uint64(raw[off+4])<<32 | uint64(raw[off+5])<<40 | uint64(raw[off+6])<<48 | uint64(raw[off+7])<<56
+	}
+	si := SyscallInfo{Op: raw[0], Rip: le(8), Rsp: le(16)}
+	switch si.Op {
+	case SyscallEntry:
+		si.Nr = le(24)
+		for i := range si.Args {
+			si.Args[i] = le(32 + 8*i)
+		}
+	case SyscallExit:
+		si.Ret = int64(le(24))
+	}
+	return si, nil
+}
+
+// Listen lets a tracee in group-stop stay stopped while still reporting
+// events (PTRACE_LISTEN), so SIGCONT from elsewhere resumes it.
+func Listen(tid int) error { return ptrace(unix.PTRACE_LISTEN, tid, 0, 0) }
