@@ -1,0 +1,36 @@
+# tprec / tpreplay
+GO      ?= go
+BIN     := bin
+TOOLS   := tprec tpreplay tpinspect
+GOFLAGS ?=
+
+.PHONY: all build test demo generate check-generate bench fuzz clean
+
+all: build
+
+build:
+	@mkdir -p $(BIN)
+	$(GO) build $(GOFLAGS) -o $(BIN)/ $(addprefix ./tools/,$(TOOLS))
+
+# The whole suite. Kernel-dependent tests need root; with CI=true they fail
+# instead of skipping when they cannot run.
+test: build
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 40m ./...
+
+# Record the bundled example until it crashes, replay it, show the verified crash.
+demo: build
+	bash scripts/demo.sh
+
+generate:
+	$(GO) generate ./...
+
+# Regenerate and fail when the committed generated files differ.
+check-generate: generate
+	git diff --exit-code -- . ':(exclude)BENCHMARKS.md'
+
+fuzz:
+	$(GO) test ./format -run '^$$' -fuzz FuzzDecode -fuzztime 60s
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,42 @@
+package recorder
+
+import (
+	"io"
+	"time"
+)
+
+// Options configure a recording.
+type Options struct {
+	Pid       int      // attach to this process, or
+	Cmd       []string // launch this command
+	Interval  time.Duration
+	Keep      int   // intervals kept in the ring
+	MaxMemory int64 // bytes the ring may hold
+	OutputDir string
+	Backend   string // "ptrace" (the only one for now) or "auto"
+	OnExit    bool   // also dump when the process exits normally
+	Log       io.Writer
+	// Dumped, if set, is called with the path of every checkpoint written.
+	Dumped func(path string)
+}
+
+func (o *Options) defaults() {
+	if o.Interval <= 0 {
+		o.Interval = 250 * time.Millisecond
+	}
+	if o.Keep <= 0 {
+		o.Keep = 8
+	}
+	if o.MaxMemory <= 0 {
+		o.MaxMemory = 64 << 20
+	}
+	if o.OutputDir == "" {
+		o.OutputDir = "."
+	}
+	if o.Backend == "" {
+		o.Backend = "auto"
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+}

@@ -1,0 +1,125 @@
+package recorder
+
+import (
+	"fmt"
+
+	"github.com/pierrec/lz4/v4"
+	"github.com/tprec/tprec/format"
+)
+
+// interval is one recording interval while it lives in the ring.
+type interval struct {
+	meta     format.Interval
+	present  []pageRun // pages present in memory at the interval start
+	syscalls []format.Syscall
+	signals  []format.SignalEvent
+	logBytes int64 // memory held by the syscall log
+}
+
+// pageRun is a run of consecutive present pages [start, end).
+type pageRun struct{ start, end uint64 }
+
+// blob is a compressed page shared by every interval that refers to it.
+type blob struct {
+	data []byte // lz4 block, or the raw page when it does not compress
+	raw  bool
+	refs int
+}
+
+// ring holds the last intervals and their original pages, content-addressed:
+// a page saved by several intervals is kept once.
+type ring struct {
+	keep      int
+	maxBytes  int64
+	intervals []*interval // oldest first
+	pages     map[format.Hash]*blob
+	bytes     int64
+	dropped   int
+}
+
+func newRing(keep int, maxBytes int64) *ring {
+	return &ring{keep: keep, maxBytes: maxBytes, pages: map[format.Hash]*blob{}}
+}
+
+// addPage stores one original page for iv and returns its reference.
+func (r *ring) addPage(iv *interval, addr uint64, data []byte) {
+	h := format.HashPage(data)
+	iv.meta.Written = append(iv.meta.Written, format.PageRef{Addr: addr, Hash: h})
+	if h == format.ZeroHash {
+		return
+	}
+	if b, ok := r.pages[h]; ok {
+		b.refs++
+		return
+	}
+	dst := make([]byte, lz4.CompressBlockBound(len(data)))
+	n, err := lz4.CompressBlock(data, dst, nil)
+	b := &blob{refs: 1}
+	if err != nil || n == 0 || n >= len(data) {
+		b.data, b.raw = append([]byte(nil), data...), true
+	} else {
+		b.data = append([]byte(nil), dst[:n]...)
+	}
+	r.pages[h] = b
+	r.bytes += int64(len(b.data))
+}
+
+// page returns the content of a stored page.
+func (r *ring) page(h format.Hash) ([]byte, error) {
+	if h == format.ZeroHash {
+		return make([]byte, format.PageSize), nil
+	}
+	b, ok := r.pages[h]
+	if !ok {
+		return nil, fmt.Errorf("page %x not in the ring", h)
+	}
+	if b.raw {
+		return b.data, nil
+	}
+	out := make([]byte, format.PageSize)
+	n, err := lz4.UncompressBlock(b.data, out)
+	if err != nil || n != format.PageSize {
+		return nil, fmt.Errorf("decompress page %x: %v", h, err)
+	}
+	return out, nil
+}
+
+// push appends a closed interval and drops the oldest ones beyond the limits.
+// The newest interval is never dropped.
+func (r *ring) push(iv *interval) {
+	for _, s := range iv.syscalls {
+		iv.logBytes += 96
+		for _, o := range s.Out {
+			iv.logBytes += int64(len(o.Data))
+		}
+	}
+	r.bytes += iv.logBytes
+	r.intervals = append(r.intervals, iv)
+	for len(r.intervals) > 1 && (len(r.intervals) > r.keep || r.bytes > r.maxBytes) {
+		r.drop()
+	}
+}
+
+func (r *ring) drop() {
+	iv := r.intervals[0]
+	r.intervals = r.intervals[1:]
+	r.dropped++
+	r.bytes -= iv.logBytes
+	for _, p := range iv.meta.Written {
+		b, ok := r.pages[p.Hash]
+		if !ok {
+			continue
+		}
+		if b.refs--; b.refs == 0 {
+			delete(r.pages, p.Hash)
+			r.bytes -= int64(len(b.data))
+		}
+	}
+}
+
+// reset forgets everything (the address space was replaced by exec).
+func (r *ring) reset() {
+	r.intervals = nil
+	r.pages = map[format.Hash]*blob{}
+	r.bytes = 0
+}

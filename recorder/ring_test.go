@@ -1,0 +1,126 @@
+package recorder
+
+import (
+	"bytes"
+	"math/rand"
+	"testing"
+
+	"github.com/tprec/tprec/format"
+	"github.com/tprec/tprec/proc"
+	"golang.org/x/sys/unix"
+)
+
+// noise is an incompressible page.
+func noise(seed int64) []byte {
+	p := make([]byte, format.PageSize)
+	rand.New(rand.NewSource(seed)).Read(p)
+	return p
+}
+
+func page(b byte) []byte { return bytes.Repeat([]byte{b}, format.PageSize) }
+
+func TestRingKeepsNewestAndSharesPages(t *testing.T) {
+	r := newRing(3, 1<<30)
+	for i := 0; i < 5; i++ {
+		iv := &interval{meta: format.Interval{Index: i}}
+		r.addPage(iv, 0x1000, page(1))          // the same content every interval
+		r.addPage(iv, 0x2000, page(byte(10+i))) // new content
+		r.addPage(iv, 0x3000, page(0))          // zeros are never stored
+		r.push(iv)
+	}
+	if len(r.intervals) != 3 || r.intervals[0].meta.Index != 2 || r.intervals[2].meta.Index != 4 {
+		t.Fatalf("ring holds %d intervals, first %d", len(r.intervals), r.intervals[0].meta.Index)
+	}
+	if len(r.pages) != 4 { // page(1) once + three distinct
+		t.Fatalf("ring stores %d distinct pages, want 4", len(r.pages))
+	}
+	for _, iv := range r.intervals {
+		for _, p := range iv.meta.Written {
+			got, err := r.page(p.Hash)
+			if err != nil || format.HashPage(got) != p.Hash {
+				t.Fatalf("page %x: %v", p.Hash, err)
+			}
+		}
+	}
+	if _, err := r.page(format.HashPage(page(99))); err == nil {
+		t.Fatal("a page that was never stored is found")
+	}
+}
+
+func TestRingMemoryLimitDropsOldest(t *testing.T) {
+	r := newRing(100, 3*format.PageSize)
+	for i := 0; i < 10; i++ {
+		iv := &interval{meta: format.Interval{Index: i}}
+		// Incompressible content, so each page costs a whole page.
+		r.addPage(iv, 0x1000, noise(int64(i)))
+		r.push(iv)
+		if r.bytes > 3*format.PageSize && len(r.intervals) > 1 {
+			t.Fatalf("ring holds %d bytes with %d intervals", r.bytes, len(r.intervals))
+		}
+	}
+	if r.intervals[len(r.intervals)-1].meta.Index != 9 {
+		t.Fatal("the newest interval was dropped")
+	}
+	// A single interval larger than the limit is still kept.
+	big := &interval{meta: format.Interval{Index: 10}}
+	for a := uint64(0); a < 8; a++ {
+		r.addPage(big, a*format.PageSize, noise(int64(100+a)))
+	}
+	r.push(big)
+	if len(r.intervals) != 1 || r.intervals[0].meta.Index != 10 {
+		t.Fatalf("want only the newest interval, have %d", len(r.intervals))
+	}
+}
+
+func TestNormalizeRestartedSyscall(t *testing.T) {
+	// Interrupted read: rax=-ERESTARTSYS, orig_rax=0, rip past the syscall.
+	r := format.Regs{Rax: uint64(0xfffffffffffffe00), OrigRax: 0, Rip: 0x1002}
+	n, in := normalize(r)
+	if !in || n.Rip != 0x1000 || n.Rax != 0 || n.OrigRax != ^uint64(0) {
+		t.Fatalf("normalize read: %+v %v", n, in)
+	}
+	// Interrupted nanosleep restarts through restart_syscall.
+	r = format.Regs{Rax: uint64(0xfffffffffffffdfc), OrigRax: unix.SYS_CLOCK_NANOSLEEP, Rip: 0x2002}
+	n, in = normalize(r)
+	if !in || n.Rip != 0x2000 || n.Rax != unix.SYS_RESTART_SYSCALL {
+		t.Fatalf("normalize nanosleep: %+v", n)
+	}
+	// Not in a syscall: untouched.
+	r = format.Regs{Rax: uint64(0xfffffffffffffe00), OrigRax: ^uint64(0), Rip: 0x3000}
+	if n, in = normalize(r); in || n != r {
+		t.Fatalf("normalize outside a syscall changed %+v", n)
+	}
+}
+
+func TestSameFrame(t *testing.T) {
+	p := uint64(proc.PMPresent)
+	cases := []struct {
+		a, b uint64
+		want bool
+	}{
+		{0, 0, true},          // absent in both
+		{p | 5, p | 5, true},  // still shared
+		{p | 5, p | 6, false}, // copy-on-write broke
+		{p | 5, 0, false},     // appeared in the target
+		{0, p | 5, false},     // gone from the target
+		{proc.PMSwapped | 9, proc.PMSwapped | 9, true},
+	}
+	for _, c := range cases {
+		if got := sameFrame(c.a, c.b); got != c.want {
+			t.Errorf("sameFrame(%#x, %#x) = %v", c.a, c.b, got)
+		}
+	}
+}
+
+func TestUnionPages(t *testing.T) {
+	got := unionPages([]pageRun{{0x1000, 0x3000}}, []pageRun{{0x2000, 0x4000}, {0x8000, 0x9000}})
+	want := []uint64{0x1000, 0x2000, 0x3000, 0x8000}
+	if len(got) != len(want) {
+		t.Fatalf("got %x", got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("got %x", got)
+		}
+	}
+}

@@ -1,0 +1,95 @@
+package recorder
+
+import (
+	"fmt"
+
+	"github.com/tprec/tprec/proc"
+	"golang.org/x/sys/unix"
+)
+
+// shadow is the stopped copy-on-write fork that keeps the interval-start
+// content of every page the target writes during the interval.
+type shadow struct {
+	pid int
+	pm  *proc.Pagemap
+}
+
+// badStack is the stack pointer the shadow starts with: inside the first page,
+// which mmap_min_addr keeps unmapped, so the shadow cannot run the target's code
+// past its first stack access even if it were ever let go before EXITKILL.
+const badStack = 0x1000
+
+// createShadow injects clone() into the stopped target. The caller has blocked
+// the target's signals; the shadow inherits that fully blocked mask, so a fault
+// in it kills it (the kernel forces a blocked fatal signal to its default).
+func (s *session) createShadow() (*shadow, error) {
+	flags := uint64(unix.CLONE_FILES) // low byte 0: no exit signal
+	res, err := proc.Inject(s.pid, s.vdso.insn, unix.SYS_CLONE, flags, badStack, 0, 0, 0)
+	if err != nil {
+		if res.Child > 0 {
+			unix.Kill(res.Child, unix.SIGKILL)
+		}
+		return nil, fmt.Errorf("create shadow: %w", err)
+	}
+	if res.Ret < 0 || res.Child <= 0 {
+		return nil, fmt.Errorf("create shadow: clone failed: %v", unix.Errno(-res.Ret))
+	}
+	child := res.Child
+	// The child is attached automatically (PTRACE_O_TRACECLONE) and starts in a
+	// PTRACE_EVENT_STOP; wait for it before touching it.
+	for {
+		st, err := proc.Wait(child)
+		if err != nil {
+			return nil, fmt.Errorf("create shadow: %w", err)
+		}
+		if st.Exited() {
+			s.zombie = child
+			return nil, fmt.Errorf("create shadow: it died at once (%v)", st)
+		}
+		if st.Status.Stopped() {
+			break
+		}
+	}
+	if err := proc.SetOptions(child, unix.PTRACE_O_EXITKILL); err != nil {
+		unix.Kill(child, unix.SIGKILL)
+		return nil, fmt.Errorf("create shadow: set exit-kill: %w", err)
+	}
+	pm, err := proc.OpenPagemap(child)
+	if err != nil {
+		unix.Kill(child, unix.SIGKILL)
+		return nil, err
+	}
+	return &shadow{pid: child, pm: pm}, nil
+}
+
+// killShadow kills the current shadow and waits until the tracer has seen it
+// die. It stays a zombie child of the target until reapZombie.
+func (s *session) killShadow() {
+	sh := s.shadow
+	if sh == nil {
+		return
+	}
+	s.shadow = nil
+	sh.pm.Close()
+	unix.Kill(sh.pid, unix.SIGKILL)
+	for {
+		st, err := proc.Wait(sh.pid)
+		if err != nil || st.Exited() {
+			break
+		}
+	}
+	s.zombie = sh.pid
+}
+
+// reapZombie makes the target collect its dead shadow with an injected
+// wait4(pid, NULL, WNOHANG|__WALL): the shadow's parent is the target, and only
+// the parent can remove the zombie.
+func (s *session) reapZombie() {
+	if s.zombie == 0 || s.vdso == nil {
+		return
+	}
+	res, err := proc.Inject(s.pid, s.vdso.insn, unix.SYS_WAIT4, uint64(s.zombie), 0, unix.WNOHANG|unix.WALL, 0)
+	if err == nil && res.Ret == int64(s.zombie) {
+		s.zombie = 0
+	}
+}

@@ -1,0 +1,119 @@
+package recorder
+
+import (
+	"bytes"
+	"debug/elf"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/tprec/tprec/format"
+	"github.com/tprec/tprec/proc"
+	"golang.org/x/sys/unix"
+)
+
+// vdsoPatch redirects the vDSO's time functions to the real syscalls. They read
+// the TSC and the kernel's vvar page without entering the kernel, so a syscall
+// log alone cannot replay them; with the patch each call is an ordinary syscall
+// the log captures. Each entry point becomes `mov eax, NR; syscall; ret`: the
+// arguments are already in the syscall argument registers (the C calling
+// convention and the syscall convention agree on rdi, rsi, rdx). The patched
+// clock_gettime also gives the recorder a `syscall` instruction followed by
+// `ret` to inject through (see shadow.go for why the `ret` matters).
+type vdsoPatch struct {
+	sites []vdsoSite
+	insn  uint64 // address of a patched `syscall` instruction
+}
+
+type vdsoSite struct {
+	addr uint64
+	orig []byte
+}
+
+var vdsoRedirects = []struct {
+	sym string
+	nr  int
+}{
+	{"__vdso_clock_gettime", unix.SYS_CLOCK_GETTIME},
+	{"__vdso_gettimeofday", unix.SYS_GETTIMEOFDAY},
+	{"__vdso_time", unix.SYS_TIME},
+	{"__vdso_getcpu", unix.SYS_GETCPU},
+	{"__vdso_clock_getres", unix.SYS_CLOCK_GETRES},
+}
+
+func vdsoStub(nr int) []byte {
+	b := []byte{0xb8, 0, 0, 0, 0, 0x0f, 0x05, 0xc3}
+	binary.LittleEndian.PutUint32(b[1:], uint32(nr))
+	return b
+}
+
+// patchVDSO patches the [vdso] of a stopped process.
+func patchVDSO(mem *proc.Mem, maps []format.Mapping) (*vdsoPatch, error) {
+	var vm *format.Mapping
+	for i := range maps {
+		if maps[i].Path == "[vdso]" {
+			vm = &maps[i]
+		}
+	}
+	if vm == nil {
+		return nil, fmt.Errorf("patch vdso: the process has no [vdso] mapping")
+	}
+	img := make([]byte, vm.End-vm.Start)
+	if err := mem.ReadAt(img, vm.Start); err != nil {
+		return nil, fmt.Errorf("patch vdso: %w", err)
+	}
+	f, err := elf.NewFile(bytes.NewReader(img))
+	if err != nil {
+		return nil, fmt.Errorf("patch vdso: parse image: %w", err)
+	}
+	var loadVaddr uint64
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD {
+			loadVaddr = p.Vaddr - p.Off
+			break
+		}
+	}
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		return nil, fmt.Errorf("patch vdso: symbols: %w", err)
+	}
+	addrOf := map[string]uint64{}
+	for _, s := range syms {
+		addrOf[s.Name] = vm.Start + s.Value - loadVaddr
+	}
+	p := &vdsoPatch{}
+	for _, r := range vdsoRedirects {
+		a, ok := addrOf[r.sym]
+		if !ok {
+			continue
+		}
+		stub := vdsoStub(r.nr)
+		if a < vm.Start || a+uint64(len(stub)) > vm.End {
+			return nil, fmt.Errorf("patch vdso: %s at %#x outside the image", r.sym, a)
+		}
+		orig := append([]byte(nil), img[a-vm.Start:a-vm.Start+uint64(len(stub))]...)
+		if err := mem.WriteAt(stub, a); err != nil {
+			p.undo(mem)
+			return nil, fmt.Errorf("patch vdso: %w", err)
+		}
+		p.sites = append(p.sites, vdsoSite{addr: a, orig: orig})
+		if p.insn == 0 {
+			p.insn = a + 5
+		}
+	}
+	if p.insn == 0 {
+		return nil, fmt.Errorf("patch vdso: no known time function in the vDSO")
+	}
+	return p, nil
+}
+
+// undo writes the original bytes back.
+func (p *vdsoPatch) undo(mem *proc.Mem) error {
+	var first error
+	for _, s := range p.sites {
+		if err := mem.WriteAt(s.orig, s.addr); err != nil && first == nil {
+			first = err
+		}
+	}
+	p.sites = nil
+	return first
+}

@@ -1,0 +1,204 @@
+// Package e2e runs the built tools against real programs: record with tprec,
+// replay with tpreplay, look inside with tpinspect.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+// requireRoot skips on a developer's machine without privilege, and fails in
+// CI, where every kernel-dependent test must run.
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("this test needs root (ptrace of unrelated processes, page frame numbers) and CI runs as root")
+	}
+	t.Skip("needs root: ptrace of unrelated processes and page frame numbers in /proc/PID/pagemap")
+}
+
+// tools builds tprec, tpreplay and tpinspect once per test binary.
+func tools(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "tprec-e2e-bin")
+		if buildErr != nil {
+			return
+		}
+		cmd := exec.Command("go", "build", "-o", binDir+"/", "../../tools/tprec", "../../tools/tpreplay", "../../tools/tpinspect")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("build tools: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binDir
+}
+
+// cc compiles a C program from testdata (or examples) into dir.
+func cc(t *testing.T, src, dir string) string {
+	t.Helper()
+	out := filepath.Join(dir, strings.TrimSuffix(filepath.Base(src), ".c"))
+	if b, err := exec.Command("gcc", "-g", "-O1", "-o", out, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc %s: %v\n%s", src, err, b)
+	}
+	return out
+}
+
+// recording is a tprec run in the background.
+type recording struct {
+	cmd    *exec.Cmd
+	stderr *bytes.Buffer
+	done   chan error
+}
+
+func startTprec(t *testing.T, args ...string) *recording {
+	t.Helper()
+	bin := tools(t)
+	r := &recording{stderr: &bytes.Buffer{}, done: make(chan error, 1)}
+	r.cmd = exec.Command(filepath.Join(bin, "tprec"), args...)
+	r.cmd.Stderr = r.stderr
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { r.done <- r.cmd.Wait() }()
+	t.Cleanup(func() {
+		if r.cmd.ProcessState == nil {
+			r.cmd.Process.Kill()
+			<-r.done
+		}
+	})
+	return r
+}
+
+// wait waits for tprec to exit and returns its error.
+func (r *recording) wait(t *testing.T, timeout time.Duration) error {
+	t.Helper()
+	select {
+	case err := <-r.done:
+		return err
+	case <-time.After(timeout):
+		r.cmd.Process.Kill()
+		t.Fatalf("tprec did not exit within %v; stderr:\n%s", timeout, r.stderr)
+		return nil
+	}
+}
+
+// waitRecording waits until tprec says it is recording.
+func (r *recording) waitRecording(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if strings.Contains(r.stderr.String(), "recording process") {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("tprec did not start recording; stderr:\n%s", r.stderr)
+}
+
+// checkpoints lists the checkpoint files in dir.
+func checkpoints(t *testing.T, dir string) []string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(dir, "tp-*.tpc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+var verifiedRe = regexp.MustCompile(`verified: (\d+) syscalls, (\d+) intervals, end state matches \(rip=0x[0-9a-f]+.*\)`)
+
+// replay runs tpreplay on a checkpoint and requires the verified line.
+func replay(t *testing.T, ckpt string, extra ...string) string {
+	t.Helper()
+	bin := tools(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	args := append(append([]string{}, extra...), ckpt)
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "tpreplay"), args...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("tpreplay %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	if !verifiedRe.Match(out) {
+		t.Fatalf("tpreplay did not verify:\n%s", out)
+	}
+	t.Logf("tpreplay: %s", strings.TrimSpace(string(out)))
+	return string(out)
+}
+
+// startTarget starts a program to be attached to later. Its stdout goes to
+// the returned buffer.
+func startTarget(t *testing.T, name string, args ...string) (*exec.Cmd, *bytes.Buffer, chan error) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			<-done
+		}
+	})
+	return cmd, &out, done
+}
+
+// attachAndCrash attaches tprec to a running program, waits, sends SIGSEGV
+// from outside, and returns the checkpoint tprec wrote.
+func attachAndCrash(t *testing.T, target *exec.Cmd, done chan error, after time.Duration, extra ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	args := append([]string{"--pid", fmt.Sprint(target.Process.Pid), "--output", dir}, extra...)
+	rec := startTprec(t, args...)
+	rec.waitRecording(t)
+	time.Sleep(after)
+	if err := syscall.Kill(target.Process.Pid, syscall.SIGSEGV); err != nil {
+		t.Fatalf("kill -SEGV: %v (the program ended too early?)", err)
+	}
+	select {
+	case err := <-done:
+		ee, ok := err.(*exec.ExitError)
+		if !ok || !ee.Sys().(syscall.WaitStatus).Signaled() || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGSEGV {
+			t.Fatalf("target did not die of SIGSEGV: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("target did not die; tprec stderr:\n%s", rec.stderr)
+	}
+	if err := rec.wait(t, 30*time.Second); err != nil {
+		t.Fatalf("tprec: %v\n%s", err, rec.stderr)
+	}
+	t.Logf("tprec:\n%s", rec.stderr)
+	cks := checkpoints(t, dir)
+	if len(cks) != 1 {
+		t.Fatalf("want one checkpoint, got %v\n%s", cks, rec.stderr)
+	}
+	return cks[0]
+}

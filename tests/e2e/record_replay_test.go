@@ -1,0 +1,217 @@
+package e2e
+
+import (
+	"bytes"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// bigFile writes n bytes of mixed content (compressible and random) to dir.
+func bigFile(t *testing.T, dir string, n int) string {
+	t.Helper()
+	p := filepath.Join(dir, "big.dat")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	chunk := make([]byte, 1<<20)
+	text := bytes.Repeat([]byte("the quick brown fox jumps over the lazy dog 0123456789\n"), len(chunk)/55+1)
+	for written := 0; written < n; written += len(chunk) {
+		if (written>>20)%2 == 0 {
+			copy(chunk, text)
+		} else if _, err := io.ReadFull(rand.Reader, chunk); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write(chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p
+}
+
+// The bundled example, launched under tprec, crashes by itself; the replay
+// reaches the same NULL dereference in crash_here.
+func TestDemoCrashLaunched(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	prog := cc(t, "../../examples/crashy.c", dir)
+	rec := startTprec(t, "--output", dir, "--", prog, "1.5")
+	if err := rec.wait(t, 60*time.Second); err != nil {
+		t.Fatalf("tprec: %v\n%s", err, rec.stderr)
+	}
+	cks := checkpoints(t, dir)
+	if len(cks) != 1 {
+		t.Fatalf("want one checkpoint, got %v\n%s", cks, rec.stderr)
+	}
+	out := replay(t, cks[0])
+	if !strings.Contains(out, "SIGSEGV") {
+		t.Fatalf("replay does not name SIGSEGV:\n%s", out)
+	}
+}
+
+func TestGzipAttached(t *testing.T) {
+	requireRoot(t)
+	gz, err := exec.LookPath("gzip")
+	if err != nil {
+		t.Fatal("gzip is not installed (.ci/run installs it)")
+	}
+	in := bigFile(t, t.TempDir(), 100<<20)
+	target, _, done := startTargetToFile(t, gz, "-c", in)
+	ck := attachAndCrash(t, target, done, 1500*time.Millisecond)
+	replay(t, ck)
+}
+
+func TestSha256sumAttached(t *testing.T) {
+	requireRoot(t)
+	bin, err := exec.LookPath("sha256sum")
+	if err != nil {
+		t.Fatal("sha256sum is not installed")
+	}
+	// A sparse 16 GiB file: sha256sum reads it at full speed for longer than
+	// the test needs, without writing gigabytes to disk.
+	in := filepath.Join(t.TempDir(), "sparse.img")
+	if err := os.Truncate(in, 0); err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	f, err := os.Create(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Truncate(16 << 30)
+	f.Close()
+	target, _, done := startTarget(t, bin, in)
+	ck := attachAndCrash(t, target, done, 1500*time.Millisecond)
+	replay(t, ck)
+}
+
+const pythonLoop = `
+import os, sys, time
+d = sys.argv[1]
+names = []
+for i in range(20):
+    p = os.path.join(d, "f%d.txt" % i)
+    with open(p, "w") as f:
+        f.write(("line %d\n" % i) * 200)
+    names.append(p)
+total = 0
+t0 = time.time()
+n = 0
+while True:
+    for p in names:
+        with open(p) as f:
+            total += len(f.read())
+        n += 1
+        if time.time() - t0 > 120:
+            sys.exit(0)
+`
+
+func TestPython3Attached(t *testing.T) {
+	requireRoot(t)
+	// Debian's interpreter, not one from a version manager on the PATH.
+	py := "/usr/bin/python3"
+	if _, err := os.Stat(py); err != nil {
+		t.Fatal("/usr/bin/python3 is not installed (.ci/run installs it)")
+	}
+	dir := t.TempDir()
+	script := filepath.Join(dir, "loop.py")
+	if err := os.WriteFile(script, []byte(pythonLoop), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	target, _, done := startTarget(t, py, "-S", script, dir)
+	time.Sleep(300 * time.Millisecond) // let it get into its loop
+	ck := attachAndCrash(t, target, done, 1500*time.Millisecond)
+	replay(t, ck)
+}
+
+// startTargetToFile is startTarget with stdout into a temp file (gzip output
+// is large).
+func startTargetToFile(t *testing.T, name string, args ...string) (*exec.Cmd, string, chan error) {
+	t.Helper()
+	outPath := filepath.Join(t.TempDir(), "stdout")
+	f, err := os.Create(outPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(name, args...)
+	cmd.Stdout = f
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			<-done
+		}
+	})
+	return cmd, outPath, done
+}
+
+// Killing tprec with SIGKILL in the middle of a recording must not harm the
+// target: it finishes with the same output as an unrecorded run, and no shadow
+// process survives.
+func TestTargetUnharmedWhenTprecKilled(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	in := bigFile(t, dir, 48<<20)
+	gz, err := exec.LookPath("gzip")
+	if err != nil {
+		t.Fatal("gzip is not installed")
+	}
+	// gzip -c | sha256 of the output, unrecorded.
+	ref, err := exec.Command("sh", "-c", fmt.Sprintf("%s -c %s | sha256sum", gz, in)).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	target, outPath, done := startTargetToFile(t, gz, "-c", in)
+	pid := target.Process.Pid
+	rec := startTprec(t, "--pid", fmt.Sprint(pid), "--output", dir, "--interval", "100ms")
+	rec.waitRecording(t)
+	time.Sleep(730 * time.Millisecond) // mid-interval
+	shadows := childrenOf(pid)
+	rec.cmd.Process.Kill()
+	rec.wait(t, 10*time.Second)
+	if err := <-done; err != nil {
+		t.Fatalf("gzip failed after tprec was killed: %v", err)
+	}
+	got, err := exec.Command("sh", "-c", "sha256sum < "+outPath).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Fields(string(got))[0] != strings.Fields(string(ref))[0] {
+		t.Fatalf("output differs from an unrecorded run")
+	}
+	if len(shadows) == 0 {
+		t.Fatalf("no shadow process seen while recording (the test would prove nothing)")
+	}
+	for _, s := range shadows {
+		if err := syscall.Kill(s, 0); err == nil {
+			st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s))
+			t.Fatalf("shadow %d survived: %s", s, st)
+		}
+	}
+}
+
+// childrenOf lists the child processes of pid.
+func childrenOf(pid int) []int {
+	var out []int
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	for _, f := range strings.Fields(string(b)) {
+		var c int
+		fmt.Sscan(f, &c)
+		out = append(out, c)
+	}
+	return out
+}

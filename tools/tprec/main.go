@@ -1,0 +1,138 @@
+// Command tprec records a running process (or one it launches) continuously and
+// writes a partial checkpoint when the process crashes, exits or is asked to.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tprec/tprec/recorder"
+	"github.com/urfave/cli/v2"
+)
+
+func main() {
+	app := &cli.App{
+		Name:      "tprec",
+		Usage:     "record a process so its last moments can be replayed",
+		UsageText: "tprec [options] --pid PID\n   tprec [options] -- COMMAND [ARGS...]\n   tprec dump --pid PID",
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: "pid", Usage: "attach to this running process"},
+			&cli.DurationFlag{Name: "interval", Value: 250 * time.Millisecond, Usage: "length of one recording interval"},
+			&cli.IntFlag{Name: "keep", Value: 8, Usage: "intervals kept in memory"},
+			&cli.StringFlag{Name: "max-memory", Value: "64M", Usage: "memory the interval ring may use (K, M, G suffixes)"},
+			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: ".", Usage: "directory for checkpoint files"},
+			&cli.StringFlag{Name: "backend", Value: "auto", Usage: "recording backend: auto or ptrace"},
+			&cli.BoolFlag{Name: "on-exit", Usage: "also write a checkpoint when the process exits normally"},
+			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print nothing but errors"},
+		},
+		Action: record,
+		Commands: []*cli.Command{{
+			Name:      "dump",
+			Usage:     "ask the tprec recording PID to write a checkpoint now",
+			UsageText: "tprec dump --pid PID",
+			Flags:     []cli.Flag{&cli.IntFlag{Name: "pid", Required: true, Usage: "the recorded process"}},
+			Action:    requestDump,
+		}},
+		HideHelpCommand: true,
+	}
+	if err := app.Run(os.Args); err != nil {
+		fmt.Fprintf(os.Stderr, "tprec: %v\n", err)
+		os.Exit(exitCode(err))
+	}
+}
+
+func exitCode(err error) int {
+	var ec cli.ExitCoder
+	if errors.As(err, &ec) {
+		return ec.ExitCode()
+	}
+	return 1
+}
+
+func record(c *cli.Context) error {
+	o := recorder.Options{
+		Pid:       c.Int("pid"),
+		Cmd:       c.Args().Slice(),
+		Interval:  c.Duration("interval"),
+		Keep:      c.Int("keep"),
+		OutputDir: c.String("output"),
+		Backend:   c.String("backend"),
+		OnExit:    c.Bool("on-exit"),
+		Log:       os.Stderr,
+	}
+	if c.Bool("quiet") {
+		o.Log = nil
+	}
+	var err error
+	if o.MaxMemory, err = parseSize(c.String("max-memory")); err != nil {
+		return cli.Exit(fmt.Sprintf("tprec: --max-memory: %v", err), 2)
+	}
+	if (o.Pid == 0) == (len(o.Cmd) == 0) {
+		return cli.Exit("tprec: give either --pid PID or -- COMMAND [ARGS...]", 2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	usr2 := make(chan os.Signal, 4)
+	signal.Notify(usr2, syscall.SIGUSR2)
+	requests := make(chan struct{}, 4)
+	go func() {
+		for range usr2 {
+			requests <- struct{}{}
+		}
+	}()
+	return recorder.Record(ctx, o, requests)
+}
+
+// requestDump finds the tprec tracing pid and sends it SIGUSR2.
+func requestDump(c *cli.Context) error {
+	pid := c.Int("pid")
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("tprec: process %d: no such process", pid), 1)
+	}
+	tracer := 0
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "TracerPid:"); ok {
+			tracer, _ = strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	if tracer == 0 {
+		return cli.Exit(fmt.Sprintf("tprec: process %d is not being recorded", pid), 1)
+	}
+	exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", tracer))
+	if filepath.Base(strings.TrimSuffix(exe, " (deleted)")) != "tprec" {
+		return cli.Exit(fmt.Sprintf("tprec: process %d is traced by %d (%s), not by tprec", pid, tracer, exe), 1)
+	}
+	if err := syscall.Kill(tracer, syscall.SIGUSR2); err != nil {
+		return cli.Exit(fmt.Sprintf("tprec: signal tprec %d: %v", tracer, err), 1)
+	}
+	fmt.Printf("asked tprec (pid %d) to write a checkpoint of process %d\n", tracer, pid)
+	return nil
+}
+
+// parseSize parses "64M", "1G", "512K" or a byte count.
+func parseSize(s string) (int64, error) {
+	mult := int64(1)
+	u := strings.ToUpper(strings.TrimSuffix(strings.ToUpper(s), "B"))
+	switch {
+	case strings.HasSuffix(u, "K"):
+		mult, u = 1<<10, strings.TrimSuffix(u, "K")
+	case strings.HasSuffix(u, "M"):
+		mult, u = 1<<20, strings.TrimSuffix(u, "M")
+	case strings.HasSuffix(u, "G"):
+		mult, u = 1<<30, strings.TrimSuffix(u, "G")
+	}
+	n, err := strconv.ParseInt(u, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("invalid size %q", s)
+	}
+	return n * mult, nil
+}
