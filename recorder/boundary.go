@@ -15,7 +15,12 @@ func (s *session) boundary() error {
 	if err := s.closeInterval(now); err != nil {
 		return err
 	}
-	return s.openInterval(now)
+	t1 := time.Now()
+	err := s.openInterval(now)
+	if debugStops {
+		s.logf("boundary: close %v, open %v", t1.Sub(now), time.Since(t1))
+	}
+	return err
 }
 
 // withSignalsBlocked runs fn (which injects syscalls) with every signal of the
@@ -147,8 +152,8 @@ func recorded(m format.Mapping) bool {
 
 // writtenPages compares the target's page frames with the shadow's over the
 // private mappings that existed at the interval start. A page is written when
-// the two no longer share a frame (the copy-on-write broke), when it appeared
-// in the target only, or when it disappeared from the target only.
+// the two no longer share a frame (the copy-on-write broke), when an anonymous
+// page appeared in the target only, or when it disappeared from the target.
 func (s *session) writtenPages(maps []format.Mapping) ([]uint64, error) {
 	var out []uint64
 	for _, m := range maps {
@@ -165,6 +170,14 @@ func (s *session) writtenPages(maps []format.Mapping) ([]uint64, error) {
 		}
 		for i := range t {
 			if sameFrame(t[i], sh[i]) {
+				continue
+			}
+			if t[i]&proc.PMPresent != 0 && t[i]&proc.PMFile != 0 && sh[i]&(proc.PMPresent|proc.PMSwapped) == 0 {
+				// The target maps a page that is not its own anonymous copy (a
+				// file's page, or the shared zero page) where the shadow has
+				// nothing yet: fork does not copy page tables of file mappings
+				// without private copies (mm/memory.c: vma_needs_copy). The
+				// content is what the shadow would fault in: not written.
 				continue
 			}
 			out = append(out, m.Start+uint64(i)*format.PageSize)

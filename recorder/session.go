@@ -258,7 +258,7 @@ func (s *session) drain() error {
 }
 
 func (s *session) handle(st proc.Stop) error {
-	if debugStops {
+	if os.Getenv("TPREC_DEBUG") == "stops" {
 		s.logf("stop: %v status %#x", st, uint32(st.Status))
 	}
 	if st.Tid != s.pid {
@@ -589,4 +589,4 @@ func (s *session) fillHeader() {
 }
 
 // debugStops prints every ptrace stop (TPREC_DEBUG=stops).
-var debugStops = os.Getenv("TPREC_DEBUG") == "stops"
+var debugStops = os.Getenv("TPREC_DEBUG") != ""

@@ -215,3 +215,58 @@ func childrenOf(pid int) []int {
 	}
 	return out
 }
+
+// The replayed program creates, writes and unlinks files; the replay must not
+// touch the host: the directory it used stays as it is, and with --output-dir
+// its writes land there instead.
+func TestReplayNeverTouchesHost(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	prog := cc(t, "testdata/fileio.c", dir)
+	work := filepath.Join(dir, "work")
+	if err := os.Mkdir(work, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rec := startTprec(t, "--output", dir, "--", prog, work, "1.5")
+	if err := rec.wait(t, 60*time.Second); err != nil {
+		t.Fatalf("tprec: %v\n%s", err, rec.stderr)
+	}
+	cks := checkpoints(t, dir)
+	if len(cks) != 1 {
+		t.Fatalf("want one checkpoint, got %v\n%s", cks, rec.stderr)
+	}
+	// Leave a file where the program creates and unlinks its files: a replay
+	// that really ran open(O_TRUNC) or unlink would change or remove it.
+	sentinel := filepath.Join(work, "round-0.txt")
+	if err := os.WriteFile(sentinel, []byte("host file\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := listDir(t, work)
+	outDir := filepath.Join(dir, "replay-out")
+	replay(t, cks[0], "--output-dir", outDir)
+	if after := listDir(t, work); after != before {
+		t.Fatalf("replay changed the host directory:\nbefore %s\nafter  %s", before, after)
+	}
+	if b, _ := os.ReadFile(sentinel); string(b) != "host file\n" {
+		t.Fatalf("replay changed a host file: %q", b)
+	}
+	// stdout of the program (fd 1) was captured from the replay.
+	b, err := os.ReadFile(filepath.Join(outDir, "fd-1.out"))
+	if err != nil || !strings.Contains(string(b), "round ") {
+		t.Fatalf("no captured stdout: %v %q", err, b)
+	}
+}
+
+func listDir(t *testing.T, dir string) string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, e := range ents {
+		info, _ := e.Info()
+		fmt.Fprintf(&b, "%s:%d:%v ", e.Name(), info.Size(), info.ModTime().UnixNano())
+	}
+	return b.String()
+}

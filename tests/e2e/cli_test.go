@@ -1,0 +1,197 @@
+package e2e
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func runTool(t *testing.T, name string, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(tools(t), name), args...)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return string(out), ee.ExitCode()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), 0
+}
+
+func TestAttachVanishedPid(t *testing.T) {
+	requireRoot(t)
+	out, code := runTool(t, "tprec", "--pid", "999999999")
+	if code == 0 || !strings.Contains(out, "no such process") {
+		t.Fatalf("tprec --pid of a missing process: exit %d, %q", code, out)
+	}
+}
+
+func TestMultiThreadedRefused(t *testing.T) {
+	requireRoot(t)
+	py := "/usr/bin/python3"
+	target, _, _ := startTarget(t, py, "-c", "import threading, time\nthreading.Thread(target=time.sleep, args=(60,)).start()\ntime.sleep(60)")
+	time.Sleep(500 * time.Millisecond)
+	out, code := runTool(t, "tprec", "--pid", fmt.Sprint(target.Process.Pid), "--output", t.TempDir())
+	if code == 0 || !strings.Contains(out, "multi-threaded") {
+		t.Fatalf("tprec on a multi-threaded process: exit %d, %q", code, out)
+	}
+	if err := syscall.Kill(target.Process.Pid, 0); err != nil {
+		t.Fatalf("the refused process is gone: %v", err)
+	}
+}
+
+// vdsoBytes reads the [vdso] of a process.
+func vdsoBytes(t *testing.T, pid int) []byte {
+	t.Helper()
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(maps), "\n") {
+		if strings.HasSuffix(line, "[vdso]") {
+			var start, end uint64
+			fmt.Sscanf(line, "%x-%x", &start, &end)
+			f, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			b := make([]byte, end-start)
+			if _, err := f.ReadAt(b, int64(start)); err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}
+	}
+	t.Fatal("no [vdso]")
+	return nil
+}
+
+func tracerOf(t *testing.T, pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "TracerPid:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// Ctrl-C on tprec detaches: the process runs on, untraced, with its vDSO
+// as it was, and no shadow child.
+func TestDetachLeavesTargetUntouched(t *testing.T) {
+	requireRoot(t)
+	target, _, done := startTarget(t, "/usr/bin/python3", "-S", "-c", "import time\nwhile True:\n    time.time()\n    time.sleep(0.001)")
+	pid := target.Process.Pid
+	time.Sleep(300 * time.Millisecond)
+	orig := vdsoBytes(t, pid)
+	rec := startTprec(t, "--pid", fmt.Sprint(pid), "--output", t.TempDir())
+	rec.waitRecording(t)
+	if bytes.Equal(vdsoBytes(t, pid), orig) {
+		t.Fatal("the vDSO is not patched while recording (the test would prove nothing)")
+	}
+	time.Sleep(600 * time.Millisecond)
+	rec.cmd.Process.Signal(os.Interrupt)
+	if err := rec.wait(t, 20*time.Second); err != nil {
+		t.Fatalf("tprec after Ctrl-C: %v\n%s", err, rec.stderr)
+	}
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("the target died after detach: %v", err)
+	default:
+	}
+	if tr := tracerOf(t, pid); tr != "0" {
+		t.Fatalf("still traced by %s", tr)
+	}
+	if !bytes.Equal(vdsoBytes(t, pid), orig) {
+		t.Fatal("the vDSO was not restored")
+	}
+	if kids := childrenOf(pid); len(kids) != 0 {
+		t.Fatalf("the target has children after detach: %v", kids)
+	}
+}
+
+// `tprec dump --pid` asks for a checkpoint while the process runs on; the
+// replay reaches the point of the request.
+func TestDumpOnRequest(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	prog := cc(t, "../../examples/crashy.c", dir)
+	target, _, done := startTarget(t, prog, "30")
+	pid := target.Process.Pid
+	rec := startTprec(t, "--pid", fmt.Sprint(pid), "--output", dir)
+	rec.waitRecording(t)
+	time.Sleep(1200 * time.Millisecond)
+	out, code := runTool(t, "tprec", "dump", "--pid", fmt.Sprint(pid))
+	if code != 0 {
+		t.Fatalf("tprec dump: exit %d: %s", code, out)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for len(checkpoints(t, dir)) == 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	cks := checkpoints(t, dir)
+	if len(cks) != 1 {
+		t.Fatalf("no checkpoint after the request:\n%s", rec.stderr)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the target died after the dump: %v", err)
+	default:
+	}
+	rec.cmd.Process.Signal(os.Interrupt)
+	rec.wait(t, 20*time.Second)
+	out = replay(t, cks[0])
+	if !strings.Contains(out, "dump request") {
+		t.Fatalf("replay does not report the request end state:\n%s", out)
+	}
+}
+
+// --on-exit writes a checkpoint when the program exits by itself.
+func TestDumpOnExit(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	in := bigFile(t, dir, 64<<20)
+	rec := startTprec(t, "--on-exit", "--output", dir, "--", "/usr/bin/sha256sum", in)
+	if err := rec.wait(t, 120*time.Second); err != nil {
+		t.Fatalf("tprec: %v\n%s", err, rec.stderr)
+	}
+	cks := checkpoints(t, dir)
+	if len(cks) != 1 {
+		t.Fatalf("want one checkpoint, got %v\n%s", cks, rec.stderr)
+	}
+	out := replay(t, cks[0])
+	if !strings.Contains(out, "exit status 0") {
+		t.Fatalf("replay does not report the exit:\n%s", out)
+	}
+}
+
+// Damaged files get exit status 2 and a message naming the problem.
+func TestDamagedCheckpointExitStatus(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.tpc")
+	os.WriteFile(bad, []byte("this is not a checkpoint at all, just text\n"), 0o600)
+	for _, tool := range []string{"tpreplay", "tpinspect"} {
+		out, code := runTool(t, tool, bad)
+		if code != 2 || !strings.Contains(out, "not a tprec checkpoint") {
+			t.Errorf("%s on a foreign file: exit %d, %q", tool, code, out)
+		}
+		out, code = runTool(t, tool, filepath.Join(dir, "missing.tpc"))
+		if code != 2 {
+			t.Errorf("%s on a missing file: exit %d, %q", tool, code, out)
+		}
+	}
+}
