@@ -58,6 +58,7 @@ type session struct {
 	nextIndex  int
 	seq        uint64
 	entry      *proc.SyscallInfo // syscall in progress
+	restartOf  *proc.SyscallInfo // last call interrupted for restart_syscall
 	shadow     *shadow
 	zombie     int // killed shadow the target still has to reap
 	want       struct{ boundary, dump bool }
@@ -335,6 +336,9 @@ func (s *session) onSyscall() error {
 	if si.Op == proc.SyscallExit {
 		if s.entry != nil && s.cur != nil && !restarting(si.Ret) {
 			s.logSyscall(s.entry, si)
+		}
+		if s.entry != nil && si.Ret == -516 && s.entry.Nr != unix.SYS_RESTART_SYSCALL {
+			s.restartOf = s.entry // ERESTART_RESTARTBLOCK: restart_syscall will finish it
 		}
 		s.entry = nil
 	}

@@ -6,6 +6,7 @@ import (
 	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/proc"
 	"github.com/tprec/tprec/syscalls"
+	"golang.org/x/sys/unix"
 )
 
 // logSyscall appends one completed syscall, with the memory the kernel wrote
@@ -23,8 +24,17 @@ func (s *session) logSyscall(e *proc.SyscallInfo, x proc.SyscallInfo) {
 		s.notReplayable(fmt.Sprintf("syscall %s at seq %d cannot be replayed: %s", d.Name, rec.Seq, d.Note))
 	default:
 		if ok, why := syscalls.Check(d, rec.Args); !ok {
-			s.notReplayable(fmt.Sprintf("syscall %s at seq %d cannot be replayed: %s", d.Name, rec.Seq, why))
+			s.notReplayable(fmt.Sprintf("seq %d cannot be replayed: %s", rec.Seq, why))
 			break
+		}
+		// restart_syscall finishes a call the kernel interrupted with
+		// ERESTART_RESTARTBLOCK (a boundary stop did): what it writes is what
+		// that call writes (poll's revents, nanosleep's remainder).
+		od, oargs := d, rec.Args
+		if rec.Nr == unix.SYS_RESTART_SYSCALL && s.restartOf != nil {
+			if d2, ok := syscalls.Lookup(int(s.restartOf.Nr)); ok {
+				od, oargs = d2, s.restartOf.Args
+			}
 		}
 		read := func(addr uint64, n int) ([]byte, error) {
 			b := make([]byte, n)
@@ -34,7 +44,7 @@ func (s *session) logSyscall(e *proc.SyscallInfo, x proc.SyscallInfo) {
 			}
 			return b[:got], nil
 		}
-		ranges, err := syscalls.Outputs(d, rec.Args, rec.Ret, read)
+		ranges, err := syscalls.Outputs(od, oargs, rec.Ret, read)
 		if err != nil {
 			s.notReplayable(fmt.Sprintf("syscall %s at seq %d: outputs: %v", d.Name, rec.Seq, err))
 			break
