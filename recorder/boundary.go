@@ -99,6 +99,9 @@ func (s *session) closeInterval(now time.Time) error {
 	if iv == nil {
 		return nil
 	}
+	if err := s.src.sync(s); err != nil {
+		s.notReplayable("syscall log incomplete: " + err.Error())
+	}
 	s.cur = nil
 	iv.meta.End = now
 	defer func() {

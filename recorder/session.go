@@ -59,6 +59,7 @@ type session struct {
 	seq        uint64
 	entry      *proc.SyscallInfo // syscall in progress
 	restartOf  *proc.SyscallInfo // last call interrupted for restart_syscall
+	src        source
 	shadow     *shadow
 	zombie     int // killed shadow the target still has to reap
 	want       struct{ boundary, dump bool }
@@ -71,9 +72,6 @@ type session struct {
 // detaches and leaves the process running). requests delivers dump requests.
 func Record(ctx context.Context, o Options, requests <-chan struct{}) error {
 	o.defaults()
-	if o.Backend != "auto" && o.Backend != "ptrace" {
-		return fmt.Errorf("backend %q is not available in this build: use --backend ptrace", o.Backend)
-	}
 	if err := os.MkdirAll(o.OutputDir, 0o755); err != nil {
 		return fmt.Errorf("create output directory: %w", err)
 	}
@@ -92,6 +90,12 @@ func Record(ctx context.Context, o Options, requests <-chan struct{}) error {
 	if err != nil {
 		return err
 	}
+	s.src, err = newSource(o.Backend, s.pid, s.logf)
+	if err != nil {
+		s.tr.Do(func() error { return s.detach("backend unavailable") })
+		return err
+	}
+	defer s.src.close()
 	if release != nil {
 		if err := release(); err != nil {
 			return err
@@ -289,7 +293,7 @@ func (s *session) handle(st proc.Stop) error {
 		s.abandonIntervals()
 		s.vdso = nil
 		s.state = stateStarting
-		return proc.Resume(unix.PTRACE_SYSCALL, s.pid, 0)
+		return proc.Resume(s.src.resumeRequest(), s.pid, 0)
 	case unix.PTRACE_EVENT_CLONE:
 		child, _ := proc.EventMsg(s.pid)
 		s.logf("process %d created thread %d: %v; recording stops, the process runs on", s.pid, child, ErrMultiThreaded)
@@ -310,7 +314,7 @@ func (s *session) handle(st proc.Stop) error {
 		return proc.Resume(unix.PTRACE_CONT, s.pid, 0)
 	case 0:
 	default:
-		return proc.Resume(unix.PTRACE_SYSCALL, s.pid, 0)
+		return proc.Resume(s.src.resumeRequest(), s.pid, 0)
 	}
 	return s.onSignal(st.Signal())
 }
@@ -322,7 +326,7 @@ func (s *session) onSyscall() error {
 	}
 	if si.Op == proc.SyscallEntry {
 		s.entry = &si
-		if err := proc.Resume(unix.PTRACE_SYSCALL, s.pid, 0); err != nil {
+		if err := proc.Resume(s.src.resumeRequest(), s.pid, 0); err != nil {
 			return err
 		}
 		if s.wanted() {
@@ -335,7 +339,7 @@ func (s *session) onSyscall() error {
 	}
 	if si.Op == proc.SyscallExit {
 		if s.entry != nil && s.cur != nil && !restarting(si.Ret) {
-			s.logSyscall(s.entry, si)
+			s.logPtraceSyscall(s.entry, si)
 		}
 		if s.entry != nil && si.Ret == -516 && s.entry.Nr != unix.SYS_RESTART_SYSCALL {
 			s.restartOf = s.entry // ERESTART_RESTARTBLOCK: restart_syscall will finish it
@@ -347,7 +351,7 @@ func (s *session) onSyscall() error {
 			return err
 		}
 	}
-	return proc.Resume(unix.PTRACE_SYSCALL, s.pid, 0)
+	return proc.Resume(s.src.resumeRequest(), s.pid, 0)
 }
 
 func (s *session) onEventStop(st proc.Stop) error {
@@ -361,7 +365,7 @@ func (s *session) onEventStop(st proc.Stop) error {
 			return err
 		}
 	}
-	return proc.Resume(unix.PTRACE_SYSCALL, s.pid, 0)
+	return proc.Resume(s.src.resumeRequest(), s.pid, 0)
 }
 
 // act does what waits for a stop. The target is in an event stop or a
@@ -391,7 +395,7 @@ func (s *session) act() error {
 
 func (s *session) onSignal(sig int) error {
 	if sig == 0 {
-		return proc.Resume(unix.PTRACE_SYSCALL, s.pid, 0)
+		return proc.Resume(s.src.resumeRequest(), s.pid, 0)
 	}
 	if s.state == stateRecording && fatalSignals[unix.Signal(sig)] {
 		regs, err := proc.GetRegs(s.pid)
@@ -410,7 +414,7 @@ func (s *session) onSignal(sig int) error {
 		// If a handler survives the signal, recording starts afresh.
 		s.state = stateStarting
 		s.ring.reset()
-		return proc.Resume(unix.PTRACE_SYSCALL, s.pid, sig)
+		return proc.Resume(s.src.resumeRequest(), s.pid, sig)
 	}
 	if s.cur != nil {
 		regs, _ := proc.GetRegs(s.pid)
@@ -418,7 +422,7 @@ func (s *session) onSignal(sig int) error {
 		s.cur.signals = append(s.cur.signals, format.SignalEvent{Seq: s.seq, Tid: s.pid, Signo: sig, Siginfo: info, Regs: regs})
 		s.notReplayable(fmt.Sprintf("signal %s delivered after syscall %d (signal replay is not supported yet)", unix.SignalName(unix.Signal(sig)), s.seq))
 	}
-	return proc.Resume(unix.PTRACE_SYSCALL, s.pid, sig)
+	return proc.Resume(s.src.resumeRequest(), s.pid, sig)
 }
 
 // start sets recording up at the first stop: header, vDSO patch, interval 0.
@@ -503,7 +507,7 @@ func (s *session) stopForDetach() error {
 				return nil
 			}
 		}
-		if err := proc.Resume(unix.PTRACE_SYSCALL, s.pid, st.Signal()); err != nil {
+		if err := proc.Resume(s.src.resumeRequest(), s.pid, st.Signal()); err != nil {
 			return err
 		}
 		if err := s.interrupt(); err != nil {
@@ -576,7 +580,7 @@ func (s *session) fillHeader() {
 	h := &s.hdr
 	h.Arch = "x86_64"
 	h.Pid = s.pid
-	h.Backend = "ptrace"
+	h.Backend = s.src.name()
 	h.Interval = s.o.Interval
 	h.FullPages = true
 	var u unix.Utsname

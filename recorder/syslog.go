@@ -9,13 +9,40 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// logSyscall appends one completed syscall, with the memory the kernel wrote
-// for it, to the current interval. A syscall the table does not know, or
-// declares unsupported, makes the interval not replayable, naming it: the
-// recorder never guesses what an unknown call wrote.
-func (s *session) logSyscall(e *proc.SyscallInfo, x proc.SyscallInfo) {
+// source delivers the syscall log of the target. The ptrace source logs each
+// call at its syscall-exit stop; a source that collects records elsewhere
+// (the eBPF ringbuf) hands them over in sync.
+type source interface {
+	// name is the backend name written into the checkpoint header.
+	name() string
+	// resumeRequest is the ptrace request that restarts the target after any
+	// stop: PTRACE_SYSCALL when the source needs syscall stops, else PTRACE_CONT.
+	resumeRequest() int
+	// sync is called with the target stopped, before an interval closes: it
+	// must append every syscall completed so far with s.appendSyscall.
+	sync(s *session) error
+	close()
+}
+
+// ptraceSource reads syscall results at PTRACE_SYSCALL exit stops.
+type ptraceSource struct{}
+
+func (ptraceSource) name() string          { return "ptrace" }
+func (ptraceSource) resumeRequest() int    { return unix.PTRACE_SYSCALL }
+func (ptraceSource) sync(s *session) error { return nil }
+func (ptraceSource) close()                {}
+
+// appendSyscall adds one completed syscall to the current interval, giving
+// it the next sequence number. problem, if set, says why its outputs could
+// not be captured. A syscall the table does not know or declares unsupported
+// makes the interval not replayable, naming it: the recorder never guesses
+// what an unknown call wrote.
+func (s *session) appendSyscall(rec format.Syscall, problem string) {
+	if s.cur == nil {
+		return
+	}
 	s.seq++
-	rec := format.Syscall{Seq: s.seq, Tid: s.pid, Nr: int(e.Nr), Args: e.Args, Ret: x.Ret, Rip: x.Rip}
+	rec.Seq = s.seq
 	d, ok := syscalls.Lookup(rec.Nr)
 	switch {
 	case !ok:
@@ -25,38 +52,51 @@ func (s *session) logSyscall(e *proc.SyscallInfo, x proc.SyscallInfo) {
 	default:
 		if ok, why := syscalls.Check(d, rec.Args); !ok {
 			s.notReplayable(fmt.Sprintf("seq %d cannot be replayed: %s", rec.Seq, why))
-			break
-		}
-		// restart_syscall finishes a call the kernel interrupted with
-		// ERESTART_RESTARTBLOCK (a boundary stop did): what it writes is what
-		// that call writes (poll's revents, nanosleep's remainder).
-		od, oargs := d, rec.Args
-		if rec.Nr == unix.SYS_RESTART_SYSCALL && s.restartOf != nil {
-			if d2, ok := syscalls.Lookup(int(s.restartOf.Nr)); ok {
-				od, oargs = d2, s.restartOf.Args
-			}
-		}
-		read := func(addr uint64, n int) ([]byte, error) {
-			b := make([]byte, n)
-			got, err := proc.ReadBytes(s.pid, addr, b)
-			if err != nil {
-				return nil, err
-			}
-			return b[:got], nil
-		}
-		ranges, err := syscalls.Outputs(od, oargs, rec.Ret, read)
-		if err != nil {
-			s.notReplayable(fmt.Sprintf("syscall %s at seq %d: outputs: %v", d.Name, rec.Seq, err))
-			break
-		}
-		for _, r := range ranges {
-			b, err := read(r.Addr, r.Len)
-			if err != nil || len(b) != r.Len {
-				s.notReplayable(fmt.Sprintf("syscall %s at seq %d: cannot read its output at %#x", d.Name, rec.Seq, r.Addr))
-				break
-			}
-			rec.Out = append(rec.Out, format.OutBuf{Addr: r.Addr, Data: b})
+		} else if problem != "" {
+			s.notReplayable(fmt.Sprintf("syscall %s at seq %d: %s", d.Name, rec.Seq, problem))
 		}
 	}
 	s.cur.syscalls = append(s.cur.syscalls, rec)
+}
+
+// logPtraceSyscall builds the record of a call seen at its entry and exit
+// stops, reading the memory the kernel wrote for it.
+func (s *session) logPtraceSyscall(e *proc.SyscallInfo, x proc.SyscallInfo) {
+	rec := format.Syscall{Tid: s.pid, Nr: int(e.Nr), Args: e.Args, Ret: x.Ret, Rip: x.Rip}
+	d, ok := syscalls.Lookup(rec.Nr)
+	if !ok || d.Kind == syscalls.Unsupported {
+		s.appendSyscall(rec, "")
+		return
+	}
+	// restart_syscall finishes a call the kernel interrupted with
+	// ERESTART_RESTARTBLOCK (a boundary stop did): what it writes is what
+	// that call writes (poll's revents, nanosleep's remainder).
+	od, oargs := d, rec.Args
+	if rec.Nr == unix.SYS_RESTART_SYSCALL && s.restartOf != nil {
+		if d2, ok := syscalls.Lookup(int(s.restartOf.Nr)); ok {
+			od, oargs = d2, s.restartOf.Args
+		}
+	}
+	read := func(addr uint64, n int) ([]byte, error) {
+		b := make([]byte, n)
+		got, err := proc.ReadBytes(s.pid, addr, b)
+		if err != nil {
+			return nil, err
+		}
+		return b[:got], nil
+	}
+	ranges, err := syscalls.Outputs(od, oargs, rec.Ret, read)
+	if err != nil {
+		s.appendSyscall(rec, fmt.Sprintf("outputs: %v", err))
+		return
+	}
+	for _, r := range ranges {
+		b, err := read(r.Addr, r.Len)
+		if err != nil || len(b) != r.Len {
+			s.appendSyscall(rec, fmt.Sprintf("cannot read its output at %#x", r.Addr))
+			return
+		}
+		rec.Out = append(rec.Out, format.OutBuf{Addr: r.Addr, Data: b})
+	}
+	s.appendSyscall(rec, "")
 }
