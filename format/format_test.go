@@ -1,0 +1,284 @@
+package format
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the seed files in testdata/")
+
+func TestRoundTrip(t *testing.T) {
+	c, store := richCheckpoint(1, 5, 1500, 4000)
+	b := encode(t, c, store)
+	f, err := decodeBytes(b)
+	if err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	defer f.Close()
+	if err := sameCheckpoint(c, f.Checkpoint); err != nil {
+		t.Fatal(err)
+	}
+	distinct := map[Hash]bool{}
+	zero := 0
+	for _, h := range referenced(c) {
+		if h == ZeroHash {
+			zero++
+		} else {
+			distinct[h] = true
+		}
+		want, _ := store.Page(h)
+		got, err := f.Page(h)
+		if err != nil {
+			t.Fatalf("Page(%x): %v", h, err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("Page(%x): content differs", h)
+		}
+	}
+	if zero == 0 || len(distinct) < 500 {
+		t.Fatalf("test model too poor: %d zero refs, %d distinct pages", zero, len(distinct))
+	}
+	if refs := len(referenced(c)); refs <= len(distinct)+zero {
+		t.Fatalf("test model has no duplicate pages (%d refs, %d distinct)", refs, len(distinct))
+	}
+	st := f.Stats()
+	if st.StoredPages != len(distinct) {
+		t.Errorf("Stats.StoredPages = %d, want %d (each distinct non-zero page once)", st.StoredPages, len(distinct))
+	}
+	if st.PagesRaw != int64(len(distinct))*PageSize {
+		t.Errorf("Stats.PagesRaw = %d, want %d", st.PagesRaw, len(distinct)*PageSize)
+	}
+	if st.PagesCompressed >= st.PagesRaw {
+		t.Errorf("pages not compressed: %d of %d bytes", st.PagesCompressed, st.PagesRaw)
+	}
+	if st.FileSize != int64(len(b)) {
+		t.Errorf("Stats.FileSize = %d, want %d", st.FileSize, len(b))
+	}
+	var sum int64 = fileHeaderSize + trailerSize
+	names := []string{}
+	for _, s := range st.Sections {
+		sum += sectionHeaderSize + s.Size
+		names = append(names, s.Name)
+		if s.Name == "SYSCL" && s.Raw <= s.Size {
+			t.Errorf("SYSCL not compressed: %d bytes for %d raw", s.Size, s.Raw)
+		}
+	}
+	if sum != int64(len(b)) {
+		t.Errorf("sections add up to %d bytes, file has %d", sum, len(b))
+	}
+	if got := strings.Join(names, " "); got != "HEADR INTVL FINAL SYSCL SIGNL ENDST PGIDX PAGES DIRCT" {
+		t.Errorf("sections %s", got)
+	}
+	if _, err := f.Page(HashPage([]byte("not a page"))); !errors.Is(err, ErrNoPage) {
+		t.Errorf("Page(unknown) = %v, want ErrNoPage", err)
+	}
+	if p, err := f.Page(ZeroHash); err != nil || !bytes.Equal(p, make([]byte, PageSize)) {
+		t.Errorf("Page(ZeroHash) = %v", err)
+	}
+	t.Logf("%d bytes for %d distinct pages and %d syscalls", len(b), len(distinct), len(c.Syscalls))
+}
+
+func TestEmptyCheckpoint(t *testing.T) {
+	c := &Checkpoint{}
+	f, err := decodeBytes(encode(t, c, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sameCheckpoint(c, f.Checkpoint); err != nil {
+		t.Fatal(err)
+	}
+	if st := f.Stats(); st.StoredPages != 0 || st.Blocks != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestEncodeDeterministic: the same model gives the same bytes, whatever the
+// map order inside the writer.
+func TestEncodeDeterministic(t *testing.T) {
+	c, store := richCheckpoint(3, 2, 100, 50)
+	if !bytes.Equal(encode(t, c, store), encode(t, c, store)) {
+		t.Fatal("two encodings differ")
+	}
+}
+
+func TestWriteOpen(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "tp-4242.tpc")
+	c, store := richCheckpoint(2, 3, 300, 200)
+	if err := os.WriteFile(path, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := Write(path, c, store); err != nil {
+		t.Fatalf("Write: %v", err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("mode %v, want 0600", fi.Mode().Perm())
+	}
+	onlyFile(t, dir, "tp-4242.tpc")
+	f, err := Open(path)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	if err := sameCheckpoint(c, f.Checkpoint); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range referenced(c) {
+		if _, err := f.Page(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Page(referenced(c)[0]); err == nil {
+		t.Error("Page after Close succeeded")
+	}
+	// Relative path, in the working directory.
+	t.Chdir(dir)
+	if err := Write("rel.tpc", c, store); err != nil {
+		t.Fatalf("Write relative: %v", err)
+	}
+	if f, err := Open("rel.tpc"); err != nil {
+		t.Fatal(err)
+	} else {
+		f.Close()
+	}
+}
+
+// onlyFile fails unless dir holds exactly the named files (no temporaries).
+func onlyFile(t *testing.T, dir string, names ...string) {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range ents {
+		got = append(got, e.Name())
+	}
+	if strings.Join(got, ",") != strings.Join(names, ",") {
+		t.Fatalf("directory holds %q, want %q", got, names)
+	}
+}
+
+type failingSource struct {
+	PageSource
+	after int
+}
+
+func (s *failingSource) Page(h Hash) ([]byte, error) {
+	if s.after--; s.after < 0 {
+		return nil, errors.New("recorder ring lost the page")
+	}
+	return s.PageSource.Page(h)
+}
+
+func TestWriteFailureLeavesNothing(t *testing.T) {
+	dir := t.TempDir()
+	c, store := richCheckpoint(2, 3, 300, 200)
+	path := filepath.Join(dir, "cp.tpc")
+	if err := os.WriteFile(path, []byte("previous"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := Write(path, c, &failingSource{store, 100})
+	if err == nil || !strings.Contains(err.Error(), "recorder ring lost the page") {
+		t.Fatalf("Write with a failing source: %v", err)
+	}
+	onlyFile(t, dir, "cp.tpc")
+	if b, _ := os.ReadFile(path); string(b) != "previous" {
+		t.Fatalf("existing file changed to %q", b)
+	}
+	// A directory that does not exist.
+	if err := Write(filepath.Join(dir, "nope", "cp.tpc"), c, store); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("Write into a missing directory: %v", err)
+	}
+	// A model the reader would refuse is not written.
+	bad := *c
+	bad.Syscalls = append([]Syscall(nil), c.Syscalls...)
+	bad.Syscalls[1].Seq = bad.Syscalls[0].Seq
+	if err := Write(path, &bad, store); err == nil || !strings.Contains(err.Error(), "sequence number") {
+		t.Fatalf("Write with unsorted syscalls: %v", err)
+	}
+	onlyFile(t, dir, "cp.tpc")
+}
+
+// TestWriteDiskFull writes into a tiny tmpfs: the error must wrap ENOSPC and
+// nothing may be left behind.
+func TestWriteDiskFull(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a small tmpfs")
+	}
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=64k"); err != nil {
+		t.Fatalf("mount tmpfs: %v", err)
+	}
+	defer syscall.Unmount(dir, 0)
+	c, store := richCheckpoint(5, 2, 200, 100) // ~400 KiB of noise pages
+	err := Write(filepath.Join(dir, "cp.tpc"), c, store)
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Write on a full disk: %v, want ENOSPC", err)
+	}
+	if !strings.Contains(err.Error(), "no space left") {
+		t.Errorf("error does not say the disk is full: %v", err)
+	}
+	onlyFile(t, dir)
+}
+
+func TestEncodeRejects(t *testing.T) {
+	c, store := richCheckpoint(4, 2, 50, 20)
+	cases := []struct {
+		name string
+		mod  func(c *Checkpoint)
+		src  PageSource
+		want string
+	}{
+		{"unaligned", func(c *Checkpoint) { c.Final[0].Addr++ }, store, "not page-aligned"},
+		{"duplicate", func(c *Checkpoint) { c.Final = append(c.Final, c.Final[0]) }, store, "listed twice"},
+		{"seq zero", func(c *Checkpoint) { c.Syscalls[0].Seq = 0 }, store, "sequence number 0"},
+		{"signals", func(c *Checkpoint) { c.Signals[0].Seq = 1 << 40 }, store, "signal 1"},
+		{"intervals", func(c *Checkpoint) { c.Intervals[1].Index = c.Intervals[0].Index }, store, "index"},
+		{"maps", func(c *Checkpoint) { c.Intervals[0].Maps[0].End = c.Intervals[0].Maps[0].Start }, store, "mapping"},
+		{"missing page", func(c *Checkpoint) { c.Final[0].Hash = HashPage([]byte{1}) }, store, "page not in checkpoint"},
+		{"no source", func(c *Checkpoint) {}, nil, "no page source"},
+		{"wrong content", func(c *Checkpoint) {}, lyingSource{store}, "hashes to"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m := deepCopy(t, c, store)
+			tc.mod(m)
+			err := Encode(&bytes.Buffer{}, m, tc.src)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Encode: %v, want an error with %q", err, tc.want)
+			}
+		})
+	}
+}
+
+type lyingSource struct{ PageSource }
+
+func (s lyingSource) Page(h Hash) ([]byte, error) {
+	p, err := s.PageSource.Page(h)
+	p = append([]byte(nil), p...)
+	p[100] ^= 1
+	return p, err
+}
+
+// deepCopy gives an independent copy of c through an encoding round trip.
+func deepCopy(t testing.TB, c *Checkpoint, store PageSource) *Checkpoint {
+	t.Helper()
+	f, err := decodeBytes(encode(t, c, store))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f.Checkpoint
+}

@@ -1,0 +1,360 @@
+package format
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"syscall"
+
+	"github.com/pierrec/lz4/v4"
+)
+
+// section is one section ready to be framed: its type and its payload.
+type section struct {
+	typ     uint32
+	payload []byte
+}
+
+// Write writes c, with the content of every page it references taken from
+// pages, to path. The file appears complete or not at all: it is written to a
+// temporary name in the same directory, synced, renamed over path and the
+// directory synced. Its mode is 0600 because it holds the process's memory. On
+// failure the temporary file is removed and path is untouched; a full disk
+// gives an error that wraps syscall.ENOSPC.
+func Write(path string, c *Checkpoint, pages PageSource) (err error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("write checkpoint %s: %w", path, err)
+	}
+	tmp := f.Name()
+	closed := false
+	defer func() {
+		if err != nil {
+			if !closed {
+				f.Close()
+			}
+			os.Remove(tmp)
+		}
+	}()
+	fail := func(what string, e error) error {
+		if errors.Is(e, syscall.ENOSPC) {
+			return fmt.Errorf("write checkpoint %s: no space left on the device holding %s: %w", path, dir, e)
+		}
+		return fmt.Errorf("write checkpoint %s: %s: %w", path, what, e)
+	}
+	if err = f.Chmod(0o600); err != nil {
+		return fail("set mode", err)
+	}
+	bw := bufio.NewWriterSize(f, 1<<20)
+	if err = Encode(bw, c, pages); err != nil {
+		return fail("encode", err)
+	}
+	if err = bw.Flush(); err != nil {
+		return fail("flush", err)
+	}
+	if err = f.Sync(); err != nil {
+		return fail("sync", err)
+	}
+	closed = true
+	if err = f.Close(); err != nil {
+		return fail("close", err)
+	}
+	if err = os.Rename(tmp, path); err != nil {
+		return fail("rename", err)
+	}
+	// The rename is durable only once the directory is synced. If that fails
+	// the file is in place but may not survive a crash: say so, keep it.
+	if d, derr := os.Open(dir); derr == nil {
+		derr = d.Sync()
+		d.Close()
+		if derr != nil {
+			return fmt.Errorf("write checkpoint %s: sync directory %s: %w", path, dir, derr)
+		}
+	} else {
+		return fmt.Errorf("write checkpoint %s: open directory %s for sync: %w", path, dir, derr)
+	}
+	return nil
+}
+
+// Encode writes the checkpoint file for c to w, taking page content from pages.
+// It refuses a model the reader would refuse (unsorted syscalls, unaligned page
+// addresses...) and a page source that lacks a page or returns wrong content.
+func Encode(w io.Writer, c *Checkpoint, pages PageSource) error {
+	secs, err := buildSections(c, pages)
+	if err != nil {
+		return err
+	}
+	return writeSections(w, secs)
+}
+
+// buildSections encodes every section of c, in file order.
+func buildSections(c *Checkpoint, pages PageSource) ([]section, error) {
+	if p := checkModel(c, nil); p != nil {
+		return nil, fmt.Errorf("encode checkpoint: %s: %s", SectionName(p.sec), p.msg)
+	}
+	var z lz4.Compressor
+	secs := []section{
+		{SecHeader, encodeHeader(&c.Header)},
+		{SecInterval, encodeIntervals(c.Intervals)},
+		{SecFinal, encodeFinal(c.Final)},
+		{SecSyscalls, encodeSyscalls(&z, c.Syscalls)},
+		{SecSignals, encodeSignals(c.Signals)},
+		{SecEnd, encodeEnd(&c.End)},
+	}
+	idx, store, err := encodePages(&z, c, pages)
+	if err != nil {
+		return nil, err
+	}
+	return append(secs, section{SecPageIdx, idx}, section{SecPages, store}), nil
+}
+
+// writeSections frames the sections, then writes the directory and trailer.
+func writeSections(w io.Writer, secs []section) error {
+	var hdr enc
+	hdr.b = append(hdr.b, Magic...)
+	hdr.u16(VersionMajor)
+	hdr.u16(VersionMinor)
+	hdr.u32(0) // flags: none defined in version 1.0
+	chain := crc(hdr.b)
+	if _, err := w.Write(hdr.b); err != nil {
+		return err
+	}
+	off := int64(fileHeaderSize)
+	var dir enc
+	dir.u32(uint32(len(secs)))
+	put := func(s section) error {
+		var h enc
+		h.u32(s.typ)
+		h.u64(uint64(len(s.payload)))
+		h.u32(crc(s.payload))
+		chain = crc32Update(chain, h.b)
+		if _, err := w.Write(h.b); err != nil {
+			return err
+		}
+		if _, err := w.Write(s.payload); err != nil {
+			return err
+		}
+		return nil
+	}
+	for _, s := range secs {
+		dir.u32(s.typ)
+		dir.u32(0)
+		dir.u64(uint64(off))
+		if err := put(s); err != nil {
+			return err
+		}
+		off += sectionHeaderSize + int64(len(s.payload))
+	}
+	dirOff := off
+	if err := put(section{SecDir, dir.b}); err != nil {
+		return err
+	}
+	off += sectionHeaderSize + int64(len(dir.b))
+	var t enc
+	t.u64(uint64(dirOff))
+	t.u64(uint64(off + trailerSize))
+	t.u32(chain)
+	t.u32(crc(t.b))
+	t.b = append(t.b, EndMagic...)
+	_, err := w.Write(t.b)
+	return err
+}
+
+func encodeHeader(h *Header) []byte {
+	var e enc
+	e.str(h.Arch)
+	e.str(h.KernelRelease)
+	e.strs(h.CPUFlags)
+	e.str(h.Hostname)
+	e.str(h.ExePath)
+	e.str(h.BuildID)
+	e.strs(h.Cmdline)
+	e.int(h.Pid)
+	e.str(h.Backend)
+	e.i64(int64(h.Interval))
+	e.bool(h.FullPages)
+	e.str(h.PageSetNote)
+	e.time(h.StartTime)
+	e.time(h.DumpTime)
+	e.str(h.Reason)
+	e.u64(h.Lost)
+	return e.b
+}
+
+func encodeIntervals(ivs []Interval) []byte {
+	var e enc
+	e.u32(uint32(len(ivs)))
+	for i := range ivs {
+		iv := &ivs[i]
+		e.int(iv.Index)
+		e.time(iv.Start)
+		e.time(iv.End)
+		e.u64(iv.FirstSeq)
+		e.bool(iv.Replayable)
+		e.str(iv.Reason)
+		e.u32(uint32(len(iv.Threads)))
+		for j := range iv.Threads {
+			t := &iv.Threads[j]
+			e.int(t.Tid)
+			e.regs(&t.Regs)
+			e.bytes(t.XState)
+			e.u64(t.SigMask)
+			e.bool(t.InSyscall)
+		}
+		e.u32(uint32(len(iv.Maps)))
+		for _, m := range iv.Maps {
+			e.u64(m.Start)
+			e.u64(m.End)
+			e.u32(m.Prot)
+			e.bool(m.Shared)
+			e.u64(m.Offset)
+			e.str(m.Dev)
+			e.u64(m.Inode)
+			e.str(m.Path)
+		}
+		e.pageRefs(iv.Written)
+	}
+	return e.b
+}
+
+func encodeFinal(refs []PageRef) []byte {
+	var e enc
+	e.pageRefs(refs)
+	return e.b
+}
+
+func encodeSyscalls(z *lz4.Compressor, calls []Syscall) []byte {
+	var raw enc
+	raw.u32(uint32(len(calls)))
+	for i := range calls {
+		s := &calls[i]
+		raw.u64(s.Seq)
+		raw.int(s.Tid)
+		raw.int(s.Nr)
+		for _, a := range s.Args {
+			raw.u64(a)
+		}
+		raw.i64(s.Ret)
+		raw.u64(s.Rip)
+		raw.u32(uint32(len(s.Out)))
+		for _, o := range s.Out {
+			raw.u64(o.Addr)
+			raw.bytes(o.Data)
+		}
+	}
+	var e enc
+	pack(&e, z, raw.b)
+	return e.b
+}
+
+func encodeSignals(sigs []SignalEvent) []byte {
+	var e enc
+	e.u32(uint32(len(sigs)))
+	for i := range sigs {
+		s := &sigs[i]
+		e.u64(s.Seq)
+		e.int(s.Tid)
+		e.int(s.Signo)
+		e.bytes(s.Siginfo)
+		e.regs(&s.Regs)
+	}
+	return e.b
+}
+
+func encodeEnd(s *EndState) []byte {
+	var e enc
+	e.str(s.Kind)
+	e.int(s.Tid)
+	e.int(s.Signo)
+	e.bytes(s.Siginfo)
+	e.int(s.ExitCode)
+	e.regs(&s.Regs)
+	e.bytes(s.XState)
+	e.u64(s.LastSeq)
+	e.pageRefs(s.Digests)
+	return e.b
+}
+
+// storedOrder lists every distinct non-zero page hash that c references, in
+// order of first reference (intervals oldest first, then the final pages), so
+// that pages used together tend to share a block.
+func storedOrder(c *Checkpoint) []Hash {
+	seen := map[Hash]bool{ZeroHash: true}
+	var out []Hash
+	add := func(refs []PageRef) {
+		for _, p := range refs {
+			if !seen[p.Hash] {
+				seen[p.Hash] = true
+				out = append(out, p.Hash)
+			}
+		}
+	}
+	for i := range c.Intervals {
+		add(c.Intervals[i].Written)
+	}
+	add(c.Final)
+	return out
+}
+
+// encodePages builds the PGIDX and PAGES payloads.
+func encodePages(z *lz4.Compressor, c *Checkpoint, pages PageSource) (idx, store []byte, err error) {
+	order := storedOrder(c)
+	if len(order) > 0 && pages == nil {
+		return nil, nil, fmt.Errorf("encode checkpoint: %d pages referenced and no page source", len(order))
+	}
+	type slot struct {
+		h          Hash
+		block, off uint32
+	}
+	slots := make([]slot, 0, len(order))
+	nBlocks := (len(order) + PagesPerBlock - 1) / PagesPerBlock
+	var table enc
+	table.u32(uint32(nBlocks))
+	tableLen := 4 + nBlocks*16
+	var data bytes.Buffer
+	raw := make([]byte, 0, PagesPerBlock*PageSize)
+	for b := 0; b < nBlocks; b++ {
+		raw = raw[:0]
+		for i := b * PagesPerBlock; i < min((b+1)*PagesPerBlock, len(order)); i++ {
+			h := order[i]
+			p, err := pages.Page(h)
+			if err != nil {
+				return nil, nil, fmt.Errorf("encode checkpoint: read page %x: %w", h, err)
+			}
+			if len(p) != PageSize {
+				return nil, nil, fmt.Errorf("encode checkpoint: page %x: source returned %d bytes, want %d", h, len(p), PageSize)
+			}
+			if got := HashPage(p); got != h {
+				return nil, nil, fmt.Errorf("encode checkpoint: page %x: source returned content that hashes to %x", h, got)
+			}
+			slots = append(slots, slot{h, uint32(b), uint32(len(raw))})
+			raw = append(raw, p...)
+		}
+		stored := compressLZ4(z, raw)
+		if stored == nil {
+			stored = raw
+		}
+		table.u64(uint64(tableLen + data.Len()))
+		table.u32(uint32(len(stored)))
+		table.u32(uint32(len(raw)))
+		data.Write(stored)
+	}
+	sort.Slice(slots, func(i, j int) bool { return bytes.Compare(slots[i].h[:], slots[j].h[:]) < 0 })
+	var ix enc
+	ix.u32(uint32(len(slots)))
+	for _, s := range slots {
+		ix.hash(s.h)
+		ix.u32(s.block)
+		ix.u32(s.off)
+	}
+	return ix.b, append(table.b, data.Bytes()...), nil
+}
