@@ -344,7 +344,7 @@ func printSummary(out io.Writer, s *summary) error {
 		fmt.Fprintf(w, "  lost events\t%d\n", p.Lost)
 	}
 
-	fmt.Fprintf(w, "\nintervals\t\n  index\tstart\tfirst seq\tthreads\tregions\twritten\treplayable\n")
+	fmt.Fprintf(w, "\nintervals\n  index\tstart\tfirst seq\tthreads\tregions\twritten\treplayable\n")
 	for _, iv := range s.Intervals {
 		rep := "yes"
 		if !iv.Replayable {
@@ -381,7 +381,7 @@ func printSummary(out io.Writer, s *summary) error {
 	}
 	fmt.Fprintf(w, "  bytes\t%s raw, %s compressed%s\n", size(pg.RawBytes), size(pg.CompressedBytes), ratio)
 
-	fmt.Fprintf(w, "\nsections\t\n  name\toffset\tbytes\traw\n")
+	fmt.Fprintf(w, "\nsections\n  name\toffset\tbytes\traw\n")
 	for _, sec := range s.Sections {
 		fmt.Fprintf(w, "  %s\t%d\t%s\t%s\n", sec.Name, sec.Offset, size(sec.Bytes), size(sec.Raw))
 	}
