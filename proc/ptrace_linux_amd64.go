@@ -18,6 +18,13 @@ const (
 	xstateMax        = 16384 // larger than any XSAVE area a CPU reports today
 )
 
+// ptrace issues one request. Callers pass Go pointers converted to uintptr
+// (a register buffer, an iovec); go:uintptrescapes makes the compiler move
+// those objects to the heap and keep them alive for the call. Without it a
+// buffer on the goroutine stack can move (stack growth) while the kernel
+// writes into its old address: GETREGS then "succeeds" with all zeros.
+//
+//go:uintptrescapes
 func ptrace(req int, pid int, addr, data uintptr) error {
 	_, _, e := unix.Syscall6(unix.SYS_PTRACE, uintptr(req), uintptr(pid), addr, data, 0, 0)
 	if e != 0 {

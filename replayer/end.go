@@ -1,0 +1,207 @@
+package replayer
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/tprec/tprec/format"
+	"github.com/tprec/tprec/proc"
+
+	"golang.org/x/sys/unix"
+)
+
+// breakpoint is the software breakpoint at the recorded end rip, used to find
+// the point where a signal from outside or a dump request hit the program.
+type breakpoint struct {
+	addr     uint64
+	orig     byte
+	armed    bool // the int3 is in memory
+	active   bool // the search is on
+	syscall  bool // the instruction there is `syscall`: never single-step it
+	stepping bool // single-stepping over the original instruction
+	hits     int
+	// regsMatched counts hits where only memory differed; lastWhy says how.
+	regsMatched int
+	lastWhy     string
+}
+
+// atLogEnd runs once the last recorded syscall has completed (or at the start
+// when the window has none). It returns a result when the program already
+// stands at the recorded end.
+func (e *engine) atLogEnd(regs proc.Regs) (*Result, error) {
+	end := e.c.End
+	if end.Kind == format.EndExit || e.realFault {
+		return nil, nil // the exit_group entry or the fault will come
+	}
+	if why := e.matchEnd(regs); why == "" {
+		return e.verified(regs.Rip), nil
+	}
+	var code [2]byte
+	if err := e.mem.ReadAt(code[:], end.Regs.Rip); err != nil {
+		return nil, e.diverge(regs.Rip, e.lastSeq(), "the recorded end rip is not mapped in the replay",
+			fmt.Sprintf("code at %#x", end.Regs.Rip), err.Error())
+	}
+	e.bp = breakpoint{addr: end.Regs.Rip, orig: code[0], active: true, syscall: code[0] == 0x0f && code[1] == 0x05}
+	return nil, e.armBreakpoint()
+}
+
+func (e *engine) armBreakpoint() error {
+	if err := e.mem.WriteAt([]byte{0xcc}, e.bp.addr); err != nil {
+		return fmt.Errorf("set breakpoint: %w", err)
+	}
+	e.bp.armed = true
+	return nil
+}
+
+func (e *engine) disarmBreakpoint() error {
+	if !e.bp.armed {
+		return nil
+	}
+	if err := e.mem.WriteAt([]byte{e.bp.orig}, e.bp.addr); err != nil {
+		return fmt.Errorf("clear breakpoint: %w", err)
+	}
+	e.bp.armed = false
+	return nil
+}
+
+// onSignal handles a signal-delivery stop. It returns the ptrace request to
+// resume with when the replay goes on.
+func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
+	pid := e.stub.pid
+	if sig == int(unix.SIGSTOP) && e.stopReq.Load() != 0 {
+		reason := "did not reach the recorded end state"
+		if e.stopReq.Load() == stopDeadline {
+			reason += fmt.Sprintf(" within %v", e.timeout)
+		} else {
+			reason = "replay canceled"
+		}
+		actual := fmt.Sprintf("still running at rip %#x", regs.Rip)
+		switch {
+		case e.bp.regsMatched > 0:
+			actual += fmt.Sprintf("; the registers matched at %d of %d breakpoint hits, but %s differed", e.bp.regsMatched, e.bp.hits, e.bp.lastWhy)
+		case e.bp.hits > 0:
+			actual += fmt.Sprintf("; %d breakpoint hits, the registers never matched", e.bp.hits)
+		case e.bp.active:
+			actual += "; the recorded end rip was never reached"
+		}
+		return nil, 0, e.diverge(regs.Rip, e.lastSeq(), reason, fmt.Sprintf("end at rip %#x", e.c.End.Regs.Rip), actual)
+	}
+	if sig == int(unix.SIGTRAP) && e.bp.active {
+		if e.bp.stepping {
+			e.bp.stepping = false
+			return nil, unix.PTRACE_SYSCALL, e.armBreakpoint()
+		}
+		if e.bp.armed && regs.Rip == e.bp.addr+1 {
+			e.bp.hits++
+			if err := e.disarmBreakpoint(); err != nil {
+				return nil, 0, err
+			}
+			regs.Rip = e.bp.addr
+			if err := proc.SetRegs(pid, regs); err != nil {
+				return nil, 0, err
+			}
+			why := e.matchEnd(regs)
+			if why == "" {
+				return e.verified(regs.Rip), 0, nil
+			}
+			if !strings.Contains(why, "(recorded") {
+				e.bp.regsMatched++
+				e.bp.lastWhy = why
+			}
+			if e.bp.syscall {
+				// The next stop is that syscall's entry, which is itself a
+				// divergence: no need to find the place again.
+				e.bp.active = false
+				return nil, unix.PTRACE_SYSCALL, nil
+			}
+			e.bp.stepping = true
+			return nil, unix.PTRACE_SINGLESTEP, nil
+		}
+	}
+	info, err := proc.GetSiginfo(pid)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read siginfo: %w", err)
+	}
+	code := int32(le32(info[8:]))
+	addr := le64(info[16:])
+	end := e.c.End
+	if e.realFault && e.next == len(e.log) && sig == end.Signo {
+		wantCode := int32(le32(end.Siginfo[8:]))
+		wantAddr := le64(end.Siginfo[16:])
+		if code != wantCode || addr != wantAddr {
+			return nil, 0, e.diverge(regs.Rip, e.lastSeq(), signalName(sig)+" with another cause",
+				fmt.Sprintf("si_code %d, address %#x", wantCode, wantAddr), fmt.Sprintf("si_code %d, address %#x", code, addr))
+		}
+		if why := e.matchEnd(regs); why != "" {
+			return nil, 0, e.diverge(regs.Rip, e.lastSeq(), signalName(sig)+" raised in another state", "the recorded end state", why)
+		}
+		return e.verified(regs.Rip), 0, nil
+	}
+	if sig == int(unix.SIGSEGV) && code > 0 {
+		if g, ok := e.guards.find(addr); ok {
+			reason := g.reason
+			if reason == "" {
+				reason = fmt.Sprintf("touched page %#x not in the checkpoint", pageDown(addr))
+			}
+			return nil, 0, e.diverge(regs.Rip, e.lastSeq(), reason, "", fmt.Sprintf("access to %#x", addr))
+		}
+	}
+	expected := "no signal"
+	if e.next < len(e.log) {
+		expected = "syscall " + e.describe(e.log[e.next].Nr, e.log[e.next].Args)
+	} else if end.Kind == format.EndSignal {
+		expected = fmt.Sprintf("%s at rip %#x", signalName(end.Signo), end.Regs.Rip)
+	}
+	return nil, 0, e.diverge(regs.Rip, e.lastSeq(), "unexpected signal", expected,
+		fmt.Sprintf("%s (si_code %d, address %#x)", signalName(sig), code, addr))
+}
+
+// matchEnd compares the stopped program with the recorded end state: the
+// general registers (orig_rax aside: it describes the kernel's view, not the
+// program's), fs_base/gs_base, the arithmetic flags, and the digests of the
+// recorded end pages. It returns "" on a match, else what differs.
+func (e *engine) matchEnd(regs proc.Regs) string {
+	want := e.c.End.Regs
+	var diffs []string
+	cmp := func(name string, w, g uint64) {
+		if w != g {
+			diffs = append(diffs, fmt.Sprintf("%s %#x (recorded %#x)", name, g, w))
+		}
+	}
+	cmp("rip", want.Rip, regs.Rip)
+	cmp("rsp", want.Rsp, regs.Rsp)
+	cmp("rax", want.Rax, regs.Rax)
+	cmp("rbx", want.Rbx, regs.Rbx)
+	cmp("rcx", want.Rcx, regs.Rcx)
+	cmp("rdx", want.Rdx, regs.Rdx)
+	cmp("rsi", want.Rsi, regs.Rsi)
+	cmp("rdi", want.Rdi, regs.Rdi)
+	cmp("rbp", want.Rbp, regs.Rbp)
+	cmp("r8", want.R8, regs.R8)
+	cmp("r9", want.R9, regs.R9)
+	cmp("r10", want.R10, regs.R10)
+	cmp("r11", want.R11, regs.R11)
+	cmp("r12", want.R12, regs.R12)
+	cmp("r13", want.R13, regs.R13)
+	cmp("r14", want.R14, regs.R14)
+	cmp("r15", want.R15, regs.R15)
+	cmp("fs_base", want.FsBase, regs.FsBase)
+	cmp("gs_base", want.GsBase, regs.GsBase)
+	// CF PF AF ZF SF DF OF: what the program computed. TF and RF belong to
+	// the debugger's handling of the stop.
+	const arith = 0xcd5
+	cmp("eflags", want.Eflags&arith, regs.Eflags&arith)
+	if len(diffs) > 0 {
+		return strings.Join(diffs, ", ")
+	}
+	page := make([]byte, pageSize)
+	for _, d := range e.c.End.Digests {
+		if err := e.mem.ReadAt(page, d.Addr); err != nil {
+			return fmt.Sprintf("page %#x unreadable", d.Addr)
+		}
+		if format.HashPage(page) != d.Hash {
+			diffs = append(diffs, fmt.Sprintf("page %#x content", d.Addr))
+		}
+	}
+	return strings.Join(diffs, ", ")
+}

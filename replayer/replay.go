@@ -1,0 +1,554 @@
+package replayer
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/tprec/tprec/format"
+	"github.com/tprec/tprec/proc"
+	"github.com/tprec/tprec/syscalls"
+
+	"golang.org/x/sys/unix"
+)
+
+// Options tune one replay.
+type Options struct {
+	// From is the Index of the interval to start at; -1 picks the oldest
+	// replayable one.
+	From int
+	// OutputDir, when set, receives what the program writes (write, pwrite64,
+	// writev, pwritev, sendto, sendmsg), appended to OutputDir/fd-N.out.
+	OutputDir string
+	// Log receives progress messages when Verbose is set.
+	Log     io.Writer
+	Verbose bool
+	// Timeout bounds the run; 0 means max(30 s, 20 times the recorded window).
+	Timeout time.Duration
+}
+
+// Result describes a verified replay.
+type Result struct {
+	From      int // Index of the interval the replay started at
+	Syscalls  int // syscall records replayed
+	Intervals int // intervals replayed (from the start interval to the end)
+	End       format.EndState
+	Rip       uint64 // rip at the verified end
+	// Symbol names the function holding Rip ("crash_here+0x1c") when the
+	// recorded executable is on this machine with the same build-id.
+	Symbol   string
+	Duration time.Duration
+}
+
+// Summary is the one line tpreplay prints for a verified replay.
+func (r *Result) Summary() string {
+	where := fmt.Sprintf("rip=%#x", r.Rip)
+	if r.Symbol != "" {
+		where += " in " + r.Symbol
+	}
+	var what string
+	switch r.End.Kind {
+	case format.EndExit:
+		what = fmt.Sprintf("exit status %d", r.End.ExitCode)
+	case format.EndRequest:
+		what = "dump request"
+	default:
+		what = "signal " + signalName(r.End.Signo)
+	}
+	return fmt.Sprintf("verified: %d syscalls, %d intervals, end state matches (%s, %s)", r.Syscalls, r.Intervals, where, what)
+}
+
+func signalName(sig int) string {
+	if n := unix.SignalName(syscall.Signal(sig)); n != "" {
+		return n
+	}
+	return fmt.Sprintf("signal %d", sig)
+}
+
+// Run replays checkpoint c, whose page content comes from pages, and returns
+// the result when the replay reaches the recorded end state, a *Divergence
+// when it does not, or another error when the checkpoint cannot be replayed
+// here. The replay process is always killed and reaped before Run returns.
+func Run(ctx context.Context, c *format.Checkpoint, pages format.PageSource, opts Options) (*Result, error) {
+	start := time.Now()
+	e, err := prepare(c, pages, opts)
+	if err != nil {
+		return nil, err
+	}
+	out, err := newOutputs(opts.OutputDir)
+	if err != nil {
+		return nil, err
+	}
+	e.out = out
+	defer out.close()
+
+	tr := proc.NewTracer()
+	defer tr.Close()
+	defer tr.Do(func() error {
+		if e.mem != nil {
+			e.mem.Close()
+		}
+		e.stub.kill()
+		return nil
+	})
+	err = tr.Do(func() error {
+		var err error
+		if e.stub, err = startStub(e.base); err != nil {
+			return err
+		}
+		if e.mem, err = proc.OpenMem(e.stub.pid); err != nil {
+			return err
+		}
+		if err := e.rebuild(); err != nil {
+			return err
+		}
+		if err := e.installSeccomp(); err != nil {
+			return err
+		}
+		return e.setThread()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rebuild process: %w", err)
+	}
+	e.logf("stub %d ready after %v, replaying %d syscalls", e.stub.pid, time.Since(start).Round(time.Microsecond), len(e.log))
+
+	// The watchdog stops the stub with SIGSTOP (through its pidfd) when the
+	// deadline passes or ctx ends; the loop sees the stop and reports it.
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTimer(e.timeout)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			e.stopReq.Store(stopDeadline)
+		case <-ctx.Done():
+			e.stopReq.Store(stopCanceled)
+		case <-done:
+			return
+		}
+		_ = e.stub.proc.Signal(syscall.SIGSTOP)
+	}()
+	var res *Result
+	err = tr.Do(func() error {
+		var err error
+		res, err = e.loop()
+		return err
+	})
+	close(done)
+	wg.Wait()
+	if err != nil {
+		if e.stopReq.Load() == stopCanceled {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	res.Duration = time.Since(start)
+	res.Symbol = Symbolize(c, res.Rip)
+	return res, nil
+}
+
+const (
+	stopDeadline = 1
+	stopCanceled = 2
+)
+
+// engine is the state of one replay. All its methods but prepare run on the
+// tracer thread.
+type engine struct {
+	c       *format.Checkpoint
+	pages   format.PageSource
+	opts    Options
+	k       int // position of the start interval in c.Intervals
+	thread  format.Thread
+	log     []format.Syscall
+	next    int // position in log of the next syscall to execute
+	base    uint64
+	timeout time.Duration
+
+	stub   *stub
+	mem    *proc.Mem
+	out    *outputs
+	guards guardSet
+	brkEnd uint64 // page-aligned end of the program's heap as replay built it
+	pend   *pending
+	bp     breakpoint
+
+	// realFault: the end is a synchronous fault the program raises itself.
+	realFault bool
+	stopReq   atomic.Int32
+}
+
+// prepare checks that c can be replayed here and plans the run.
+func prepare(c *format.Checkpoint, pages format.PageSource, opts Options) (*engine, error) {
+	if c.Header.Arch != "x86_64" {
+		return nil, fmt.Errorf("checkpoint was recorded on %q: replay runs only x86_64 checkpoints", c.Header.Arch)
+	}
+	if err := CheckCPU(c.Header.CPUFlags); err != nil {
+		return nil, err
+	}
+	if len(c.Intervals) == 0 {
+		return nil, fmt.Errorf("checkpoint has no interval")
+	}
+	k := -1
+	for i, iv := range c.Intervals {
+		if opts.From >= 0 && iv.Index == opts.From {
+			if !iv.Replayable {
+				return nil, fmt.Errorf("interval %d is not replayable: %s", iv.Index, iv.Reason)
+			}
+			k = i
+			break
+		}
+		if opts.From < 0 && iv.Replayable {
+			k = i
+			break
+		}
+	}
+	if k < 0 {
+		if opts.From >= 0 {
+			return nil, fmt.Errorf("checkpoint has no interval %d", opts.From)
+		}
+		return nil, fmt.Errorf("checkpoint has no replayable interval (interval %d: %s)",
+			c.Intervals[0].Index, c.Intervals[0].Reason)
+	}
+	for _, iv := range c.Intervals[k:] {
+		if len(iv.Threads) != 1 {
+			return nil, fmt.Errorf("interval %d has %d threads: only single-threaded processes can be replayed yet", iv.Index, len(iv.Threads))
+		}
+	}
+	iv := c.Intervals[k]
+	end := c.End
+	switch end.Kind {
+	case format.EndSignal, format.EndExit, format.EndRequest:
+	default:
+		return nil, fmt.Errorf("checkpoint end state has unknown kind %q", end.Kind)
+	}
+	for _, s := range c.Signals {
+		if s.Seq+1 >= iv.FirstSeq {
+			return nil, fmt.Errorf("signal %s delivered to thread %d after syscall #%d: replaying signals delivered during the window is not supported yet",
+				signalName(s.Signo), s.Tid, s.Seq)
+		}
+	}
+	e := &engine{c: c, pages: pages, opts: opts, k: k, thread: iv.Threads[0], brkEnd: heapEnd(c, k)}
+	for _, s := range c.Syscalls {
+		if s.Seq >= iv.FirstSeq && s.Seq <= end.LastSeq {
+			e.log = append(e.log, s)
+		}
+	}
+	for i, s := range e.log {
+		if s.Seq != iv.FirstSeq+uint64(i) {
+			return nil, fmt.Errorf("syscall log has a gap: #%d follows #%d", s.Seq, iv.FirstSeq+uint64(i)-1)
+		}
+		if s.Tid != e.thread.Tid {
+			return nil, fmt.Errorf("syscall #%d belongs to thread %d, not to the process's only thread %d", s.Seq, s.Tid, e.thread.Tid)
+		}
+		d, _ := syscalls.Lookup(s.Nr)
+		if ok, why := syscalls.Check(d, s.Args); !ok {
+			if d == nil {
+				why = syscalls.Name(s.Nr) + ": " + why
+			}
+			return nil, fmt.Errorf("syscall #%d cannot be replayed: %s", s.Seq, why)
+		}
+	}
+	if len(end.Siginfo) >= 16 && end.Kind == format.EndSignal {
+		code := int32(le32(end.Siginfo[8:]))
+		switch end.Signo {
+		case int(unix.SIGSEGV), int(unix.SIGBUS), int(unix.SIGILL), int(unix.SIGFPE), int(unix.SIGTRAP):
+			e.realFault = code > 0
+		}
+	}
+	base, err := pickStubBase(occupied(c, e.log))
+	if err != nil {
+		return nil, err
+	}
+	e.base = base
+	e.timeout = opts.Timeout
+	if e.timeout == 0 {
+		window := c.Intervals[len(c.Intervals)-1].End.Sub(iv.Start)
+		e.timeout = max(30*time.Second, 20*window)
+	}
+	return e, nil
+}
+
+// heapEnd is where the program's brk area ends at the start of interval k:
+// the end of its [heap] mapping, or the start of one a later interval shows
+// (the break had not moved yet), or 0 when unknown until the first brk.
+func heapEnd(c *format.Checkpoint, k int) uint64 {
+	for _, m := range c.Intervals[k].Maps {
+		if m.Path == "[heap]" {
+			return m.End
+		}
+	}
+	for _, iv := range c.Intervals[k+1:] {
+		for _, m := range iv.Maps {
+			if m.Path == "[heap]" {
+				return m.Start
+			}
+		}
+	}
+	return 0
+}
+
+// setThread gives the stub the recorded thread's state.
+func (e *engine) setThread() error {
+	r := e.thread.Regs
+	r.OrigRax = ^uint64(0)
+	if err := proc.SetRegs(e.stub.pid, r); err != nil {
+		return fmt.Errorf("set registers: %w", err)
+	}
+	if err := proc.SetXState(e.stub.pid, e.thread.XState); err != nil {
+		return err
+	}
+	if err := proc.SetSigmask(e.stub.pid, e.thread.SigMask); err != nil {
+		return fmt.Errorf("set signal mask: %w", err)
+	}
+	return nil
+}
+
+func (e *engine) logf(format string, args ...any) {
+	if e.opts.Verbose && e.opts.Log != nil {
+		fmt.Fprintf(e.opts.Log, "tpreplay: "+format+"\n", args...)
+	}
+}
+
+// lastSeq is the seq of the last syscall executed so far.
+func (e *engine) lastSeq() uint64 {
+	if e.next > 0 {
+		return e.log[e.next-1].Seq
+	}
+	return e.c.Intervals[e.k].FirstSeq - 1
+}
+
+func (e *engine) diverge(rip uint64, seq uint64, reason, expected, actual string) *Divergence {
+	return &Divergence{Tid: e.thread.Tid, Seq: seq, Rip: rip, Reason: reason, Expected: expected, Actual: actual}
+}
+
+// loop drives the stub from its first instruction to the end state.
+func (e *engine) loop() (*Result, error) {
+	pid := e.stub.pid
+	req, sig := unix.PTRACE_SYSCALL, 0
+	if len(e.log) == 0 {
+		regs, err := proc.GetRegs(pid)
+		if err != nil {
+			return nil, err
+		}
+		if res, err := e.atLogEnd(regs); res != nil || err != nil {
+			return res, err
+		}
+	}
+	for {
+		if err := proc.Resume(req, pid, sig); err != nil {
+			return nil, fmt.Errorf("resume replay: %w", err)
+		}
+		req, sig = unix.PTRACE_SYSCALL, 0
+		st, err := proc.Wait(pid)
+		if err != nil {
+			return nil, err
+		}
+		if st.Exited() {
+			e.stub.reaped = true
+			reason := fmt.Sprintf("the replayed process ended: %v", st)
+			if st.Status.Signaled() && st.Status.Signal() == unix.SIGSYS {
+				reason = "the replayed process was killed by the seccomp filter: it executed a syscall replay must never execute for real"
+			}
+			return nil, e.diverge(0, e.lastSeq(), reason, "", "")
+		}
+		regs, err := proc.GetRegs(pid)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case st.SyscallStop():
+			info, err := proc.GetSyscallInfo(pid)
+			if err != nil {
+				return nil, fmt.Errorf("read syscall stop: %w", err)
+			}
+			switch info.Op {
+			case proc.SyscallEntry:
+				res, err := e.onEntry(regs, int(info.Nr), info.Args)
+				if res != nil || err != nil {
+					return res, err
+				}
+			case proc.SyscallExit:
+				res, err := e.onExit(regs)
+				if res != nil || err != nil {
+					return res, err
+				}
+			default:
+				return nil, fmt.Errorf("syscall stop of unknown kind %d", info.Op)
+			}
+		case st.Signal() != 0:
+			res, next, err := e.onSignal(regs, st.Signal())
+			if res != nil || err != nil {
+				return res, err
+			}
+			req = next
+		default:
+			// Group-stop or event stops: nothing to do, resume.
+		}
+	}
+}
+
+// pending is the syscall between its entry and exit stops.
+type pending struct {
+	rec  *format.Syscall
+	desc *syscalls.Desc
+	// real: the kernel executes the call; want is the result it must give.
+	real bool
+	want int64
+	// args holds the argument registers to put back at the exit when the
+	// replayer rewrote the call.
+	rewrote bool
+	args    [6]uint64
+	// after runs at the exit, once the result is checked.
+	after func() error
+}
+
+func (e *engine) describe(nr int, args [6]uint64) string {
+	n := 6
+	if d, ok := syscalls.Lookup(nr); ok {
+		n = d.NArgs
+	}
+	s := syscalls.Name(nr) + "("
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			s += ", "
+		}
+		s += fmt.Sprintf("%#x", args[i])
+	}
+	return s + ")"
+}
+
+func (e *engine) onEntry(regs proc.Regs, nr int, args [6]uint64) (*Result, error) {
+	if e.next >= len(e.log) {
+		end := e.c.End
+		if end.Kind == format.EndExit && (nr == unix.SYS_EXIT_GROUP || nr == unix.SYS_EXIT) &&
+			int(args[0]&0xff) == end.ExitCode&0xff {
+			return e.verified(regs.Rip), nil
+		}
+		if end.Kind == format.EndExit {
+			return nil, e.diverge(regs.Rip, e.lastSeq(), "the program did not exit after the last recorded syscall",
+				fmt.Sprintf("exit_group(%d)", end.ExitCode), e.describe(nr, args))
+		}
+		return nil, e.diverge(regs.Rip, e.lastSeq(), "made a syscall after the last recorded one", "no syscall", e.describe(nr, args))
+	}
+	rec := &e.log[e.next]
+	d, ok := syscalls.Lookup(rec.Nr)
+	n := 6
+	if ok {
+		n = d.NArgs
+	}
+	if nr != rec.Nr {
+		return nil, e.diverge(regs.Rip, rec.Seq, "different syscall", e.describe(rec.Nr, rec.Args), e.describe(nr, args))
+	}
+	for i := 0; i < n; i++ {
+		if args[i] != rec.Args[i] {
+			return nil, e.diverge(regs.Rip, rec.Seq, fmt.Sprintf("argument %d of %s differs", i+1, syscalls.Name(nr)),
+				e.describe(rec.Nr, rec.Args), e.describe(nr, args))
+		}
+	}
+	if rec.Rip != 0 && regs.Rip != rec.Rip && nr != unix.SYS_RT_SIGRETURN {
+		return nil, e.diverge(regs.Rip, rec.Seq, fmt.Sprintf("%s called from elsewhere", syscalls.Name(nr)),
+			fmt.Sprintf("rip %#x", rec.Rip), fmt.Sprintf("rip %#x", regs.Rip))
+	}
+	if e.opts.Verbose {
+		e.logf("#%d %s", rec.Seq, syscalls.Format(*rec))
+	}
+	if err := e.out.capture(e.mem, rec); err != nil {
+		return nil, err
+	}
+	p := &pending{rec: rec, desc: d}
+	switch d.Kind {
+	case syscalls.Emulate:
+	case syscalls.Process:
+		p.real, p.want = true, rec.Ret
+	case syscalls.Memory:
+		if err := e.memoryEntry(p, &regs); err != nil {
+			return nil, err
+		}
+	case syscalls.Exit:
+		// exit_group never completes, so it cannot be in the log of completed calls.
+		return nil, fmt.Errorf("syscall #%d: %s logged as completed", rec.Seq, d.Name)
+	default:
+		return nil, fmt.Errorf("syscall #%d: %s cannot be replayed", rec.Seq, d.Name)
+	}
+	if !p.real {
+		regs.OrigRax = ^uint64(0) // skip: the kernel returns -ENOSYS, replaced at the exit
+	}
+	if !p.real || p.rewrote {
+		if err := proc.SetRegs(e.stub.pid, regs); err != nil {
+			return nil, fmt.Errorf("syscall #%d: set registers: %w", rec.Seq, err)
+		}
+	}
+	e.pend = p
+	return nil, nil
+}
+
+func (e *engine) onExit(regs proc.Regs) (*Result, error) {
+	p := e.pend
+	if p == nil {
+		return nil, fmt.Errorf("syscall exit without an entry at rip %#x", regs.Rip)
+	}
+	e.pend = nil
+	rec := p.rec
+	if p.real {
+		got := int64(regs.Rax)
+		if got != p.want {
+			return nil, e.diverge(regs.Rip, rec.Seq, fmt.Sprintf("%s executed for real gave another result", syscalls.Name(rec.Nr)),
+				describeRet(p.want), describeRet(got))
+		}
+	}
+	if rec.Nr != unix.SYS_RT_SIGRETURN {
+		regs.Rax = uint64(rec.Ret)
+		if p.rewrote {
+			regs.Rdi, regs.Rsi, regs.Rdx, regs.R10, regs.R8, regs.R9 = p.args[0], p.args[1], p.args[2], p.args[3], p.args[4], p.args[5]
+			regs.OrigRax = uint64(rec.Nr)
+		}
+		if err := proc.SetRegs(e.stub.pid, regs); err != nil {
+			return nil, fmt.Errorf("syscall #%d: set result: %w", rec.Seq, err)
+		}
+	}
+	for _, o := range rec.Out {
+		if err := e.mem.WriteAt(o.Data, o.Addr); err != nil {
+			return nil, e.diverge(regs.Rip, rec.Seq, fmt.Sprintf("output buffer of %s is not mapped", syscalls.Name(rec.Nr)),
+				fmt.Sprintf("%d bytes at %#x", len(o.Data), o.Addr), err.Error())
+		}
+	}
+	if p.after != nil {
+		if err := p.after(); err != nil {
+			return nil, fmt.Errorf("syscall #%d: %w", rec.Seq, err)
+		}
+	}
+	e.next++
+	if e.next == len(e.log) {
+		return e.atLogEnd(regs)
+	}
+	return nil, nil
+}
+
+func describeRet(r int64) string {
+	if r < 0 && r > -4096 {
+		return fmt.Sprintf("%d (%v)", r, unix.Errno(-r))
+	}
+	return fmt.Sprintf("%#x", r)
+}
+
+func (e *engine) verified(rip uint64) *Result {
+	return &Result{
+		From:      e.c.Intervals[e.k].Index,
+		Syscalls:  len(e.log),
+		Intervals: len(e.c.Intervals) - e.k,
+		End:       e.c.End,
+		Rip:       rip,
+	}
+}
+
+func le32(b []byte) uint32 { return binary.LittleEndian.Uint32(b) }
+func le64(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }

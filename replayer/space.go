@@ -1,0 +1,222 @@
+package replayer
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/tprec/tprec/format"
+	"github.com/tprec/tprec/proc"
+
+	"golang.org/x/sys/unix"
+)
+
+const pageSize = format.PageSize
+
+func pageDown(a uint64) uint64 { return a &^ (pageSize - 1) }
+func pageUp(a uint64) uint64   { return (a + pageSize - 1) &^ (pageSize - 1) }
+
+// recreated reports whether a recorded mapping is rebuilt in the stub:
+// [vvar]/[vvar_vclock] have no readable content and [vsyscall] is fixed by the
+// kernel in every process.
+func recreated(m format.Mapping) bool { return !proc.Special(m) }
+
+// occupied lists every address range the replayed program may use: the
+// regions of every interval, and whatever the log maps or moves during the
+// window. The stub's page must stay clear of all of them.
+func occupied(c *format.Checkpoint, log []format.Syscall) [][2]uint64 {
+	var r [][2]uint64
+	for _, iv := range c.Intervals {
+		for _, m := range iv.Maps {
+			r = append(r, [2]uint64{m.Start, m.End})
+		}
+	}
+	for _, s := range log {
+		if s.Ret < 0 {
+			continue
+		}
+		switch s.Nr {
+		case unix.SYS_MMAP:
+			r = append(r, [2]uint64{uint64(s.Ret), uint64(s.Ret) + pageUp(s.Args[1])})
+		case unix.SYS_MREMAP:
+			r = append(r, [2]uint64{uint64(s.Ret), uint64(s.Ret) + pageUp(s.Args[2])})
+		case unix.SYS_BRK:
+			r = append(r, [2]uint64{uint64(s.Ret) - 1<<30, uint64(s.Ret) + 1<<30})
+		}
+	}
+	return r
+}
+
+// pickStubBase returns a page address at least 1 GiB away from every range.
+func pickStubBase(used [][2]uint64) (uint64, error) {
+	const margin = 1 << 30
+	candidates := []uint64{
+		0x1000_0000_0000, 0x2000_0000_0000, 0x3000_0000_0000, 0x4000_0000_0000,
+		0x6000_0000_0000, 0x0100_0000_0000, 0x1_0000_0000, 0x1000_0000,
+	}
+next:
+	for _, c := range candidates {
+		for _, u := range used {
+			if c+stubSize+margin > u[0] && c < u[1]+margin {
+				continue next
+			}
+		}
+		return c, nil
+	}
+	return 0, fmt.Errorf("place replay stub: no free address far from the recorded regions")
+}
+
+// region is one mapping to create in the stub.
+type region struct {
+	format.Mapping
+}
+
+// regions returns the mappings of interval k to recreate, with [stack]
+// extended down to the lowest start any later interval shows (the stack grew
+// during the window, and the growth area must be there when it does again).
+func regions(c *format.Checkpoint, k int) []region {
+	var out []region
+	lowStack := uint64(0)
+	for _, iv := range c.Intervals[k:] {
+		for _, m := range iv.Maps {
+			if m.Path == "[stack]" && (lowStack == 0 || m.Start < lowStack) {
+				lowStack = m.Start
+			}
+		}
+	}
+	maps := append([]format.Mapping(nil), c.Intervals[k].Maps...)
+	sort.Slice(maps, func(i, j int) bool { return maps[i].Start < maps[j].Start })
+	for i, m := range maps {
+		if !recreated(m) {
+			continue
+		}
+		if m.Path == "[stack]" && lowStack < m.Start {
+			floor := uint64(0)
+			if i > 0 {
+				floor = maps[i-1].End
+			}
+			m.Start = max(lowStack, floor)
+		}
+		out = append(out, region{m})
+	}
+	return out
+}
+
+// rebuild empties the stub's address space and recreates interval k's. It
+// runs on the tracer thread with the stub stopped at its entry breakpoint.
+func (e *engine) rebuild() error {
+	s := e.stub
+	cur, err := proc.ReadMaps(s.pid)
+	if err != nil {
+		return err
+	}
+	for _, m := range cur {
+		if m.Path == "[vsyscall]" || (m.Start <= s.base && s.base < m.End) {
+			continue
+		}
+		if _, err := s.injectOK(fmt.Sprintf("unmap stub region %#x-%#x %s", m.Start, m.End, m.Path),
+			unix.SYS_MUNMAP, m.Start, m.End-m.Start); err != nil {
+			return err
+		}
+	}
+
+	state := e.c.StartState(e.k)
+	regs := regions(e.c, e.k)
+	for _, r := range regs {
+		flags := uint64(unix.MAP_PRIVATE | unix.MAP_ANONYMOUS | unix.MAP_FIXED_NOREPLACE)
+		ret, err := s.injectOK(fmt.Sprintf("map %#x-%#x %s", r.Start, r.End, r.Path),
+			unix.SYS_MMAP, r.Start, r.End-r.Start, uint64(r.Prot), flags, ^uint64(0), 0)
+		if err != nil {
+			return err
+		}
+		if uint64(ret) != r.Start {
+			return fmt.Errorf("map %#x-%#x %s: kernel chose %#x", r.Start, r.End, r.Path, ret)
+		}
+	}
+
+	// Write every non-zero page of the start state, in runs of adjacent pages.
+	var addrs []uint64
+	inRegion := func(a uint64) (region, bool) {
+		i := sort.Search(len(regs), func(i int) bool { return regs[i].End > a })
+		if i < len(regs) && regs[i].Start <= a {
+			return regs[i], true
+		}
+		return region{}, false
+	}
+	outside := 0
+	for a, h := range state {
+		if _, ok := inRegion(a); !ok {
+			outside++
+			continue
+		}
+		if h != format.ZeroHash {
+			addrs = append(addrs, a)
+		}
+	}
+	sort.Slice(addrs, func(i, j int) bool { return addrs[i] < addrs[j] })
+	const maxRun = 64
+	buf := make([]byte, 0, maxRun*pageSize)
+	runStart := uint64(0)
+	flush := func() error {
+		if len(buf) == 0 {
+			return nil
+		}
+		if err := e.mem.WriteAt(buf, runStart); err != nil {
+			return fmt.Errorf("write checkpoint pages: %w", err)
+		}
+		buf = buf[:0]
+		return nil
+	}
+	for _, a := range addrs {
+		if len(buf) > 0 && (a != runStart+uint64(len(buf)) || len(buf) == cap(buf)) {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		if len(buf) == 0 {
+			runStart = a
+		}
+		data, err := e.pages.Page(state[a])
+		if err != nil {
+			return fmt.Errorf("page %#x: %w", a, err)
+		}
+		if len(data) != pageSize {
+			return fmt.Errorf("page %#x: %d bytes in the page store", a, len(data))
+		}
+		buf = append(buf, data...)
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+
+	// Guard what the checkpoint does not hold. A region recorded as PROT_NONE
+	// needs no guard: it faults in both runs, and pages that the program later
+	// makes accessible there are fresh zero pages in both.
+	guarded := 0
+	for _, r := range regs {
+		if r.Prot == 0 {
+			continue
+		}
+		for a := r.Start; a < r.End; {
+			if _, ok := state[a]; ok {
+				a += pageSize
+				continue
+			}
+			b := a
+			for b < r.End {
+				if _, ok := state[b]; ok {
+					break
+				}
+				b += pageSize
+			}
+			if _, err := s.injectOK(fmt.Sprintf("guard %#x-%#x", a, b), unix.SYS_MPROTECT, a, b-a, unix.PROT_NONE); err != nil {
+				return err
+			}
+			e.guards.add(guard{start: a, end: b, prot: r.Prot})
+			guarded += int((b - a) / pageSize)
+			a = b
+		}
+	}
+	e.logf("rebuilt %d regions, wrote %d pages, %d pages not in the checkpoint guarded, %d checkpoint pages outside the map",
+		len(regs), len(addrs), guarded, outside)
+	return nil
+}

@@ -1,0 +1,83 @@
+package replayer
+
+import "sort"
+
+// guard is a range the replayer made PROT_NONE although the program expects
+// it accessible: the checkpoint lacks its content. prot is what the program
+// believes the protection is; reason is the divergence message when it is
+// touched ("" means the generic "not in the checkpoint").
+type guard struct {
+	start, end uint64
+	prot       uint32
+	reason     string
+}
+
+// guardSet is a sorted list of non-overlapping guards.
+type guardSet struct{ g []guard }
+
+func (s *guardSet) add(n guard) {
+	if n.start >= n.end {
+		return
+	}
+	s.remove(n.start, n.end)
+	i := sort.Search(len(s.g), func(i int) bool { return s.g[i].start >= n.start })
+	s.g = append(s.g, guard{})
+	copy(s.g[i+1:], s.g[i:])
+	s.g[i] = n
+}
+
+// remove forgets [start, end), splitting guards that straddle it.
+func (s *guardSet) remove(start, end uint64) {
+	var out []guard
+	for _, g := range s.g {
+		if g.end <= start || g.start >= end {
+			out = append(out, g)
+			continue
+		}
+		if g.start < start {
+			l := g
+			l.end = start
+			out = append(out, l)
+		}
+		if g.end > end {
+			r := g
+			r.start = end
+			out = append(out, r)
+		}
+	}
+	s.g = out
+}
+
+// within returns the parts of guards inside [start, end).
+func (s *guardSet) within(start, end uint64) []guard {
+	var out []guard
+	for _, g := range s.g {
+		if g.end <= start || g.start >= end {
+			continue
+		}
+		g.start = max(g.start, start)
+		g.end = min(g.end, end)
+		out = append(out, g)
+	}
+	return out
+}
+
+// find returns the guard holding addr.
+func (s *guardSet) find(addr uint64) (guard, bool) {
+	i := sort.Search(len(s.g), func(i int) bool { return s.g[i].end > addr })
+	if i < len(s.g) && s.g[i].start <= addr {
+		return s.g[i], true
+	}
+	return guard{}, false
+}
+
+// move shifts the guards of [old, old+n) to start at dst (mremap).
+func (s *guardSet) move(old, n, dst uint64) {
+	moved := s.within(old, old+n)
+	s.remove(old, old+n)
+	for _, g := range moved {
+		g.start = g.start - old + dst
+		g.end = g.end - old + dst
+		s.add(g)
+	}
+}

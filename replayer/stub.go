@@ -1,0 +1,213 @@
+package replayer
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"syscall"
+
+	"github.com/tprec/tprec/format"
+	"github.com/tprec/tprec/proc"
+
+	"golang.org/x/sys/unix"
+)
+
+// Layout of the stub's only page. The code sits right after the ELF and program
+// headers; the rest of the page is scratch space for data the replayer hands to
+// injected syscalls (the seccomp program).
+const (
+	stubEntryOff   = 0x78 // int3: the stub stops here before anything else runs
+	stubGadgetOff  = 0x79 // syscall; int3: every injected syscall goes through it
+	stubScratchOff = 0x100
+	stubSize       = format.PageSize
+)
+
+// stubImage returns a static ELF64 executable of one page loaded read+exec at
+// base: ELF header, one PT_LOAD program header, then `int3; syscall; int3`.
+func stubImage(base uint64) []byte {
+	img := make([]byte, stubSize)
+	le := binary.LittleEndian
+	copy(img, []byte{0x7f, 'E', 'L', 'F', 2 /* 64-bit */, 1 /* little endian */, 1 /* version */})
+	le.PutUint16(img[16:], 2)  // e_type ET_EXEC
+	le.PutUint16(img[18:], 62) // e_machine EM_X86_64
+	le.PutUint32(img[20:], 1)  // e_version
+	le.PutUint64(img[24:], base+stubEntryOff)
+	le.PutUint64(img[32:], 64) // e_phoff
+	le.PutUint16(img[52:], 64) // e_ehsize
+	le.PutUint16(img[54:], 56) // e_phentsize
+	le.PutUint16(img[56:], 1)  // e_phnum
+	ph := img[64:]
+	le.PutUint32(ph[0:], 1)   // PT_LOAD
+	le.PutUint32(ph[4:], 4|1) // PF_R|PF_X
+	le.PutUint64(ph[8:], 0)   // p_offset
+	le.PutUint64(ph[16:], base)
+	le.PutUint64(ph[24:], base)
+	le.PutUint64(ph[32:], stubSize) // p_filesz
+	le.PutUint64(ph[40:], stubSize) // p_memsz
+	le.PutUint64(ph[48:], format.PageSize)
+	copy(img[stubEntryOff:], []byte{0xcc, 0x0f, 0x05, 0xcc})
+	return img
+}
+
+// stub is the started stub process, stopped at its entry breakpoint.
+type stub struct {
+	pid    int
+	base   uint64
+	gadget uint64
+	cpu    int
+	proc   *os.Process
+	reaped bool
+}
+
+// startStub writes the stub to a memfd and executes it as a ptrace child of
+// the calling thread, which must be the tracer thread. On return the stub is
+// stopped at its entry int3 with no file descriptor open, tracer and stub pinned
+// to the same CPU (a ptrace stop across CPUs costs several times more here).
+func startStub(base uint64) (s *stub, err error) {
+	img := stubImage(base)
+	fd, err := unix.MemfdCreate("tpreplay-stub", unix.MFD_CLOEXEC|0x10 /* MFD_EXEC */)
+	if err != nil {
+		// Kernels before 6.3 reject MFD_EXEC; their memfds are executable anyway.
+		fd, err = unix.MemfdCreate("tpreplay-stub", unix.MFD_CLOEXEC)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create stub memfd: %w", err)
+	}
+	rw := os.NewFile(uintptr(fd), "tpreplay-stub")
+	defer rw.Close()
+	if _, err := rw.Write(img); err != nil {
+		return nil, fmt.Errorf("write stub: %w", err)
+	}
+	// Executing a file that is open for writing fails with ETXTBSY on some
+	// kernels: hand the child a read-only descriptor of the same memfd.
+	ro, err := os.Open(fmt.Sprintf("/proc/self/fd/%d", fd))
+	if err != nil {
+		return nil, fmt.Errorf("reopen stub memfd: %w", err)
+	}
+	defer ro.Close()
+
+	cpu, err := pinSelf()
+	if err != nil {
+		return nil, err
+	}
+	p, err := os.StartProcess("/proc/self/fd/3", []string{"tpreplay-stub"}, &os.ProcAttr{
+		Env:   []string{},
+		Files: []*os.File{nil, nil, nil, ro},
+		Sys:   &syscall.SysProcAttr{Ptrace: true, Pdeathsig: syscall.SIGKILL},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start stub: %w", err)
+	}
+	s = &stub{pid: p.Pid, base: base, gadget: base + stubGadgetOff, cpu: cpu, proc: p}
+	defer func() {
+		if err != nil {
+			s.kill()
+		}
+	}()
+	// PTRACE_TRACEME before execve: the exec reports a SIGTRAP stop. Registers
+	// are not safe to change there (DESIGN: the exec stop is inside execve),
+	// so run on to the entry int3 first.
+	st, err := proc.Wait(s.pid)
+	if err != nil {
+		return s, err
+	}
+	if st.Exited() || st.Status.StopSignal() != unix.SIGTRAP {
+		return s, fmt.Errorf("start stub: unexpected first stop: %v", st)
+	}
+	if err := proc.SetOptions(s.pid, unix.PTRACE_O_TRACESYSGOOD|unix.PTRACE_O_EXITKILL); err != nil {
+		return s, fmt.Errorf("start stub: set ptrace options: %w", err)
+	}
+	if err := proc.Resume(unix.PTRACE_CONT, s.pid, 0); err != nil {
+		return s, fmt.Errorf("start stub: %w", err)
+	}
+	st, err = proc.Wait(s.pid)
+	if err != nil {
+		return s, err
+	}
+	if st.Signal() != int(unix.SIGTRAP) {
+		return s, fmt.Errorf("start stub: expected the entry breakpoint, got %v", st)
+	}
+	regs, err := proc.GetRegs(s.pid)
+	if err != nil {
+		return s, fmt.Errorf("start stub: %w", err)
+	}
+	if regs.Rip != s.gadget {
+		return s, fmt.Errorf("start stub: stopped at %#x, expected %#x", regs.Rip, s.gadget)
+	}
+	var set unix.CPUSet
+	set.Set(cpu)
+	if err := unix.SchedSetaffinity(s.pid, &set); err != nil {
+		return s, fmt.Errorf("pin stub to cpu %d: %w", cpu, err)
+	}
+	// Close every descriptor the stub inherited (the memfd at 3, anything the
+	// runtime leaked): the replayed program must not be able to reach a file.
+	if _, err := s.inject(unix.SYS_CLOSE_RANGE, 0, ^uint64(0)>>32, 0); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+// pinSelf pins the calling OS thread to one CPU it may run on and returns it.
+func pinSelf() (int, error) {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return 0, fmt.Errorf("read cpu affinity: %w", err)
+	}
+	cpu := -1
+	for i := 0; i < len(set)*64; i++ {
+		if set.IsSet(i) {
+			cpu = i // the last allowed CPU: the first one tends to take interrupts
+		}
+	}
+	if cpu < 0 {
+		return 0, fmt.Errorf("read cpu affinity: empty set")
+	}
+	var one unix.CPUSet
+	one.Set(cpu)
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		return 0, fmt.Errorf("pin tracer to cpu %d: %w", cpu, err)
+	}
+	return cpu, nil
+}
+
+// inject runs one syscall in the stopped stub through its gadget and returns
+// the raw result (negative errno on failure).
+func (s *stub) inject(nr int, args ...uint64) (int64, error) {
+	res, err := proc.Inject(s.pid, s.gadget, nr, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.Ret, nil
+}
+
+// injectOK is inject for calls that must succeed.
+func (s *stub) injectOK(what string, nr int, args ...uint64) (int64, error) {
+	ret, err := s.inject(nr, args...)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", what, err)
+	}
+	if ret < 0 && ret > -4096 {
+		return ret, fmt.Errorf("%s: %w", what, unix.Errno(-ret))
+	}
+	return ret, nil
+}
+
+// kill ends the stub and reaps it. It must run on the tracer thread.
+func (s *stub) kill() {
+	if s == nil || s.reaped {
+		return
+	}
+	_ = unix.Kill(s.pid, unix.SIGKILL)
+	for {
+		var ws unix.WaitStatus
+		got, err := unix.Wait4(s.pid, &ws, unix.WALL, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || (got == s.pid && (ws.Exited() || ws.Signaled())) {
+			break
+		}
+	}
+	s.reaped = true
+	_ = s.proc.Release()
+}

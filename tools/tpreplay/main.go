@@ -1,0 +1,84 @@
+// Command tpreplay re-executes the recorded window of a tprec checkpoint and
+// verifies that it reaches the recorded end state.
+//
+//	tpreplay [--from K] [--output-dir DIR] [-v] FILE
+//
+// Exit status: 0 verified, 1 the replay diverged (the report says where), 2 the
+// checkpoint cannot be replayed here (damaged file, another architecture, a
+// missing CPU feature, something replay does not support yet).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/tprec/tprec/format"
+	"github.com/tprec/tprec/replayer"
+
+	"github.com/urfave/cli/v2"
+)
+
+func main() {
+	os.Exit(run(os.Args, os.Stdout, os.Stderr))
+}
+
+// run is main without the process exit, for tests.
+func run(args []string, stdout, stderr io.Writer) int {
+	code := 0
+	app := &cli.App{
+		Name:      "tpreplay",
+		Usage:     "replay the last moments of a recorded process and verify its end state",
+		ArgsUsage: "FILE",
+		Writer:    stdout,
+		ErrWriter: stderr,
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: "from", Value: -1, Usage: "interval index to start at (default: the oldest replayable one)"},
+			&cli.StringFlag{Name: "output-dir", Usage: "write what the program wrote to its descriptors to `DIR`/fd-N.out"},
+			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log every replayed syscall"},
+		},
+		HideHelpCommand: true,
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return fmt.Errorf("expected one checkpoint file, got %d arguments", c.NArg())
+			}
+			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			res, err := replay(ctx, c.Args().First(), replayer.Options{
+				From:      c.Int("from"),
+				OutputDir: c.String("output-dir"),
+				Verbose:   c.Bool("verbose"),
+				Log:       stderr,
+			})
+			var d *replayer.Divergence
+			switch {
+			case errors.As(err, &d):
+				fmt.Fprint(stdout, d.Report())
+				code = 1
+				return nil
+			case err != nil:
+				return err
+			}
+			fmt.Fprintln(stdout, res.Summary())
+			return nil
+		},
+	}
+	if err := app.Run(args); err != nil {
+		fmt.Fprintf(stderr, "tpreplay: %v\n", err)
+		return 2
+	}
+	return code
+}
+
+func replay(ctx context.Context, path string, opts replayer.Options) (*replayer.Result, error) {
+	f, err := format.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return replayer.Run(ctx, f.Checkpoint, f, opts)
+}
