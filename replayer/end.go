@@ -125,18 +125,20 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 	code := int32(le32(info[8:]))
 	addr := le64(info[16:])
 	end := e.c.End
-	if e.realFault && e.next == len(e.log) && sig == end.Signo {
-		wantCode := int32(le32(end.Siginfo[8:]))
-		wantAddr := le64(end.Siginfo[16:])
-		if code != wantCode || addr != wantAddr {
-			return nil, 0, e.diverge(regs.Rip, e.lastSeq(), signalName(sig)+" with another cause",
-				fmt.Sprintf("si_code %d, address %#x", wantCode, wantAddr), fmt.Sprintf("si_code %d, address %#x", code, addr))
+	atEnd := e.realFault && e.next == len(e.log) && sig == end.Signo
+	var wantCode int32
+	var wantAddr uint64
+	if atEnd {
+		wantCode, wantAddr = int32(le32(end.Siginfo[8:])), le64(end.Siginfo[16:])
+		if code == wantCode && addr == wantAddr {
+			if why := e.matchEnd(regs); why != "" {
+				return nil, 0, e.diverge(regs.Rip, e.lastSeq(), signalName(sig)+" raised in another state", "the recorded end state", why)
+			}
+			return e.verified(regs.Rip), 0, nil
 		}
-		if why := e.matchEnd(regs); why != "" {
-			return nil, 0, e.diverge(regs.Rip, e.lastSeq(), signalName(sig)+" raised in another state", "the recorded end state", why)
-		}
-		return e.verified(regs.Rip), 0, nil
 	}
+	// A fault on a page replay keeps inaccessible explains itself better than
+	// any comparison with the recorded end.
 	if sig == int(unix.SIGSEGV) && code > 0 {
 		if g, ok := e.guards.find(addr); ok {
 			reason := g.reason
@@ -145,6 +147,10 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 			}
 			return nil, 0, e.diverge(regs.Rip, e.lastSeq(), reason, "", fmt.Sprintf("access to %#x", addr))
 		}
+	}
+	if atEnd {
+		return nil, 0, e.diverge(regs.Rip, e.lastSeq(), signalName(sig)+" with another cause",
+			fmt.Sprintf("si_code %d, address %#x", wantCode, wantAddr), fmt.Sprintf("si_code %d, address %#x", code, addr))
 	}
 	expected := "no signal"
 	if e.next < len(e.log) {

@@ -115,6 +115,9 @@ func Run(ctx context.Context, c *format.Checkpoint, pages format.PageSource, opt
 	if err != nil {
 		return nil, fmt.Errorf("rebuild process: %w", err)
 	}
+	if testHookReady != nil {
+		testHookReady(e.stub.pid)
+	}
 	e.logf("stub %d ready after %v, replaying %d syscalls", e.stub.pid, time.Since(start).Round(time.Microsecond), len(e.log))
 
 	// The watchdog stops the stub with SIGSTOP (through its pidfd) when the
@@ -154,6 +157,9 @@ func Run(ctx context.Context, c *format.Checkpoint, pages format.PageSource, opt
 	res.Symbol = Symbolize(c, res.Rip)
 	return res, nil
 }
+
+// testHookReady, set by tests only, sees the stub once it is rebuilt.
+var testHookReady func(pid int)
 
 const (
 	stopDeadline = 1

@@ -261,6 +261,15 @@ func TestReplayUnreachableEndTimesOut(t *testing.T) {
 	if time.Since(start) > 10*time.Second {
 		t.Errorf("took %v", time.Since(start))
 	}
+	// Canceling the context ends the replay with the context's error.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := Run(ctx, rec.c, rec.pages, Options{From: -1}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("canceled replay: %v", err)
+	}
+	if kids := children(t); len(kids) > 0 {
+		t.Errorf("processes left behind: %v", kids)
+	}
 }
 
 func TestReplayRefusesSignalsInWindow(t *testing.T) {
