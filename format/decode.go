@@ -108,6 +108,7 @@ func decodeSyscalls(d *dec) []Syscall {
 				s.Out[j].Data = d.bytes("output data")
 			}
 		}
+		s.Pages = d.pageRefs("mapped file page")
 		if d.fail != nil {
 			return nil
 		}

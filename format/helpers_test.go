@@ -141,6 +141,13 @@ func richCheckpoint(seed uint64, intervals, pagesPer, syscalls int) (*Checkpoint
 					s.Out = append(s.Out, OutBuf{Addr: heap + uint64(rng.IntN(1<<20)), Data: data})
 				}
 			}
+			if rng.IntN(20) == 0 {
+				// an mmap of a file, with the content of a few of its pages
+				base := 0x7f00_0000_0000 + uint64(rng.IntN(1<<20))*PageSize
+				for j := 0; j < 1+rng.IntN(4); j++ {
+					s.Pages = append(s.Pages, PageRef{Addr: base + uint64(j)*PageSize, Hash: pool[rng.IntN(len(pool))]})
+				}
+			}
 			c.Syscalls = append(c.Syscalls, s)
 			seq += 1 + uint64(rng.IntN(2))
 		}
@@ -207,6 +214,11 @@ func referenced(c *Checkpoint) []Hash {
 	}
 	for _, p := range c.Final {
 		out = append(out, p.Hash)
+	}
+	for _, s := range c.Syscalls {
+		for _, p := range s.Pages {
+			out = append(out, p.Hash)
+		}
 	}
 	return out
 }

@@ -127,6 +127,10 @@ type Syscall struct {
 	Ret  int64
 	// Out lists the memory the kernel wrote into the process for this call.
 	Out []OutBuf
+	// Pages holds, for a call that mapped a file (mmap with a descriptor),
+	// the file's content for the pages of the new mapping the window may
+	// touch: a replay maps anonymous memory there and fills it in.
+	Pages []PageRef
 	// Rip of the instruction after the syscall instruction.
 	Rip uint64
 }

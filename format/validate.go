@@ -57,6 +57,11 @@ func checkModel(c *Checkpoint, have func(Hash) bool) *problem {
 		return &problem{SecFinal, "final pages: " + msg}
 	}
 	for i := range c.Syscalls {
+		if msg := checkRefs(c.Syscalls[i].Pages, have); msg != "" {
+			return &problem{SecSyscalls, fmt.Sprintf("syscall %d: mapped file pages: %s", c.Syscalls[i].Seq, msg)}
+		}
+	}
+	for i := range c.Syscalls {
 		s := &c.Syscalls[i]
 		if s.Seq == 0 {
 			return &problem{SecSyscalls, fmt.Sprintf("syscall %d has sequence number 0", i)}

@@ -250,6 +250,7 @@ func encodeSyscalls(z *lz4.Compressor, calls []Syscall) []byte {
 			raw.u64(o.Addr)
 			raw.bytes(o.Data)
 		}
+		raw.pageRefs(s.Pages)
 	}
 	var e enc
 	pack(&e, z, raw.b)
@@ -302,6 +303,9 @@ func storedOrder(c *Checkpoint) []Hash {
 		add(c.Intervals[i].Written)
 	}
 	add(c.Final)
+	for i := range c.Syscalls {
+		add(c.Syscalls[i].Pages)
+	}
 	return out
 }
 
