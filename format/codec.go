@@ -363,3 +363,13 @@ func (d *dec) end(minor uint16) {
 		d.failf("%d unexpected bytes after the last field", d.remaining())
 	}
 }
+
+func (e *enc) rseq(r Rseq) {
+	e.u64(r.Addr)
+	e.u32(r.Len)
+	e.u32(r.Sig)
+}
+
+func (d *dec) rseq() Rseq {
+	return Rseq{Addr: d.u64("rseq address"), Len: d.u32("rseq length"), Sig: d.u32("rseq signature")}
+}

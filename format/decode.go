@@ -10,7 +10,7 @@ import (
 // allocating (see dec.count).
 const (
 	minInterval = 8 + 12 + 12 + 8 + 1 + 4 + 4 + 4 + 4
-	minThread   = 8 + regsSize + 4 + 8 + 1
+	minThread   = 8 + regsSize + 4 + 8 + 1 + 16
 	minMapping  = 8 + 8 + 4 + 1 + 8 + 4 + 8 + 4
 	minSyscall  = 8 + 8 + 8 + 6*8 + 8 + 8 + 4
 	minOutBuf   = 8 + 4
@@ -61,6 +61,7 @@ func decodeIntervals(d *dec) []Interval {
 				t.XState = d.bytes("xstate")
 				t.SigMask = d.u64("signal mask")
 				t.InSyscall = d.bool("in syscall")
+				t.Rseq = d.rseq()
 			}
 		}
 		if nm := d.count("mapping", minMapping); nm > 0 {
@@ -142,6 +143,7 @@ func decodeEnd(d *dec, s *EndState) {
 	d.regs(&s.Regs)
 	s.XState = d.bytes("xstate")
 	s.LastSeq = d.u64("last sequence number")
+	s.Rseq = d.rseq()
 	s.Digests = d.pageRefs("digest")
 }
 

@@ -85,6 +85,17 @@ type Thread struct {
 	// InSyscall is set when the thread was stopped inside a syscall that the
 	// kernel will restart; Regs are then normalized to "about to execute it".
 	InSyscall bool
+	// Rseq is the thread's registered restartable-sequences area (zero if
+	// none). The kernel rewrites it behind the program's back (cpu_id after
+	// a migration), so it is left out of the end-state digests.
+	Rseq Rseq
+}
+
+// Rseq is a thread's rseq registration (PTRACE_GET_RSEQ_CONFIGURATION).
+type Rseq struct {
+	Addr uint64
+	Len  uint32
+	Sig  uint32
 }
 
 // Regs is the x86-64 general register file in the order of the kernel's
@@ -167,8 +178,9 @@ type EndState struct {
 	Regs     Regs
 	XState   []byte
 	LastSeq  uint64 // last syscall completed before the end
+	Rseq     Rseq   // the ending thread's rseq area, masked in the digests
 	// Digests of pages at the end (the stack page under rsp and the pages written
 	// in the last interval) so a replay can tell a matching iteration of a loop
-	// from another one with the same registers.
+	// from another one with the same registers. Computed by DigestPage.
 	Digests []PageRef
 }

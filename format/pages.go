@@ -106,3 +106,17 @@ func (c *Checkpoint) StartState(k int) map[uint64]Hash {
 	}
 	return m
 }
+
+// DigestPage is the hash an end-state digest holds for the page at addr: the
+// page's hash with the bytes of the rseq area (if it lies in the page) zeroed,
+// since the kernel rewrites them after a migration, outside any syscall.
+func DigestPage(addr uint64, data []byte, rs Rseq) Hash {
+	if rs.Len == 0 || rs.Addr+uint64(rs.Len) <= addr || rs.Addr >= addr+PageSize {
+		return HashPage(data)
+	}
+	masked := append([]byte(nil), data...)
+	lo := max(rs.Addr, addr) - addr
+	hi := min(rs.Addr+uint64(rs.Len), addr+PageSize) - addr
+	clear(masked[lo:hi])
+	return HashPage(masked)
+}

@@ -209,6 +209,7 @@ func encodeIntervals(ivs []Interval) []byte {
 			e.bytes(t.XState)
 			e.u64(t.SigMask)
 			e.bool(t.InSyscall)
+			e.rseq(t.Rseq)
 		}
 		e.u32(uint32(len(iv.Maps)))
 		for _, m := range iv.Maps {
@@ -281,6 +282,7 @@ func encodeEnd(s *EndState) []byte {
 	e.regs(&s.Regs)
 	e.bytes(s.XState)
 	e.u64(s.LastSeq)
+	e.rseq(s.Rseq)
 	e.pageRefs(s.Digests)
 	return e.b
 }

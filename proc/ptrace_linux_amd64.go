@@ -172,3 +172,20 @@ func GetSyscallInfo(tid int) (SyscallInfo, error) {
 // Listen lets a tracee in group-stop stay stopped while still reporting
 // events (PTRACE_LISTEN), so SIGCONT from elsewhere resumes it.
 func Listen(tid int) error { return ptrace(unix.PTRACE_LISTEN, tid, 0, 0) }
+
+const ptraceGetRseqConfiguration = 0x420f
+
+// GetRseq returns a thread's rseq registration (address, length, signature);
+// a zero length means none.
+func GetRseq(tid int) (addr uint64, length, sig uint32, err error) {
+	// struct ptrace_rseq_configuration: u64 rseq_abi_pointer; u32 rseq_abi_size;
+	// u32 signature; u32 flags; u32 pad.
+	var raw [24]byte
+	if err := ptrace(ptraceGetRseqConfiguration, tid, uintptr(len(raw)), uintptr(unsafe.Pointer(&raw[0]))); err != nil {
+		return 0, 0, 0, err
+	}
+	le32 := func(o int) uint32 {
+		return uint32(raw[o]) | uint32(raw[o+1])<<8 | uint32(raw[o+2])<<16 | uint32(raw[o+3])<<24
+	}
+	return uint64(le32(0)) | uint64(le32(4))<<32, le32(8), le32(12), nil
+}

@@ -64,12 +64,13 @@ func (s *session) openInterval(now time.Time) error {
 		return err
 	}
 	nregs, inSys := normalize(regs)
+	rseq := threadRseq(s.pid)
 	iv := &interval{
 		meta: format.Interval{
 			Index:      s.nextIndex,
 			Start:      now,
 			FirstSeq:   s.seq + 1,
-			Threads:    []format.Thread{{Tid: s.pid, Regs: nregs, XState: xs, SigMask: mask, InSyscall: inSys}},
+			Threads:    []format.Thread{{Tid: s.pid, Regs: nregs, XState: xs, SigMask: mask, InSyscall: inSys, Rseq: rseq}},
 			Maps:       maps,
 			Replayable: true,
 		},
@@ -231,6 +232,19 @@ func (s *session) presentPages(maps []format.Mapping) ([]pageRun, error) {
 // the address space, or recording stops).
 func (s *session) abandonIntervals() {
 	s.killShadow()
+	if s.cur != nil {
+		s.cur.closeFiles()
+	}
 	s.cur = nil
 	s.ring.reset()
+}
+
+// threadRseq reads a thread's rseq registration; the zero value if it has none
+// or the kernel cannot say.
+func threadRseq(tid int) format.Rseq {
+	addr, n, sig, err := proc.GetRseq(tid)
+	if err != nil {
+		return format.Rseq{}
+	}
+	return format.Rseq{Addr: addr, Len: n, Sig: sig}
 }

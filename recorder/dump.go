@@ -35,6 +35,7 @@ func (s *session) dump(end format.EndState, reason string) error {
 	}
 	end.Regs, _ = normalize(end.Regs)
 	end.LastSeq = s.seq
+	end.Rseq = threadRseq(s.pid)
 
 	maps, err := proc.ReadMaps(s.pid)
 	if err != nil {
@@ -83,10 +84,17 @@ func (s *session) dump(end format.EndState, reason string) error {
 			store.PutHashed(p.Hash, data)
 		}
 		c.Intervals = append(c.Intervals, iv.meta)
-		c.Syscalls = append(c.Syscalls, iv.syscalls...)
+		for _, rec := range iv.syscalls {
+			if m := iv.files[rec.Seq]; m != nil {
+				rec.Pages = m.pages(addrs, store)
+			}
+			c.Syscalls = append(c.Syscalls, rec)
+		}
 		c.Signals = append(c.Signals, iv.signals...)
 	}
-	c.End.Digests = digests(end.Regs.Rsp, ivs[len(ivs)-1].meta.Written, finalOf)
+	if c.End.Digests, err = digests(end.Regs.Rsp, ivs[len(ivs)-1].meta.Written, finalOf, store, end.Rseq); err != nil {
+		return err
+	}
 	c.Header.DumpTime = time.Now()
 	c.Header.Reason = reason
 
@@ -112,21 +120,32 @@ func (s *session) dump(end format.EndState, reason string) error {
 // digests picks the end-state pages a replay compares to tell apart two
 // points with equal registers: the stack page under rsp and the pages written
 // in the last interval.
-func digests(rsp uint64, written []format.PageRef, final map[uint64]format.Hash) []format.PageRef {
+func digests(rsp uint64, written []format.PageRef, final map[uint64]format.Hash, store format.PageSource, rs format.Rseq) ([]format.PageRef, error) {
 	var out []format.PageRef
 	seen := map[uint64]bool{}
-	add := func(a uint64) {
-		if h, ok := final[a]; ok && !seen[a] && len(out) < maxDigests {
-			seen[a] = true
-			out = append(out, format.PageRef{Addr: a, Hash: h})
+	add := func(a uint64) error {
+		h, ok := final[a]
+		if !ok || seen[a] || len(out) >= maxDigests {
+			return nil
+		}
+		seen[a] = true
+		data, err := store.Page(h)
+		if err != nil {
+			return err
+		}
+		out = append(out, format.PageRef{Addr: a, Hash: format.DigestPage(a, data, rs)})
+		return nil
+	}
+	if err := add(rsp &^ (format.PageSize - 1)); err != nil {
+		return nil, err
+	}
+	for _, p := range written {
+		if err := add(p.Addr); err != nil {
+			return nil, err
 		}
 	}
-	add(rsp &^ (format.PageSize - 1))
-	for _, p := range written {
-		add(p.Addr)
-	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Addr < out[j].Addr })
-	return out
+	return out, nil
 }
 
 // unionPages returns the sorted page addresses in either list of runs.

@@ -14,6 +14,7 @@ type interval struct {
 	syscalls []format.Syscall
 	signals  []format.SignalEvent
 	logBytes int64 // memory held by the syscall log
+	files    map[uint64]*mappedFile // by seq: files mapped during the interval
 }
 
 // pageRun is a run of consecutive present pages [start, end).
@@ -104,6 +105,7 @@ func (r *ring) drop() {
 	iv := r.intervals[0]
 	r.intervals = r.intervals[1:]
 	r.dropped++
+	iv.closeFiles()
 	r.bytes -= iv.logBytes
 	for _, p := range iv.meta.Written {
 		b, ok := r.pages[p.Hash]
@@ -119,6 +121,9 @@ func (r *ring) drop() {
 
 // reset forgets everything (the address space was replaced by exec).
 func (r *ring) reset() {
+	for _, iv := range r.intervals {
+		iv.closeFiles()
+	}
 	r.intervals = nil
 	r.pages = map[format.Hash]*blob{}
 	r.bytes = 0

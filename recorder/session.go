@@ -338,11 +338,12 @@ func (s *session) onSyscall() error {
 		return nil
 	}
 	if si.Op == proc.SyscallExit {
+		if s.entry != nil && si.Ret == -516 && s.entry.Nr != unix.SYS_RESTART_SYSCALL {
+			e := *s.entry
+			s.restartOf = &e // ERESTART_RESTARTBLOCK: restart_syscall will finish it
+		}
 		if s.entry != nil && s.cur != nil && !restarting(si.Ret) {
 			s.logPtraceSyscall(s.entry, si)
-		}
-		if s.entry != nil && si.Ret == -516 && s.entry.Nr != unix.SYS_RESTART_SYSCALL {
-			s.restartOf = s.entry // ERESTART_RESTARTBLOCK: restart_syscall will finish it
 		}
 		s.entry = nil
 	}
@@ -561,16 +562,16 @@ func restarting(ret int64) bool {
 }
 
 // normalize turns the registers of a thread stopped in a syscall the kernel
-// will restart into "about to execute the syscall".
+// will restart into "about to execute the syscall" (its argument registers
+// are still those of the call).
 func normalize(r format.Regs) (format.Regs, bool) {
 	if int64(r.OrigRax) < 0 || !restarting(int64(r.Rax)) {
 		return r, false
 	}
-	if int64(r.Rax) == -516 {
-		r.Rax = unix.SYS_RESTART_SYSCALL
-	} else {
-		r.Rax = r.OrigRax
-	}
+	// For -ERESTART_RESTARTBLOCK the kernel resumes through restart_syscall;
+	// the log records that completion under the interrupted call (see
+	// logPtraceSyscall), so the normalized state re-issues the call itself.
+	r.Rax = r.OrigRax
 	r.Rip -= 2
 	r.OrigRax = ^uint64(0)
 	return r, true

@@ -56,6 +56,7 @@ func (s *session) appendSyscall(rec format.Syscall, problem string) {
 			s.notReplayable(fmt.Sprintf("syscall %s at seq %d: %s", d.Name, rec.Seq, problem))
 		}
 	}
+	s.noteMmap(&rec)
 	s.cur.syscalls = append(s.cur.syscalls, rec)
 }
 
@@ -63,19 +64,18 @@ func (s *session) appendSyscall(rec format.Syscall, problem string) {
 // stops, reading the memory the kernel wrote for it.
 func (s *session) logPtraceSyscall(e *proc.SyscallInfo, x proc.SyscallInfo) {
 	rec := format.Syscall{Tid: s.pid, Nr: int(e.Nr), Args: e.Args, Ret: x.Ret, Rip: x.Rip}
+	if rec.Nr == unix.SYS_RESTART_SYSCALL && s.restartOf != nil {
+		// restart_syscall finishes a call the kernel interrupted with
+		// ERESTART_RESTARTBLOCK (a boundary stop did). The program sees one
+		// call, so the log holds one: the interrupted call with the final
+		// result and what it wrote (poll's revents, nanosleep's remainder).
+		rec.Nr, rec.Args = int(s.restartOf.Nr), s.restartOf.Args
+	}
+	s.restartOf = nil
 	d, ok := syscalls.Lookup(rec.Nr)
 	if !ok || d.Kind == syscalls.Unsupported {
 		s.appendSyscall(rec, "")
 		return
-	}
-	// restart_syscall finishes a call the kernel interrupted with
-	// ERESTART_RESTARTBLOCK (a boundary stop did): what it writes is what
-	// that call writes (poll's revents, nanosleep's remainder).
-	od, oargs := d, rec.Args
-	if rec.Nr == unix.SYS_RESTART_SYSCALL && s.restartOf != nil {
-		if d2, ok := syscalls.Lookup(int(s.restartOf.Nr)); ok {
-			od, oargs = d2, s.restartOf.Args
-		}
 	}
 	read := func(addr uint64, n int) ([]byte, error) {
 		b := make([]byte, n)
@@ -85,7 +85,7 @@ func (s *session) logPtraceSyscall(e *proc.SyscallInfo, x proc.SyscallInfo) {
 		}
 		return b[:got], nil
 	}
-	ranges, err := syscalls.Outputs(od, oargs, rec.Ret, read)
+	ranges, err := syscalls.Outputs(d, rec.Args, rec.Ret, read)
 	if err != nil {
 		s.appendSyscall(rec, fmt.Sprintf("outputs: %v", err))
 		return

@@ -205,7 +205,7 @@ func (e *engine) matchEnd(regs proc.Regs) string {
 		if err := e.mem.ReadAt(page, d.Addr); err != nil {
 			return fmt.Sprintf("page %#x unreadable", d.Addr)
 		}
-		if format.HashPage(page) != d.Hash {
+		if format.DigestPage(d.Addr, page, e.c.End.Rseq) != d.Hash {
 			diffs = append(diffs, fmt.Sprintf("page %#x content", d.Addr))
 		}
 	}

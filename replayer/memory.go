@@ -3,6 +3,7 @@ package replayer
 import (
 	"fmt"
 
+	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/proc"
 
 	"golang.org/x/sys/unix"
@@ -38,21 +39,19 @@ func (e *engine) memoryEntry(p *pending, regs *proc.Regs) error {
 			nf |= unix.MAP_FIXED_NOREPLACE // a clash means the address spaces differ
 		}
 		file := flags&unix.MAP_ANONYMOUS == 0
-		realProt := prot
-		if file {
-			// The file's content is not in the checkpoint: map the range
-			// inaccessible so that a touch is reported, not read as zeros.
-			realProt = unix.PROT_NONE
-		}
-		rewrite(unix.SYS_MMAP, addr, length, realProt, nf, ^uint64(0), 0)
+		rewrite(unix.SYS_MMAP, addr, length, prot, nf, ^uint64(0), 0)
 		seq, fd := rec.Seq, int32(a[4])
 		p.after = func() error {
 			e.guards.remove(addr, addr+length)
-			if file && prot != unix.PROT_NONE {
-				e.guards.add(guard{start: addr, end: addr + length, prot: uint32(prot),
-					reason: fmt.Sprintf("file-backed mmap at seq %d (fd %d): content not recorded", seq, fd)})
+			if !file || prot == unix.PROT_NONE {
+				return nil
 			}
-			return nil
+			// The file's content at the time of the call is in the
+			// checkpoint for the pages the window may touch; the rest is
+			// kept inaccessible so that a touch is reported, not read as
+			// zeros.
+			return e.fillMapping(addr, addr+length, uint32(prot), rec.Pages,
+				fmt.Sprintf("file-backed mmap at seq %d (fd %d): content not recorded", seq, fd))
 		}
 	case unix.SYS_MUNMAP:
 		start, end := a[0], a[0]+pageUp(a[1])
@@ -144,6 +143,44 @@ func (e *engine) brkEntry(p *pending, rewrite func(nr int, args ...uint64)) erro
 		}
 		e.brkEnd = newEnd
 		return nil
+	}
+	return nil
+}
+
+// fillMapping writes the recorded content of a new mapping [start, end) and
+// guards the pages the checkpoint does not hold.
+func (e *engine) fillMapping(start, end uint64, prot uint32, pages []format.PageRef, reason string) error {
+	have := make(map[uint64]bool, len(pages))
+	for _, pr := range pages {
+		if pr.Addr < start || pr.Addr >= end {
+			continue
+		}
+		have[pr.Addr] = true
+		if pr.Hash == format.ZeroHash {
+			continue
+		}
+		data, err := e.pages.Page(pr.Hash)
+		if err != nil {
+			return fmt.Errorf("page %#x: %w", pr.Addr, err)
+		}
+		if err := e.mem.WriteAt(data, pr.Addr); err != nil {
+			return err
+		}
+	}
+	for a := start; a < end; {
+		if have[a] {
+			a += pageSize
+			continue
+		}
+		b := a
+		for b < end && !have[b] {
+			b += pageSize
+		}
+		if _, err := e.stub.injectOK(fmt.Sprintf("guard %#x-%#x", a, b), unix.SYS_MPROTECT, a, b-a, unix.PROT_NONE); err != nil {
+			return err
+		}
+		e.guards.add(guard{start: a, end: b, prot: prot, reason: reason})
+		a = b
 	}
 	return nil
 }
