@@ -13,7 +13,7 @@ type interval struct {
 	present  []pageRun // pages present in memory at the interval start
 	syscalls []format.Syscall
 	signals  []format.SignalEvent
-	logBytes int64 // memory held by the syscall log
+	logBytes int64                  // memory held by the syscall log
 	files    map[uint64]*mappedFile // by seq: files mapped during the interval
 }
 

@@ -3,6 +3,9 @@
 // (zsysnum_linux_amd64.go, itself generated from the kernel's asm/unistd.h).
 //
 // It is run by `go generate ./syscalls/` and writes syscalls/zsysnum_amd64.go.
+// With -cheader it writes instead the C header bpf/syscall_table.h (run by
+// `go generate ./bpf/`): the syscall table's outputs as data for the eBPF
+// capture programs.
 // The output depends only on the x/sys version in go.mod, so running it twice
 // gives the same bytes.
 //
@@ -26,6 +29,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/tprec/tprec/syscalls"
 )
 
 // Sysnum is one syscall number and its kernel name.
@@ -40,7 +45,19 @@ func main() {
 	in := flag.String("in", "", "path of zsysnum_linux_amd64.go (default: found through `go list -m golang.org/x/sys`)")
 	out := flag.String("out", "zsysnum_amd64.go", "Go file to write")
 	pkg := flag.String("pkg", "syscalls", "package name of the Go file")
+	cheader := flag.String("cheader", "", "write the C header of the syscall outputs for the eBPF programs to this path instead")
 	flag.Parse()
+
+	if *cheader != "" {
+		src, err := EmitCHeader(syscalls.All())
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := os.WriteFile(*cheader, src, 0o644); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 
 	path := *in
 	if path == "" {
