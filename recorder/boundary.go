@@ -65,6 +65,12 @@ func (s *session) openInterval(now time.Time) error {
 	}
 	nregs, inSys := normalize(regs)
 	rseq := threadRseq(s.pid)
+	if inSys && int64(regs.Rax) == -516 && s.restartOf == nil {
+		// Stopped in a call the kernel resumes through restart_syscall, whose
+		// entry the recorder did not see (it attached during the call).
+		s.restartOf = &proc.SyscallInfo{Op: proc.SyscallEntry, Nr: regs.OrigRax,
+			Args: [6]uint64{regs.Rdi, regs.Rsi, regs.Rdx, regs.R10, regs.R8, regs.R9}}
+	}
 	iv := &interval{
 		meta: format.Interval{
 			Index:      s.nextIndex,
@@ -90,7 +96,7 @@ func (s *session) openInterval(now time.Time) error {
 		return err
 	}
 	s.cur = iv
-	return nil
+	return s.src.opened(s)
 }
 
 // closeInterval saves the originals of the pages written during the current
@@ -116,6 +122,7 @@ func (s *session) closeInterval(now time.Time) error {
 	if err != nil {
 		return s.markLost(iv, err.Error())
 	}
+	s.src.checkWritten(s, iv.meta.Maps, written)
 	buf := make([]byte, len(written)*format.PageSize)
 	if err := proc.ReadPages(s.shadow.pid, written, buf); err != nil {
 		// Read one by one; a page the shadow cannot give (beyond the end of a

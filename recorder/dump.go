@@ -84,6 +84,7 @@ func (s *session) dump(end format.EndState, reason string) error {
 			store.PutHashed(p.Hash, data)
 		}
 		c.Intervals = append(c.Intervals, iv.meta)
+		c.Header.Lost += iv.lost
 		for _, rec := range iv.syscalls {
 			if m := iv.files[rec.Seq]; m != nil {
 				rec.Pages = m.pages(addrs, store)

@@ -13,9 +13,11 @@ type Options struct {
 	Keep      int   // intervals kept in the ring
 	MaxMemory int64 // bytes the ring may hold
 	OutputDir string
-	Backend   string // "ptrace" (the only one for now) or "auto"
-	OnExit    bool   // also dump when the process exits normally
-	Log       io.Writer
+	Backend   string // "auto", "ebpf" or "ptrace"
+	// RingbufSize is the eBPF ring buffer size in bytes (0: DefaultRingbufSize).
+	RingbufSize int
+	OnExit      bool // also dump when the process exits normally
+	Log         io.Writer
 	// Dumped, if set, is called with the path of every checkpoint written.
 	Dumped func(path string)
 }

@@ -90,7 +90,7 @@ func Record(ctx context.Context, o Options, requests <-chan struct{}) error {
 	if err != nil {
 		return err
 	}
-	s.src, err = newSource(o.Backend, s.pid, s.logf)
+	s.src, err = newSource(o, s.pid, s.logf)
 	if err != nil {
 		s.tr.Do(func() error { return s.detach("backend unavailable") })
 		return err

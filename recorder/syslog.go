@@ -21,16 +21,24 @@ type source interface {
 	// sync is called with the target stopped, before an interval closes: it
 	// must append every syscall completed so far with s.appendSyscall.
 	sync(s *session) error
+	// opened is called when an interval has started, the target still
+	// stopped (after the recorder's own injected calls).
+	opened(s *session) error
+	// checkWritten sees the pagemap's written set of the interval that
+	// sync closed, over the mappings present at its start.
+	checkWritten(s *session, maps []format.Mapping, written []uint64)
 	close()
 }
 
 // ptraceSource reads syscall results at PTRACE_SYSCALL exit stops.
 type ptraceSource struct{}
 
-func (ptraceSource) name() string          { return "ptrace" }
-func (ptraceSource) resumeRequest() int    { return unix.PTRACE_SYSCALL }
-func (ptraceSource) sync(s *session) error { return nil }
-func (ptraceSource) close()                {}
+func (ptraceSource) name() string                                      { return "ptrace" }
+func (ptraceSource) resumeRequest() int                                { return unix.PTRACE_SYSCALL }
+func (ptraceSource) sync(s *session) error                             { return nil }
+func (ptraceSource) opened(s *session) error                           { return nil }
+func (ptraceSource) close()                                            {}
+func (ptraceSource) checkWritten(*session, []format.Mapping, []uint64) {}
 
 // appendSyscall adds one completed syscall to the current interval, giving
 // it the next sequence number. problem, if set, says why its outputs could
