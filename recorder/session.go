@@ -293,7 +293,11 @@ func (s *session) handle(st proc.Stop) error {
 		s.abandonIntervals()
 		s.vdso = nil
 		s.state = stateStarting
-		return proc.Resume(s.src.resumeRequest(), s.pid, 0)
+		if err := proc.Resume(s.src.resumeRequest(), s.pid, 0); err != nil {
+			return err
+		}
+		// Setup waits for a stop; without syscall stops (eBPF) ask for one.
+		return s.interrupt()
 	case unix.PTRACE_EVENT_CLONE:
 		child, _ := proc.EventMsg(s.pid)
 		s.logf("process %d created thread %d: %v; recording stops, the process runs on", s.pid, child, ErrMultiThreaded)

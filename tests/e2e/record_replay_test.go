@@ -52,9 +52,15 @@ func bigFile(t *testing.T, dir string, n int) string {
 // reaches the same NULL dereference in crash_here.
 func TestDemoCrashLaunched(t *testing.T) {
 	requireRoot(t)
+	forBackends(t, func(t *testing.T, backend string) {
+		testDemoCrashLaunched(t, backend)
+	})
+}
+
+func testDemoCrashLaunched(t *testing.T, backend string) {
 	dir := t.TempDir()
 	prog := cc(t, "../../examples/crashy.c", dir)
-	rec := startTprec(t, "--output", dir, "--", prog, "1.5")
+	rec := startTprec(t, "--backend", backend, "--output", dir, "--", prog, "1.5")
 	if err := rec.wait(t, 60*time.Second); err != nil {
 		t.Fatalf("tprec: %v\n%s", err, rec.stderr)
 	}
@@ -75,9 +81,11 @@ func TestGzipAttached(t *testing.T) {
 		t.Fatal("gzip is not installed (.ci/run installs it)")
 	}
 	in := bigFile(t, t.TempDir(), 100<<20)
-	target, _, done := startTargetToFile(t, gz, "-c", in)
-	ck := attachAndCrash(t, target, done, 1500*time.Millisecond)
-	replay(t, ck)
+	forBackends(t, func(t *testing.T, backend string) {
+		target, _, done := startTargetToFile(t, gz, "-c", in)
+		ck := attachAndCrash(t, target, done, 1500*time.Millisecond, "--backend", backend)
+		replay(t, ck)
+	})
 }
 
 func TestSha256sumAttached(t *testing.T) {
@@ -98,9 +106,11 @@ func TestSha256sumAttached(t *testing.T) {
 	}
 	f.Truncate(16 << 30)
 	f.Close()
-	target, _, done := startTarget(t, bin, in)
-	ck := attachAndCrash(t, target, done, 1500*time.Millisecond)
-	replay(t, ck)
+	forBackends(t, func(t *testing.T, backend string) {
+		target, _, done := startTarget(t, bin, in)
+		ck := attachAndCrash(t, target, done, 1500*time.Millisecond, "--backend", backend)
+		replay(t, ck)
+	})
 }
 
 const pythonLoop = `
@@ -136,10 +146,12 @@ func TestPython3Attached(t *testing.T) {
 	if err := os.WriteFile(script, []byte(pythonLoop), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	target, _, done := startTarget(t, py, "-S", script, dir)
-	time.Sleep(300 * time.Millisecond) // let it get into its loop
-	ck := attachAndCrash(t, target, done, 1500*time.Millisecond)
-	replay(t, ck)
+	forBackends(t, func(t *testing.T, backend string) {
+		target, _, done := startTarget(t, py, "-S", script, dir)
+		time.Sleep(300 * time.Millisecond) // let it get into its loop
+		ck := attachAndCrash(t, target, done, 1500*time.Millisecond, "--backend", backend)
+		replay(t, ck)
+	})
 }
 
 // startTargetToFile is startTarget with stdout into a temp file (gzip output

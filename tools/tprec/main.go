@@ -29,7 +29,8 @@ func main() {
 			&cli.IntFlag{Name: "keep", Value: 8, Usage: "intervals kept in memory"},
 			&cli.StringFlag{Name: "max-memory", Value: "64M", Usage: "memory the interval ring may use (K, M, G suffixes)"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: ".", Usage: "directory for checkpoint files"},
-			&cli.StringFlag{Name: "backend", Value: "auto", Usage: "recording backend: auto or ptrace"},
+			&cli.StringFlag{Name: "backend", Value: "auto", Usage: "recording backend: auto (eBPF if it loads, else ptrace), ebpf or ptrace"},
+			&cli.StringFlag{Name: "ringbuf-size", Value: "64M", Usage: "eBPF ring buffer size (K, M, G suffixes; rounded up to a power of two)"},
 			&cli.BoolFlag{Name: "on-exit", Usage: "also write a checkpoint when the process exits normally"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print nothing but errors"},
 		},
@@ -75,6 +76,11 @@ func record(c *cli.Context) error {
 	if o.MaxMemory, err = parseSize(c.String("max-memory")); err != nil {
 		return cli.Exit(fmt.Sprintf("tprec: --max-memory: %v", err), 2)
 	}
+	rb, err := parseSize(c.String("ringbuf-size"))
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("tprec: --ringbuf-size: %v", err), 2)
+	}
+	o.RingbufSize = int(rb)
 	if (o.Pid == 0) == (len(o.Cmd) == 0) {
 		return cli.Exit("tprec: give either --pid PID or -- COMMAND [ARGS...]", 2)
 	}

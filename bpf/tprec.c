@@ -1,0 +1,575 @@
+//go:build ignore
+
+/* eBPF side of tprec's recorder: the syscall log and the touched-page stream
+ * of the recorded processes.
+ *
+ * raw_syscalls:sys_enter keeps each thread's arguments; raw_syscalls:sys_exit
+ * sends one record per completed call (sequence number, number, arguments,
+ * return value, ip) followed by the memory the call wrote, copied with
+ * bpf_probe_read_user as the syscall table (syscall_table.h, generated from
+ * the Go table) describes it. A call's record is split into parts of at most
+ * TP_CHUNK bytes; the last part carries TP_F_END. exceptions:page_fault_user
+ * and page_fault_kernel send the first fault of each page per interval.
+ * Nothing is dropped silently: a ring buffer without room bumps a per-CPU
+ * counter the recorder reads at every interval boundary. */
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+#include "tprec.h"
+#include "syscall_table.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+#define TP_CHUNK 32768 /* most bytes of one ring buffer record */
+#define TP_ITEM 16     /* sizeof(struct tp_item) */
+#define TP_BUF (2 * TP_CHUNK + 64)
+#define TP_PAGE 4096ULL
+#define TP_USER_END 0x00007ffffffff000ULL /* arch/x86/include/asm/page_64.h: TASK_SIZE_MAX */
+#define TP_NR_RESTART 219                 /* restart_syscall */
+#define TP_MAX_IOV 1024                   /* include/uapi/linux/uio.h: UIO_MAXIOV */
+#define TP_MAX_STEPS 4096                 /* copy steps per range: >= max_capture / page */
+#define TP_SOCKADDR 128                   /* sizeof(struct sockaddr_storage) */
+#define TP_MSGHDR 56                      /* sizeof(struct user_msghdr) on x86-64 */
+#define TP_PF_WRITE 2                     /* arch/x86/include/asm/trap_pf.h: X86_PF_WRITE */
+
+/* Most bytes of output copied for one syscall; set by the loader. */
+const volatile __u32 max_capture = 1 << 20;
+
+/* The recorded processes, by tgid. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct tp_proc);
+} traced SEC(".maps");
+
+struct tp_entry {
+	__s64 nr;
+	__u64 args[6];
+};
+
+/* Arguments of the call each thread is in, by tid. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct tp_entry);
+} entries SEC(".maps");
+
+/* The last call of each thread that returned -ERESTART_RESTARTBLOCK: what
+ * restart_syscall finishes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct tp_entry);
+} restarts SEC(".maps");
+
+struct tp_page_key {
+	__u32 tgid;
+	__u32 pad;
+	__u64 page;
+};
+
+/* epoch*2 + write of the last fault sent for a page. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1 << 17);
+	__type(key, struct tp_page_key);
+	__type(value, __u64);
+} pages SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 << 20); /* the loader sets --ringbuf-size */
+} events SEC(".maps");
+
+/* A record being built, one per CPU (the loader sets max_entries to the
+ * number of possible CPUs; programs run with migration disabled). */
+struct tp_scratch {
+	__u32 off;    /* bytes used in buf */
+	__u32 budget; /* bytes this call may still copy */
+	__u32 tid;
+	__u32 tgid;
+	__u64 seq;
+	__u16 part;
+	__u16 pad[3];
+	/* Loop state lives here rather than on the stack: a value loaded from
+	 * a map is not tracked back through the loop's iterations, so the
+	 * verifier sees each callback converge instead of unrolling it. */
+	__u64 cap_addr, cap_left;            /* capture */
+	__u64 iov_addr, iov_count, iov_left; /* iovecs */
+	__u8 buf[TP_BUF];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct tp_scratch);
+} scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct tp_counters);
+} counters SEC(".maps");
+
+/* Keep the event types in the object's BTF for bpf2go -type. */
+const struct tp_syscall *unused_syscall __attribute__((unused));
+const struct tp_part *unused_part __attribute__((unused));
+const struct tp_item *unused_item __attribute__((unused));
+const struct tp_fault *unused_fault __attribute__((unused));
+const enum tp_event_type *unused_event_type __attribute__((unused));
+const enum tp_item_kind *unused_item_kind __attribute__((unused));
+const enum tp_rec_flags *unused_rec_flags __attribute__((unused));
+const enum tp_fault_flags *unused_fault_flags __attribute__((unused));
+const enum tp_proc_flags *unused_proc_flags __attribute__((unused));
+
+static __always_inline struct tp_scratch *scratch_get(void)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+	return bpf_map_lookup_elem(&scratch, &cpu);
+}
+
+static __always_inline struct tp_counters *counters_get(void)
+{
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&counters, &zero);
+}
+
+/* flush sends the record being built and starts the header of the next
+ * part. Global functions (here and below) are verified once, on their own. */
+__noinline int tp_flush(int end)
+{
+	struct tp_scratch *s = scratch_get();
+	if (!s)
+		return 0;
+	__u32 n = s->off;
+	if (n > TP_BUF)
+		n = TP_BUF;
+	if (end)
+		s->buf[1] |= TP_F_END;
+	if (bpf_ringbuf_output(&events, s->buf, n, 0)) {
+		struct tp_counters *c = counters_get();
+		if (c)
+			c->lost_records++;
+	}
+	s->part++;
+	struct tp_part *h = (void *)s->buf;
+	h->type = TP_EV_PART;
+	h->flags = 0;
+	h->part = s->part;
+	h->tid = s->tid;
+	h->tgid = s->tgid;
+	h->pad = 0;
+	h->seq = s->seq;
+	s->off = sizeof(*h);
+	return 0;
+}
+
+/* put_item appends an item without data, flushing first when full. */
+__noinline int tp_put_item(__u8 kind, __u64 addr, __u32 len)
+{
+	struct tp_scratch *s = scratch_get();
+	if (!s)
+		return 0;
+	if (s->off + TP_ITEM > TP_CHUNK) {
+		tp_flush(0);
+		s = scratch_get();
+		if (!s)
+			return 0;
+	}
+	__u32 off = s->off;
+	if (off > TP_CHUNK)
+		return 0;
+	struct tp_item *it = (void *)&s->buf[off];
+	it->kind = kind;
+	it->len = len;
+	it->addr = addr;
+	s->off = off + TP_ITEM;
+	return 0;
+}
+
+/* cap_step copies the next piece of a range: as much as fits in the current
+ * record; when that read fails, up to the end of the page, so that only the
+ * unreadable pages are missing. */
+static long cap_step(__u64 i, void *unused)
+{
+	struct tp_scratch *s = scratch_get();
+	if (!s || s->cap_left == 0)
+		return 1;
+	if (s->off + TP_ITEM + 256 > TP_CHUNK) {
+		tp_flush(0);
+		s = scratch_get();
+		if (!s)
+			return 1;
+	}
+	__u32 off = s->off;
+	if (off > TP_CHUNK - TP_ITEM - 256)
+		return 1;
+	__u64 addr = s->cap_addr, n = TP_CHUNK - TP_ITEM - off;
+	if (n > s->cap_left)
+		n = s->cap_left;
+	struct tp_item *it = (void *)&s->buf[off];
+	long err = bpf_probe_read_user(&s->buf[off + TP_ITEM], n & (TP_CHUNK - 1), (void *)addr);
+	if (err) {
+		__u64 page = TP_PAGE - (addr & (TP_PAGE - 1));
+		if (n > page)
+			n = page;
+		err = bpf_probe_read_user(&s->buf[off + TP_ITEM], n & (TP_CHUNK - 1), (void *)addr);
+	}
+	it->addr = addr;
+	it->len = n;
+	if (err) {
+		it->kind = TP_ITEM_UNREADABLE;
+		s->off = off + TP_ITEM;
+		struct tp_counters *ct = counters_get();
+		if (ct)
+			ct->read_failures++;
+	} else {
+		it->kind = TP_ITEM_MEM;
+		s->off = off + TP_ITEM + ((n + 7) & ~7ULL);
+	}
+	s->cap_addr = addr + n;
+	s->cap_left -= n;
+	return 0;
+}
+
+/* capture copies [addr, addr+size) into the record, or says why not. */
+__noinline int capture(__u64 addr, __u64 size)
+{
+	if (addr == 0 || size == 0)
+		return 0;
+	struct tp_scratch *s = scratch_get();
+	if (!s)
+		return 0;
+	if (size > s->budget) {
+		tp_put_item(TP_ITEM_TOOBIG, addr, size > 0xffffffffULL ? 0xffffffff : size);
+		struct tp_counters *c = counters_get();
+		if (c)
+			c->too_big++;
+		return 0;
+	}
+	s->budget -= size;
+	s->cap_addr = addr;
+	s->cap_left = size;
+	bpf_loop(TP_MAX_STEPS, cap_step, NULL, 0);
+	return 0;
+}
+
+struct call_ctx {
+	__s64 nr;
+	__u64 args[6];
+	__s64 ret;
+};
+
+static __always_inline __u64 arg_of(struct call_ctx *c, __u8 i)
+{
+	switch (i) {
+	case 0: return c->args[0];
+	case 1: return c->args[1];
+	case 2: return c->args[2];
+	case 3: return c->args[3];
+	case 4: return c->args[4];
+	case 5: return c->args[5];
+	}
+	return 0;
+}
+
+/* iov_step copies the buffer of one struct iovec, filled in order; iov_left
+ * counts the bytes the call transferred and not yet attributed. */
+static long iov_step(__u64 i, void *unused)
+{
+	struct tp_scratch *s = scratch_get();
+	if (!s || i >= s->iov_count || s->iov_left == 0)
+		return 1;
+	struct { __u64 base, len; } v;
+	if (bpf_probe_read_user(&v, sizeof(v), (void *)(s->iov_addr + i * 16)))
+		return 1; /* the array was captured whole: the recorder sees why */
+	__u64 n = v.len < s->iov_left ? v.len : s->iov_left;
+	s->iov_left -= n;
+	capture(v.base, n);
+	return 0;
+}
+
+/* iovecs copies an iovec array of count entries and the first total bytes
+ * of its buffers. */
+__noinline int iovecs(__u64 iov, __u64 count, __s64 total)
+{
+	if (total <= 0 || count == 0 || count > TP_MAX_IOV)
+		return 0;
+	capture(iov, count * 16);
+	struct tp_scratch *s = scratch_get();
+	if (!s)
+		return 0;
+	s->iov_addr = iov;
+	s->iov_count = count;
+	s->iov_left = total;
+	bpf_loop(TP_MAX_IOV, iov_step, NULL, 0);
+	return 0;
+}
+
+/* msghdr copies what recvmsg wrote through a struct user_msghdr. */
+__noinline int msghdr(__u64 addr, __s64 total)
+{
+	struct {
+		__u64 name;
+		__u32 namelen, pad;
+		__u64 iov, iovlen, control, controllen;
+		__u32 flags, pad2;
+	} m;
+	if (bpf_probe_read_user(&m, sizeof(m), (void *)addr)) {
+		capture(addr, TP_MSGHDR); /* reported unreadable */
+		return 0;
+	}
+	capture(addr, TP_MSGHDR);
+	if (m.name)
+		capture(m.name, m.namelen > TP_SOCKADDR ? TP_SOCKADDR : m.namelen);
+	iovecs(m.iov, m.iovlen, total);
+	if (m.control)
+		capture(m.control, m.controllen);
+	return 0;
+}
+
+/* out_step copies the memory behind output number i of the call. */
+static long out_step(__u64 i, struct call_ctx *c)
+{
+	__s64 nr = c->nr;
+	if (nr < 0 || nr > TP_MAX_SYSNUM || i >= TP_MAX_OUTS)
+		return 1;
+	const struct tp_out *o = &tp_outs[nr][i];
+	if (!(o->flags & TP_OUT_VALID))
+		return 1;
+	int failed = c->ret < 0;
+	if (failed && !(o->flags & TP_OUT_ONERROR))
+		return 0;
+	__u64 ptr = arg_of(c, o->arg);
+	if (ptr == 0)
+		return 0;
+	__s64 rbytes = failed ? 0 : c->ret;
+	__u64 n = 0, v;
+	switch (o->kind) {
+	case TP_OUT_PLAIN:
+		switch (o->size) {
+		case TP_SIZE_FIXED:
+			n = o->n;
+			break;
+		case TP_SIZE_RET:
+			n = rbytes;
+			break;
+		case TP_SIZE_ARG:
+			n = arg_of(c, o->sarg);
+			break;
+		case TP_SIZE_ARGPTR: {
+			__u64 lp = arg_of(c, o->sarg);
+			__s32 l = 0;
+			if (lp == 0)
+				return 0;
+			capture(lp, 4);
+			if (bpf_probe_read_user(&l, 4, (void *)lp) || l < 0)
+				return 0;
+			n = l;
+			break;
+		}
+		case TP_SIZE_RETTIMES:
+			n = (__u64)rbytes * o->n;
+			break;
+		case TP_SIZE_ARGTIMES:
+			v = arg_of(c, o->sarg);
+			n = v > 0xffffffffULL ? ~0ULL : v * o->n;
+			break;
+		}
+		if (o->max && n > o->max)
+			n = o->max;
+		capture(ptr, n);
+		break;
+	case TP_OUT_IOVEC:
+		iovecs(ptr, arg_of(c, o->sarg), rbytes);
+		break;
+	case TP_OUT_MSGHDR:
+		msghdr(ptr, rbytes);
+		break;
+	default:
+		tp_put_item(TP_ITEM_UNSUPPORTED, ptr, o->kind);
+	}
+	return 0;
+}
+
+static __always_inline int restarting(long ret)
+{
+	/* include/linux/errno.h: ERESTARTSYS, ERESTARTNOINTR, ERESTARTNOHAND,
+	 * ERESTART_RESTARTBLOCK; the program never sees them. */
+	return ret == -512 || ret == -513 || ret == -514 || ret == -516;
+}
+
+SEC("tp_btf/sys_enter")
+int BPF_PROG(tp_sys_enter, struct pt_regs *regs, long id)
+{
+	__u64 pt = bpf_get_current_pid_tgid();
+	__u32 tgid = pt >> 32, tid = (__u32)pt;
+	if (!bpf_map_lookup_elem(&traced, &tgid))
+		return 0;
+	struct tp_entry e = {.nr = id};
+	e.args[0] = regs->di;
+	e.args[1] = regs->si;
+	e.args[2] = regs->dx;
+	e.args[3] = regs->r10;
+	e.args[4] = regs->r8;
+	e.args[5] = regs->r9;
+	bpf_map_update_elem(&entries, &tid, &e, BPF_ANY);
+	return 0;
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(tp_sys_exit, struct pt_regs *regs, long ret)
+{
+	__u64 pt = bpf_get_current_pid_tgid();
+	__u32 tgid = pt >> 32, tid = (__u32)pt;
+	struct tp_proc *p = bpf_map_lookup_elem(&traced, &tgid);
+	if (!p)
+		return 0;
+	struct tp_entry *e = bpf_map_lookup_elem(&entries, &tid);
+	if (!e) {
+		struct tp_counters *c = counters_get();
+		if (c)
+			c->no_entry++;
+		return 0;
+	}
+	struct call_ctx call = {.nr = e->nr, .ret = ret};
+	__builtin_memcpy(call.args, e->args, sizeof(call.args));
+	bpf_map_delete_elem(&entries, &tid);
+	if (restarting(ret)) {
+		if (ret == -516 && call.nr != TP_NR_RESTART)
+			bpf_map_update_elem(&restarts, &tid, (struct tp_entry *)&call, BPF_ANY);
+		return 0;
+	}
+	struct tp_scratch *s = scratch_get();
+	if (!s)
+		return 0;
+	__u64 seq = __sync_fetch_and_add(&p->seq, 1) + 1;
+	struct tp_syscall *h = (void *)s->buf;
+	h->type = TP_EV_SYSCALL;
+	h->flags = 0;
+	h->part = 0;
+	h->tid = tid;
+	h->tgid = tgid;
+	h->nr = call.nr;
+	h->seq = seq;
+	__builtin_memcpy(h->args, call.args, sizeof(h->args));
+	h->ret = ret;
+	h->rip = regs->ip;
+	s->off = sizeof(*h);
+	s->budget = max_capture;
+	s->tid = tid;
+	s->tgid = tgid;
+	s->seq = seq;
+	s->part = 0;
+
+	if (call.nr == TP_NR_RESTART) {
+		struct tp_entry *r = bpf_map_lookup_elem(&restarts, &tid);
+		if (r) {
+			h->flags |= TP_F_RESTARTED;
+			call.nr = r->nr;
+			__builtin_memcpy(call.args, r->args, sizeof(call.args));
+			bpf_map_delete_elem(&restarts, &tid);
+			__u32 off = s->off;
+			if (off <= TP_CHUNK) {
+				struct tp_item *it = (void *)&s->buf[off];
+				it->kind = TP_ITEM_RESTART;
+				it->len = 56;
+				it->addr = 0;
+				__builtin_memcpy(&s->buf[off + TP_ITEM], &call.nr, 8);
+				__builtin_memcpy(&s->buf[off + TP_ITEM + 8], call.args, 48);
+				s->off = off + TP_ITEM + 56;
+			}
+		}
+	}
+	bpf_loop(TP_MAX_OUTS, out_step, &call, 0);
+	tp_flush(1);
+	return 0;
+}
+
+static __always_inline void on_fault(__u64 addr, __u64 ip, __u64 err, __u8 kernel)
+{
+	if (addr >= TP_USER_END)
+		return;
+	__u64 pt = bpf_get_current_pid_tgid();
+	__u32 tgid = pt >> 32;
+	struct tp_proc *p = bpf_map_lookup_elem(&traced, &tgid);
+	if (!p)
+		return;
+	__u64 epoch = p->epoch, w = (err & TP_PF_WRITE) ? 1 : 0;
+	struct tp_page_key k = {.tgid = tgid, .page = addr & ~(TP_PAGE - 1)};
+	__u64 *last = bpf_map_lookup_elem(&pages, &k);
+	__u64 mark = epoch * 2 + w;
+	if (last && *last / 2 == epoch) {
+		if ((*last & 1) || !w)
+			return;
+	}
+	struct tp_fault *f = bpf_ringbuf_reserve(&events, sizeof(*f), 0);
+	if (!f) {
+		struct tp_counters *c = counters_get();
+		if (c)
+			c->lost_faults++;
+		return;
+	}
+	f->type = TP_EV_FAULT;
+	f->flags = (w ? TP_FAULT_WRITE : 0) | (kernel ? TP_FAULT_KERNEL : 0);
+	f->pad = 0;
+	f->tid = (__u32)pt;
+	f->tgid = tgid;
+	f->pad2 = 0;
+	f->addr = k.page;
+	f->ip = ip;
+	f->epoch = epoch;
+	bpf_ringbuf_submit(f, 0);
+	bpf_map_update_elem(&pages, &k, &mark, BPF_ANY);
+}
+
+SEC("tp_btf/page_fault_user")
+int BPF_PROG(tp_fault_user, unsigned long address, struct pt_regs *regs, unsigned long error_code)
+{
+	on_fault(address, regs->ip, error_code, 0);
+	return 0;
+}
+
+SEC("tp_btf/page_fault_kernel")
+int BPF_PROG(tp_fault_kernel, unsigned long address, struct pt_regs *regs, unsigned long error_code)
+{
+	on_fault(address, regs->ip, error_code, 1);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(tp_fork, struct task_struct *parent, struct task_struct *child)
+{
+	__u32 ptgid = parent->tgid, ctgid = child->tgid;
+	if (ptgid == ctgid)
+		return 0; /* a new thread: the tgid is already there */
+	struct tp_proc *p = bpf_map_lookup_elem(&traced, &ptgid);
+	if (!p || !(p->flags & TP_PROC_FOLLOW_FORK))
+		return 0;
+	struct tp_proc c = {.epoch = p->epoch, .flags = p->flags};
+	bpf_map_update_elem(&traced, &ctgid, &c, BPF_NOEXIST);
+	return 0;
+}
+
+/* Only the first argument: kernels before 6.16 pass no group_dead. */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(tp_exit, struct task_struct *task)
+{
+	__u32 tid = task->pid, tgid = task->tgid;
+	if (!bpf_map_lookup_elem(&traced, &tgid))
+		return 0;
+	bpf_map_delete_elem(&entries, &tid);
+	bpf_map_delete_elem(&restarts, &tid);
+	/* kernel/exit.c: do_exit drops signal->live before this tracepoint. */
+	if (BPF_CORE_READ(task, signal, live.counter) == 0)
+		bpf_map_delete_elem(&traced, &tgid);
+	return 0;
+}
