@@ -37,6 +37,9 @@ func (e *engine) atLogEnd(regs proc.Regs) (*Result, error) {
 		return e.verified(regs.Rip), nil
 	}
 	var code [2]byte
+	if err := e.touch(end.Regs.Rip, len(code)); err != nil {
+		return nil, err
+	}
 	if err := e.mem.ReadAt(code[:], end.Regs.Rip); err != nil {
 		return nil, e.diverge(regs.Rip, e.lastSeq(), "the recorded end rip is not mapped in the replay",
 			fmt.Sprintf("code at %#x", end.Regs.Rip), err.Error())
@@ -124,6 +127,12 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 	}
 	code := int32(le32(info[8:]))
 	addr := le64(info[16:])
+	if sig == int(unix.SIGSEGV) && code > 0 {
+		// First touch of a lazy page: serve it and restart the instruction.
+		if ok, err := e.serve(addr); err != nil || ok {
+			return nil, unix.PTRACE_SYSCALL, err
+		}
+	}
 	end := e.c.End
 	atEnd := e.realFault && e.next == len(e.log) && sig == end.Signo
 	var wantCode int32
@@ -202,6 +211,9 @@ func (e *engine) matchEnd(regs proc.Regs) string {
 	}
 	page := make([]byte, pageSize)
 	for _, d := range e.c.End.Digests {
+		if err := e.touch(d.Addr, pageSize); err != nil {
+			return err.Error()
+		}
 		if err := e.mem.ReadAt(page, d.Addr); err != nil {
 			return fmt.Sprintf("page %#x unreadable", d.Addr)
 		}

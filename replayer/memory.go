@@ -43,6 +43,7 @@ func (e *engine) memoryEntry(p *pending, regs *proc.Regs) error {
 		seq, fd := rec.Seq, int32(a[4])
 		p.after = func() error {
 			e.guards.remove(addr, addr+length)
+			e.dropLazy(addr, addr+length)
 			if !file || prot == unix.PROT_NONE {
 				return nil
 			}
@@ -58,6 +59,7 @@ func (e *engine) memoryEntry(p *pending, regs *proc.Regs) error {
 		p.after = func() error {
 			if rec.Ret == 0 {
 				e.guards.remove(start, end)
+				e.dropLazy(start, end)
 			}
 			return nil
 		}
@@ -96,10 +98,13 @@ func (e *engine) memoryEntry(p *pending, regs *proc.Regs) error {
 			}
 			if dst != old {
 				e.guards.remove(dst, dst+newLen)
+				e.dropLazy(dst, dst+newLen)
 				e.guards.move(old, oldLen, dst)
+				e.moveLazy(old, oldLen, dst)
 			}
 			if newLen < oldLen {
 				e.guards.remove(dst+newLen, dst+oldLen)
+				e.dropLazy(dst+newLen, dst+oldLen)
 			}
 			return nil
 		}
@@ -150,6 +155,18 @@ func (e *engine) brkEntry(p *pending, rewrite func(nr int, args ...uint64)) erro
 // fillMapping writes the recorded content of a new mapping [start, end) and
 // guards the pages the checkpoint does not hold.
 func (e *engine) fillMapping(start, end uint64, prot uint32, pages []format.PageRef, reason string) error {
+	if e.opts.Lazy {
+		for _, pr := range pages {
+			if pr.Addr >= start && pr.Addr < end {
+				e.lazy[pr.Addr] = lazyPage{hash: pr.Hash}
+			}
+		}
+		if _, err := e.stub.injectOK(fmt.Sprintf("guard %#x-%#x", start, end), unix.SYS_MPROTECT, start, end-start, unix.PROT_NONE); err != nil {
+			return err
+		}
+		e.guards.add(guard{start: start, end: end, prot: prot, reason: reason})
+		return nil
+	}
 	have := make(map[uint64]bool, len(pages))
 	for _, pr := range pages {
 		if pr.Addr < start || pr.Addr >= end {

@@ -30,6 +30,10 @@ type Options struct {
 	Verbose bool
 	// Timeout bounds the run; 0 means max(30 s, 20 times the recorded window).
 	Timeout time.Duration
+	// Lazy serves every page on its first access instead of writing them all
+	// up front, and reports the pages served in Result.Served: the exact set
+	// of pages the window touches (see lazy.go).
+	Lazy bool
 }
 
 // Result describes a verified replay.
@@ -43,6 +47,9 @@ type Result struct {
 	// recorded executable is on this machine with the same build-id.
 	Symbol   string
 	Duration time.Duration
+	// Served lists, with Options.Lazy, the addresses of the pages the replay
+	// touched, in order.
+	Served []uint64
 }
 
 // Summary is the one line tpreplay prints for a verified replay.
@@ -183,7 +190,9 @@ type engine struct {
 	mem    *proc.Mem
 	out    *outputs
 	guards guardSet
-	brkEnd uint64 // page-aligned end of the program's heap as replay built it
+	lazy   map[uint64]lazyPage // pages not served yet (Options.Lazy)
+	served map[uint64]bool     // pages served so far
+	brkEnd uint64              // page-aligned end of the program's heap as replay built it
 	pend   *pending
 	bp     breakpoint
 
@@ -486,6 +495,11 @@ func (e *engine) onEntry(regs proc.Regs, nr int, args [6]uint64) (*Result, error
 	case syscalls.Emulate:
 	case syscalls.Process:
 		p.real, p.want = true, rec.Ret
+		if a, n := processMemory(rec.Nr, rec.Args); a != 0 {
+			if err := e.touch(a, n); err != nil {
+				return nil, err
+			}
+		}
 	case syscalls.Memory:
 		if err := e.memoryEntry(p, &regs); err != nil {
 			return nil, err
@@ -533,6 +547,9 @@ func (e *engine) onExit(regs proc.Regs) (*Result, error) {
 		}
 	}
 	for _, o := range rec.Out {
+		if err := e.touch(o.Addr, len(o.Data)); err != nil {
+			return nil, err
+		}
 		if err := e.mem.WriteAt(o.Data, o.Addr); err != nil {
 			return nil, e.diverge(regs.Rip, rec.Seq, fmt.Sprintf("output buffer of %s is not mapped", syscalls.Name(rec.Nr)),
 				fmt.Sprintf("%d bytes at %#x", len(o.Data), o.Addr), err.Error())
@@ -564,6 +581,7 @@ func (e *engine) verified(rip uint64) *Result {
 		Intervals: len(e.c.Intervals) - e.k,
 		End:       e.c.End,
 		Rip:       rip,
+		Served:    e.servedPages(),
 	}
 }
 

@@ -142,6 +142,10 @@ func (e *engine) rebuild() error {
 		}
 		return region{}, false
 	}
+	e.served = map[uint64]bool{}
+	if e.opts.Lazy {
+		return e.rebuildLazy(regs, state)
+	}
 	outside := 0
 	for a, h := range state {
 		if _, ok := inRegion(a); !ok {
@@ -218,5 +222,25 @@ func (e *engine) rebuild() error {
 	}
 	e.logf("rebuilt %d regions, wrote %d pages, %d pages not in the checkpoint guarded, %d checkpoint pages outside the map",
 		len(regs), len(addrs), guarded, outside)
+	return nil
+}
+
+// rebuildLazy leaves every page of the recreated regions inaccessible; the
+// pages of the start state are served on their first access (lazy.go).
+func (e *engine) rebuildLazy(regs []region, state map[uint64]format.Hash) error {
+	e.lazy = make(map[uint64]lazyPage, len(state))
+	for a, h := range state {
+		e.lazy[a] = lazyPage{hash: h}
+	}
+	for _, r := range regs {
+		if r.Prot == 0 {
+			continue
+		}
+		if _, err := e.stub.injectOK(fmt.Sprintf("guard %#x-%#x", r.Start, r.End), unix.SYS_MPROTECT, r.Start, r.End-r.Start, unix.PROT_NONE); err != nil {
+			return err
+		}
+		e.guards.add(guard{start: r.Start, end: r.End, prot: r.Prot})
+	}
+	e.logf("rebuilt %d regions lazily, %d pages servable", len(regs), len(e.lazy))
 	return nil
 }

@@ -1,0 +1,116 @@
+package replayer
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/tprec/tprec/format"
+	"golang.org/x/sys/unix"
+)
+
+// Lazy pages. With Options.Lazy the rebuild writes no page: every page of the
+// recreated regions stays inaccessible, and the first access to one (a
+// SIGSEGV under ptrace) is served: its content is written, its protection
+// restored, the faulting instruction restarted. Accesses the replayer makes
+// itself (syscall output buffers, the end-state digests, the breakpoint at the
+// end) serve the pages first too. The pages served are exactly the pages the
+// window touches, which is what a minimal checkpoint must hold.
+
+// lazyPage says where a servable page's content is.
+type lazyPage struct {
+	hash format.Hash
+}
+
+// serve makes the page holding addr accessible with its recorded content, if
+// it is a lazy page. It reports whether it served one.
+func (e *engine) serve(addr uint64) (bool, error) {
+	page := pageDown(addr)
+	lp, ok := e.lazy[page]
+	if !ok {
+		return false, nil
+	}
+	g, guarded := e.guards.find(page)
+	if !guarded {
+		delete(e.lazy, page)
+		return false, nil
+	}
+	if lp.hash != format.ZeroHash {
+		data, err := e.pages.Page(lp.hash)
+		if err != nil {
+			return false, fmt.Errorf("page %#x: %w", page, err)
+		}
+		if err := e.mem.WriteAt(data, page); err != nil {
+			return false, fmt.Errorf("serve page %#x: %w", page, err)
+		}
+	}
+	if g.prot != unix.PROT_NONE {
+		if _, err := e.stub.injectOK(fmt.Sprintf("serve %#x", page), unix.SYS_MPROTECT, page, pageSize, uint64(g.prot)); err != nil {
+			return false, err
+		}
+	}
+	e.guards.remove(page, page+pageSize)
+	delete(e.lazy, page)
+	e.served[page] = true
+	return true, nil
+}
+
+// touch serves every lazy page of [addr, addr+n) before the replayer reads or
+// writes that memory itself.
+func (e *engine) touch(addr uint64, n int) error {
+	if len(e.lazy) == 0 || n <= 0 {
+		return nil
+	}
+	for p := pageDown(addr); p < addr+uint64(n); p += pageSize {
+		if _, err := e.serve(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// servedPages lists the served page addresses in order.
+func (e *engine) servedPages() []uint64 {
+	out := make([]uint64, 0, len(e.served))
+	for p := range e.served {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// processMemory is the user memory the kernel reads when replay executes a
+// Process-kind syscall for real: it must be served before the call.
+func processMemory(nr int, a [6]uint64) (addr uint64, n int) {
+	switch nr {
+	case unix.SYS_RT_SIGACTION:
+		return a[1], 32 // struct kernel_sigaction with an 8-byte mask
+	case unix.SYS_RT_SIGPROCMASK:
+		return a[1], 8
+	case unix.SYS_SIGALTSTACK:
+		return a[0], 24
+	}
+	return 0, 0
+}
+
+// dropLazy forgets the servable pages of [start, end) (unmapped or replaced).
+func (e *engine) dropLazy(start, end uint64) {
+	for a := range e.lazy {
+		if a >= start && a < end {
+			delete(e.lazy, a)
+		}
+	}
+}
+
+// moveLazy moves the servable pages of [old, old+n) to start at dst (mremap).
+func (e *engine) moveLazy(old, n, dst uint64) {
+	moved := map[uint64]lazyPage{}
+	for a, lp := range e.lazy {
+		if a >= old && a < old+n {
+			moved[a-old+dst] = lp
+			delete(e.lazy, a)
+		}
+	}
+	for a, lp := range moved {
+		e.lazy[a] = lp
+	}
+}
