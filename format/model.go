@@ -72,7 +72,7 @@ type Interval struct {
 	Threads    []Thread
 	Maps       []Mapping
 	Written    []PageRef // originals (content at interval start) of pages written in it
-	Replayable bool      // false if something in it cannot be replayed (Reason says what)
+	Replayable bool      // false if something in it cannot be replayed (Reason says what): a replay can neither start in it nor run through it
 	Reason     string
 }
 

@@ -212,26 +212,34 @@ func prepare(c *format.Checkpoint, pages format.PageSource, opts Options) (*engi
 	if len(c.Intervals) == 0 {
 		return nil, fmt.Errorf("checkpoint has no interval")
 	}
-	k := -1
+	// A replay can neither start in nor run through an interval that is not
+	// replayable: start after the last such one.
+	last := -1
 	for i, iv := range c.Intervals {
-		if opts.From >= 0 && iv.Index == opts.From {
-			if !iv.Replayable {
-				return nil, fmt.Errorf("interval %d is not replayable: %s", iv.Index, iv.Reason)
-			}
-			k = i
-			break
-		}
-		if opts.From < 0 && iv.Replayable {
-			k = i
-			break
+		if !iv.Replayable {
+			last = i
 		}
 	}
-	if k < 0 {
-		if opts.From >= 0 {
+	k := -1
+	if opts.From < 0 {
+		if last == len(c.Intervals)-1 {
+			iv := c.Intervals[last]
+			return nil, fmt.Errorf("checkpoint has no replayable interval (the last one, %d: %s)", iv.Index, iv.Reason)
+		}
+		k = last + 1
+	} else {
+		for i, iv := range c.Intervals {
+			if iv.Index == opts.From {
+				k = i
+			}
+		}
+		if k < 0 {
 			return nil, fmt.Errorf("checkpoint has no interval %d", opts.From)
 		}
-		return nil, fmt.Errorf("checkpoint has no replayable interval (interval %d: %s)",
-			c.Intervals[0].Index, c.Intervals[0].Reason)
+		if k <= last {
+			iv := c.Intervals[last]
+			return nil, fmt.Errorf("a replay from interval %d would run through interval %d, which is not replayable: %s", opts.From, iv.Index, iv.Reason)
+		}
 	}
 	for _, iv := range c.Intervals[k:] {
 		if len(iv.Threads) != 1 {
