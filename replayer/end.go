@@ -48,8 +48,11 @@ func (e *engine) atLogEnd(regs proc.Regs) (*Result, error) {
 	return nil, e.armBreakpoint()
 }
 
+// armBreakpoint and disarmBreakpoint go through the engine's int3 table,
+// which a debugger's breakpoints share: one int3 byte per address, whoever
+// wants it.
 func (e *engine) armBreakpoint() error {
-	if err := e.mem.WriteAt([]byte{0xcc}, e.bp.addr); err != nil {
+	if err := e.int3s.set(e.mem, e.bp.addr, ownerEnd, true); err != nil {
 		return fmt.Errorf("set breakpoint: %w", err)
 	}
 	e.bp.armed = true
@@ -60,10 +63,25 @@ func (e *engine) disarmBreakpoint() error {
 	if !e.bp.armed {
 		return nil
 	}
-	if err := e.mem.WriteAt([]byte{e.bp.orig}, e.bp.addr); err != nil {
+	if err := e.int3s.set(e.mem, e.bp.addr, ownerEnd, false); err != nil {
 		return fmt.Errorf("clear breakpoint: %w", err)
 	}
 	e.bp.armed = false
+	return nil
+}
+
+// endBreakpointHit compares the program, standing at the end breakpoint's
+// address, with the recorded end. It returns the result on a match.
+func (e *engine) endBreakpointHit(regs proc.Regs) *Result {
+	e.bp.hits++
+	why := e.matchEnd(regs)
+	if why == "" {
+		return e.verified(regs.Rip)
+	}
+	if !strings.Contains(why, "(recorded") {
+		e.bp.regsMatched++
+		e.bp.lastWhy = why
+	}
 	return nil
 }
 
@@ -95,7 +113,6 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 			return nil, unix.PTRACE_SYSCALL, e.armBreakpoint()
 		}
 		if e.bp.armed && regs.Rip == e.bp.addr+1 {
-			e.bp.hits++
 			if err := e.disarmBreakpoint(); err != nil {
 				return nil, 0, err
 			}
@@ -103,13 +120,8 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 			if err := proc.SetRegs(pid, regs); err != nil {
 				return nil, 0, err
 			}
-			why := e.matchEnd(regs)
-			if why == "" {
-				return e.verified(regs.Rip), 0, nil
-			}
-			if !strings.Contains(why, "(recorded") {
-				e.bp.regsMatched++
-				e.bp.lastWhy = why
+			if res := e.endBreakpointHit(regs); res != nil {
+				return res, 0, nil
 			}
 			if e.bp.syscall {
 				// The next stop is that syscall's entry, which is itself a

@@ -195,6 +195,8 @@ type engine struct {
 	brkEnd uint64              // page-aligned end of the program's heap as replay built it
 	pend   *pending
 	bp     breakpoint
+	int3s  int3Table
+	dbg    *debugState // nil unless a debugger drives the engine (Session)
 
 	// realFault: the end is a synchronous fault the program raises itself.
 	realFault bool
@@ -355,10 +357,8 @@ func (e *engine) diverge(rip uint64, seq uint64, reason, expected, actual string
 
 // loop drives the stub from its first instruction to the end state.
 func (e *engine) loop() (*Result, error) {
-	pid := e.stub.pid
-	req, sig := unix.PTRACE_SYSCALL, 0
 	if len(e.log) == 0 {
-		regs, err := proc.GetRegs(pid)
+		regs, err := proc.GetRegs(e.stub.pid)
 		if err != nil {
 			return nil, err
 		}
@@ -366,57 +366,109 @@ func (e *engine) loop() (*Result, error) {
 			return res, err
 		}
 	}
+	req := unix.PTRACE_SYSCALL
 	for {
-		if err := proc.Resume(req, pid, sig); err != nil {
-			return nil, fmt.Errorf("resume replay: %w", err)
-		}
-		req, sig = unix.PTRACE_SYSCALL, 0
-		st, err := proc.Wait(pid)
+		ev, err := e.advance(req, nil)
 		if err != nil {
 			return nil, err
 		}
-		if st.Exited() {
-			e.stub.reaped = true
-			reason := fmt.Sprintf("the replayed process ended: %v", st)
-			if st.Status.Signaled() && st.Status.Signal() == unix.SIGSYS {
-				reason = "the replayed process was killed by the seccomp filter: it executed a syscall replay must never execute for real"
-			}
-			return nil, e.diverge(0, e.lastSeq(), reason, "", "")
+		if ev.res != nil {
+			return ev.res, nil
 		}
-		regs, err := proc.GetRegs(pid)
-		if err != nil {
-			return nil, err
-		}
-		switch {
-		case st.SyscallStop():
-			info, err := proc.GetSyscallInfo(pid)
-			if err != nil {
-				return nil, fmt.Errorf("read syscall stop: %w", err)
-			}
-			switch info.Op {
-			case proc.SyscallEntry:
-				res, err := e.onEntry(regs, int(info.Nr), info.Args)
-				if res != nil || err != nil {
-					return res, err
-				}
-			case proc.SyscallExit:
-				res, err := e.onExit(regs)
-				if res != nil || err != nil {
-					return res, err
-				}
-			default:
-				return nil, fmt.Errorf("syscall stop of unknown kind %d", info.Op)
-			}
-		case st.Signal() != 0:
-			res, next, err := e.onSignal(regs, st.Signal())
-			if res != nil || err != nil {
-				return res, err
-			}
-			req = next
-		default:
-			// Group-stop or event stops: nothing to do, resume.
-		}
+		req = ev.next
 	}
+}
+
+// event is what one advance of the stub came to.
+type event struct {
+	kind eventKind
+	regs proc.Regs // at the stop, after the engine handled it
+	nr   int       // syscall number of a syscall stop
+	res  *Result   // the recorded end was reached
+	next int       // the ptrace request to resume with
+	// trapped: a debugger's trap the intercept claimed; info is its siginfo.
+	info []byte
+}
+
+type eventKind int
+
+const (
+	evOther  eventKind = iota
+	evEntry            // a syscall entry the engine handled
+	evExit             // a syscall exit the engine handled: one more record done
+	evSignal           // a signal the engine handled (the end breakpoint, or the end)
+	evTrap             // a SIGTRAP claimed by the intercept
+)
+
+// trapIntercept lets a debugger claim a signal stop (its breakpoints, steps,
+// watchpoints, an interrupt) before the engine's own signal handling sees it;
+// it returns true when the stop is the debugger's.
+type trapIntercept func(regs proc.Regs, sig int, info []byte) bool
+
+// advance resumes the stub with req, waits for its next stop and lets the
+// engine handle it: syscall entries and exits are checked against the log and
+// emulated, signals go through onSignal. Run and Session share it.
+func (e *engine) advance(req int, intercept trapIntercept) (event, error) {
+	pid := e.stub.pid
+	ev := event{next: unix.PTRACE_SYSCALL}
+	if err := proc.Resume(req, pid, 0); err != nil {
+		return ev, fmt.Errorf("resume replay: %w", err)
+	}
+	st, err := proc.Wait(pid)
+	if err != nil {
+		return ev, err
+	}
+	if st.Exited() {
+		e.stub.reaped = true
+		reason := fmt.Sprintf("the replayed process ended: %v", st)
+		if st.Status.Signaled() && st.Status.Signal() == unix.SIGSYS {
+			reason = "the replayed process was killed by the seccomp filter: it executed a syscall replay must never execute for real"
+		}
+		return ev, e.diverge(0, e.lastSeq(), reason, "", "")
+	}
+	regs, err := proc.GetRegs(pid)
+	if err != nil {
+		return ev, err
+	}
+	ev.regs = regs
+	switch {
+	case st.SyscallStop():
+		info, err := proc.GetSyscallInfo(pid)
+		if err != nil {
+			return ev, fmt.Errorf("read syscall stop: %w", err)
+		}
+		switch info.Op {
+		case proc.SyscallEntry:
+			ev.kind, ev.nr = evEntry, int(info.Nr)
+			ev.res, err = e.onEntry(regs, int(info.Nr), info.Args)
+		case proc.SyscallExit:
+			ev.kind = evExit
+			if e.pend != nil {
+				ev.nr = e.pend.rec.Nr
+			}
+			ev.res, err = e.onExit(regs)
+		default:
+			err = fmt.Errorf("syscall stop of unknown kind %d", info.Op)
+		}
+		return ev, err
+	case st.Signal() != 0:
+		sig := st.Signal()
+		if intercept != nil {
+			info, err := proc.GetSiginfo(pid)
+			if err != nil {
+				return ev, fmt.Errorf("read siginfo: %w", err)
+			}
+			if intercept(regs, sig, info) {
+				ev.kind, ev.info = evTrap, info
+				return ev, nil
+			}
+		}
+		ev.kind = evSignal
+		ev.res, ev.next, err = e.onSignal(regs, sig)
+		return ev, err
+	}
+	// Group-stop or event stops: nothing to do, resume.
+	return ev, nil
 }
 
 // pending is the syscall between its entry and exit stops.

@@ -1,0 +1,615 @@
+package replayer
+
+import (
+	"fmt"
+	"sort"
+	"sync/atomic"
+
+	"github.com/tprec/tprec/proc"
+	"github.com/tprec/tprec/syscalls"
+
+	"golang.org/x/sys/unix"
+)
+
+// Owners of an int3 byte: the engine's end-state search and the debugger.
+const (
+	ownerEnd = 1 << iota
+	ownerDbg
+)
+
+// int3 is one software breakpoint in the program's code.
+type int3 struct {
+	orig   byte
+	owners int
+	lifted bool // the original byte is back in memory for a step over it
+}
+
+// int3Table holds every int3 the replayer put into the program's code, whoever
+// asked for it: one byte per address, removed when its last owner leaves. Reads
+// through engine.readMem see the original bytes, so neither a debugger nor the
+// end-state comparison ever sees an int3.
+type int3Table struct{ at map[uint64]*int3 }
+
+func (t *int3Table) set(mem *proc.Mem, addr uint64, owner int, on bool) error {
+	b := t.at[addr]
+	if on {
+		if b != nil {
+			b.owners |= owner
+			return nil
+		}
+		var orig [1]byte
+		if err := mem.ReadAt(orig[:], addr); err != nil {
+			return err
+		}
+		if err := mem.WriteAt([]byte{0xcc}, addr); err != nil {
+			return err
+		}
+		if t.at == nil {
+			t.at = map[uint64]*int3{}
+		}
+		t.at[addr] = &int3{orig: orig[0], owners: owner}
+		return nil
+	}
+	if b == nil || b.owners&owner == 0 {
+		return nil
+	}
+	b.owners &^= owner
+	if b.owners != 0 {
+		return nil
+	}
+	delete(t.at, addr)
+	if b.lifted {
+		return nil
+	}
+	return mem.WriteAt([]byte{b.orig}, addr)
+}
+
+func (t *int3Table) has(addr uint64, owner int) bool {
+	b := t.at[addr]
+	return b != nil && b.owners&owner != 0
+}
+
+// lift puts the original byte back for one step over the instruction.
+func (t *int3Table) lift(mem *proc.Mem, addr uint64) error {
+	b := t.at[addr]
+	if b == nil || b.lifted {
+		return nil
+	}
+	b.lifted = true
+	return mem.WriteAt([]byte{b.orig}, addr)
+}
+
+// drop rewrites the int3s lift took out.
+func (t *int3Table) drop(mem *proc.Mem) error {
+	for a, b := range t.at {
+		if b.lifted {
+			b.lifted = false
+			if err := mem.WriteAt([]byte{0xcc}, a); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// hide puts the original bytes into buf, read from memory at addr.
+func (t *int3Table) hide(buf []byte, addr uint64) {
+	for a, b := range t.at {
+		if a >= addr && a < addr+uint64(len(buf)) && !b.lifted {
+			buf[a-addr] = b.orig
+		}
+	}
+}
+
+// rewritten takes note that [addr, addr+n) was just written by the replayer
+// (a syscall's output): the bytes there are the new originals.
+func (t *int3Table) rewritten(mem *proc.Mem, addr uint64, n int) error {
+	for a, b := range t.at {
+		if a < addr || a >= addr+uint64(n) {
+			continue
+		}
+		var cur [1]byte
+		if err := mem.ReadAt(cur[:], a); err != nil {
+			return err
+		}
+		b.orig = cur[0]
+		if !b.lifted {
+			if err := mem.WriteAt([]byte{0xcc}, a); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// forget drops the int3s whose byte is no longer 0xcc: an address-space call
+// replaced the mapping under them.
+func (t *int3Table) forget(mem *proc.Mem) {
+	for a, b := range t.at {
+		var cur [1]byte
+		if b.lifted {
+			continue
+		}
+		if err := mem.ReadAt(cur[:], a); err != nil || cur[0] != 0xcc {
+			delete(t.at, a)
+		}
+	}
+}
+
+// readMem reads the program's memory as the program has it: without the
+// replayer's int3 bytes.
+func (e *engine) readMem(buf []byte, addr uint64) error {
+	if err := e.mem.ReadAt(buf, addr); err != nil {
+		return err
+	}
+	e.int3s.hide(buf, addr)
+	return nil
+}
+
+// WatchKind is what access triggers a watchpoint.
+type WatchKind int
+
+// Watchpoint kinds, in the x86 DR7 R/W encoding (there is no read-only kind:
+// a read watchpoint is a read/write one).
+const (
+	WatchWrite  WatchKind = 1
+	WatchRead   WatchKind = 2
+	WatchAccess WatchKind = 3
+)
+
+// Watch is a hardware watchpoint: Len is 1, 2, 4 or 8 and Addr is aligned to it.
+type Watch struct {
+	Addr uint64
+	Len  int
+	Kind WatchKind
+}
+
+func (w Watch) overlaps(addr uint64, n int) bool {
+	return addr < w.Addr+uint64(w.Len) && w.Addr < addr+uint64(n)
+}
+
+// tracker counts the arrivals at one address since the current stretch (the
+// run of instructions since the last completed syscall) began. clean says the
+// int3 has been there since the stretch began, so the count is exact.
+type tracker struct {
+	count int
+	clean bool
+}
+
+// debugState is the engine's state when a debugger drives it.
+type debugState struct {
+	track   map[uint64]*tracker // addresses whose arrivals are counted (all hold an int3)
+	user    map[uint64]bool     // of those, where the debugger stops
+	keep    map[uint64]bool     // tracked for a position, not pruned at stretch starts
+	watches []Watch
+	hits    int // watchpoint triggers since the stretch began
+	catch   catchSet
+	// atEntry: stopped at a syscall-entry stop the engine already handled;
+	// entryRegs are the registers the program had there.
+	atEntry    bool
+	entryRegs  proc.Regs
+	stepping   bool         // the last resume was a single step of ours
+	interrupt  *atomic.Bool // a stop was requested from outside
+	ended      *Result
+	watchClean bool // the watchpoints have been there since the stretch began
+	fresh      bool // no instruction of the stretch has run yet
+}
+
+// catchSet says which syscalls the debugger wants to see.
+type catchSet struct {
+	on  bool
+	all bool
+	nrs map[int]bool
+}
+
+func (c catchSet) wants(nr int) bool { return c.on && (c.all || c.nrs[nr]) }
+
+func newDebugState() *debugState {
+	return &debugState{track: map[uint64]*tracker{}, user: map[uint64]bool{}, keep: map[uint64]bool{}, interrupt: &atomic.Bool{}}
+}
+
+// trackAddr starts counting arrivals at addr; clean when the stretch has not
+// run yet.
+func (e *engine) trackAddr(addr uint64, clean bool) error {
+	d := e.dbg
+	if _, ok := d.track[addr]; ok {
+		return nil
+	}
+	if err := e.int3s.set(e.mem, addr, ownerDbg, true); err != nil {
+		return fmt.Errorf("breakpoint at %#x: %w", addr, err)
+	}
+	d.track[addr] = &tracker{clean: clean}
+	return nil
+}
+
+func (e *engine) untrackAddr(addr uint64) error {
+	delete(e.dbg.track, addr)
+	return e.int3s.set(e.mem, addr, ownerDbg, false)
+}
+
+// stretchStart runs when a stretch begins (after a syscall completed, or at
+// the start): counts restart, every count becomes exact, and addresses no
+// longer wanted stop being tracked.
+func (e *engine) stretchStart(rip uint64) error {
+	d := e.dbg
+	e.int3s.forget(e.mem)
+	for a := range d.track {
+		if !d.user[a] && !d.keep[a] || !e.int3s.has(a, ownerDbg) {
+			if err := e.untrackAddr(a); err != nil {
+				return err
+			}
+		}
+	}
+	for a := range d.user {
+		if err := e.trackAddr(a, true); err != nil {
+			return err
+		}
+	}
+	for _, t := range d.track {
+		t.count, t.clean = 0, true
+	}
+	d.hits = 0
+	d.watchClean = true
+	d.fresh = true
+	e.arrive(rip)
+	return nil
+}
+
+// arrive counts the thread standing at rip.
+func (e *engine) arrive(rip uint64) {
+	if t, ok := e.dbg.track[rip]; ok {
+		t.count++
+	}
+}
+
+// setWatches loads the watchpoints into DR0-DR3 and DR7.
+func (e *engine) setWatches(ws []Watch) error {
+	if len(ws) > 4 {
+		return fmt.Errorf("%d watchpoints: the CPU has 4 debug address registers", len(ws))
+	}
+	pid := e.stub.pid
+	// Disable first: the kernel checks each address against the enabled
+	// lengths in DR7.
+	if err := proc.SetDebugReg(pid, 7, 0); err != nil {
+		return err
+	}
+	var dr7 uint64
+	for i, w := range ws {
+		if err := proc.SetDebugReg(pid, i, w.Addr); err != nil {
+			return err
+		}
+		var ln uint64
+		switch w.Len {
+		case 1:
+			ln = 0
+		case 2:
+			ln = 1
+		case 4:
+			ln = 3
+		case 8:
+			ln = 2
+		default:
+			return fmt.Errorf("watchpoint of %d bytes: x86 watches 1, 2, 4 or 8", w.Len)
+		}
+		rw := uint64(w.Kind)
+		if w.Kind == WatchRead {
+			rw = 3 // x86 has no read-only data breakpoint
+		}
+		dr7 |= 1<<(2*i) | (rw|ln<<2)<<(16+4*i)
+	}
+	if err := proc.SetDebugReg(pid, 7, dr7); err != nil {
+		return err
+	}
+	e.dbg.watches = append([]Watch(nil), ws...)
+	return nil
+}
+
+// watchTriggered reads and clears DR6 and returns the watchpoint that fired.
+func (e *engine) watchTriggered() (Watch, bool, error) {
+	if len(e.dbg.watches) == 0 {
+		return Watch{}, false, nil
+	}
+	dr6, err := proc.GetDebugReg(e.stub.pid, 6)
+	if err != nil {
+		return Watch{}, false, err
+	}
+	if dr6&0xf == 0 {
+		return Watch{}, false, nil
+	}
+	if err := proc.SetDebugReg(e.stub.pid, 6, 0); err != nil {
+		return Watch{}, false, err
+	}
+	for i, w := range e.dbg.watches {
+		if dr6&(1<<i) != 0 {
+			return w, true, nil
+		}
+	}
+	return Watch{}, false, nil
+}
+
+// claim is the debugger's trap intercept.
+func (e *engine) claim(regs proc.Regs, sig int, info []byte) bool {
+	d := e.dbg
+	if sig == int(unix.SIGSTOP) && d.interrupt.Load() {
+		return true
+	}
+	if sig != int(unix.SIGTRAP) {
+		return false
+	}
+	code := int32(le32(info[8:]))
+	switch {
+	case d.stepping:
+		return true
+	case code == 4: // TRAP_HWBKPT: a watchpoint
+		return true
+	case code == 0x80: // SI_KERNEL: an int3
+		_, ok := e.int3s.at[regs.Rip-1]
+		return ok
+	}
+	return false
+}
+
+// evKind says what a debugger-driven execution met.
+type evKind int
+
+const (
+	dStep      evKind = iota // one instruction done
+	dArrive                  // standing at a tracked address (count updated)
+	dWatch                   // a watchpoint fired
+	dEntry                   // at a syscall entry (already handled)
+	dExit                    // a syscall completed: a new stretch began
+	dEnd                     // the recorded end is reached
+	dInterrupt               // stopped from outside
+)
+
+// dEvent is one thing a debugger-driven execution met.
+type dEvent struct {
+	kind  evKind
+	addr  uint64 // dArrive: the address
+	watch Watch  // dWatch
+	nr    int    // dEntry, dExit
+	res   *Result
+	regs  proc.Regs
+}
+
+// execOpts drive exec: every event goes to onEvent, which says whether to
+// stop there.
+type execOpts struct {
+	step    bool // one instruction, then stop
+	onEvent func(ev dEvent) bool
+}
+
+// exec runs the program until onEvent asks to stop (or one instruction, with
+// step). It returns the event stopped at.
+func (e *engine) exec(o execOpts) (dEvent, error) {
+	for {
+		ev, done, err := e.execOne(o.step)
+		if err != nil {
+			return ev, err
+		}
+		if ev.kind == dEnd || ev.kind == dInterrupt {
+			return ev, nil
+		}
+		stop := o.onEvent != nil && o.onEvent(ev)
+		if stop || (o.step && done) {
+			return ev, nil
+		}
+	}
+}
+
+// execOne advances to the next event. done reports that one instruction
+// completed (for a step: the step is over once done is true).
+func (e *engine) execOne(step bool) (dEvent, bool, error) {
+	d := e.dbg
+	pid := e.stub.pid
+	if d.ended != nil {
+		return dEvent{kind: dEnd, res: d.ended}, true, nil
+	}
+	if d.atEntry {
+		// Leave the syscall-entry stop: the exit must be a syscall stop.
+		d.atEntry = false
+		return e.finishSyscall()
+	}
+	regs, err := proc.GetRegs(pid)
+	if err != nil {
+		return dEvent{}, false, err
+	}
+	var insn [2]byte
+	isSyscall := e.readMem(insn[:], regs.Rip) == nil && insn[0] == 0x0f && insn[1] == 0x05
+	_, onInt3 := e.int3s.at[regs.Rip]
+	d.fresh = false
+	if isSyscall {
+		// Never single-step a syscall instruction: it would run for real.
+		// PTRACE_SYSCALL stops at its entry, where the engine takes it over.
+		if err := e.int3s.lift(e.mem, regs.Rip); err != nil {
+			return dEvent{}, false, err
+		}
+		ev, err := e.advance(unix.PTRACE_SYSCALL, e.claim)
+		if derr := e.int3s.drop(e.mem); derr != nil && err == nil {
+			err = derr
+		}
+		if err != nil {
+			return dEvent{}, false, err
+		}
+		return e.after(ev, step)
+	}
+	req := unix.PTRACE_SYSCALL
+	if step || onInt3 {
+		req = unix.PTRACE_SINGLESTEP
+		if err := e.int3s.lift(e.mem, regs.Rip); err != nil {
+			return dEvent{}, false, err
+		}
+		d.stepping = true
+	}
+	ev, err := e.advance(req, e.claim)
+	d.stepping = false
+	if derr := e.int3s.drop(e.mem); derr != nil && err == nil {
+		err = derr
+	}
+	if err != nil {
+		return dEvent{}, false, err
+	}
+	if ev.kind == evTrap && le32(ev.info[0:]) == uint32(unix.SIGSTOP) {
+		d.interrupt.Store(false)
+		if step {
+			return dEvent{kind: dStep, regs: ev.regs}, false, nil // not done: step again
+		}
+		return dEvent{kind: dInterrupt, regs: ev.regs}, true, nil
+	}
+	if req == unix.PTRACE_SINGLESTEP && ev.kind == evTrap {
+		// One instruction done: a watchpoint may have fired on it, and the
+		// thread now stands somewhere.
+		w, fired, err := e.watchTriggered()
+		if err != nil {
+			return dEvent{}, false, err
+		}
+		if fired {
+			return e.watchFired(w, ev.regs)
+		}
+		return e.landed(ev.regs, true)
+	}
+	return e.after(ev, false)
+}
+
+// landed handles the thread standing at a new address after an instruction.
+func (e *engine) landed(regs proc.Regs, done bool) (dEvent, bool, error) {
+	e.arrive(regs.Rip)
+	if res, err := e.atEndAddr(regs); res != nil || err != nil {
+		return dEvent{kind: dEnd, res: res, regs: regs}, true, err
+	}
+	if _, ok := e.dbg.track[regs.Rip]; ok {
+		return dEvent{kind: dArrive, addr: regs.Rip, regs: regs}, done, nil
+	}
+	return dEvent{kind: dStep, regs: regs}, done, nil
+}
+
+// watchFired handles the thread right after an instruction that triggered w.
+func (e *engine) watchFired(w Watch, regs proc.Regs) (dEvent, bool, error) {
+	e.dbg.hits++
+	e.arrive(regs.Rip)
+	if res, err := e.atEndAddr(regs); res != nil || err != nil {
+		return dEvent{kind: dEnd, res: res, regs: regs}, true, err
+	}
+	return dEvent{kind: dWatch, watch: w, regs: regs}, true, nil
+}
+
+// atEndAddr runs the end-state comparison when the thread stands at the end
+// breakpoint's address.
+func (e *engine) atEndAddr(regs proc.Regs) (*Result, error) {
+	if !e.bp.active || !e.bp.armed || regs.Rip != e.bp.addr {
+		return nil, nil
+	}
+	if res := e.endBreakpointHit(regs); res != nil {
+		e.dbg.ended = res
+		return res, nil
+	}
+	if e.bp.syscall {
+		// As in onSignal: the next stop is that syscall's entry, which is
+		// itself a divergence.
+		e.bp.active = false
+		return nil, e.disarmBreakpoint()
+	}
+	return nil, nil
+}
+
+// finishSyscall resumes from a syscall-entry stop to the exit.
+func (e *engine) finishSyscall() (dEvent, bool, error) {
+	ev, err := e.advance(unix.PTRACE_SYSCALL, e.claim)
+	if err != nil {
+		return dEvent{}, false, err
+	}
+	return e.after(ev, true)
+}
+
+// after turns what advance reported into a debugger event.
+func (e *engine) after(ev event, step bool) (dEvent, bool, error) {
+	d := e.dbg
+	if ev.res != nil {
+		d.ended = ev.res
+		if ev.kind == evEntry {
+			// The recorded exit: stand at its entry.
+			d.atEntry, d.entryRegs = true, ev.regs
+		}
+		return dEvent{kind: dEnd, res: ev.res, regs: ev.regs}, true, nil
+	}
+	switch ev.kind {
+	case evEntry:
+		d.atEntry = true
+		d.entryRegs = ev.regs
+		if step {
+			d.atEntry = false
+			return e.finishSyscall()
+		}
+		return dEvent{kind: dEntry, nr: ev.nr, regs: ev.regs}, false, nil
+	case evExit:
+		regs, err := proc.GetRegs(e.stub.pid)
+		if err != nil {
+			return dEvent{}, false, err
+		}
+		if err := e.stretchStart(regs.Rip); err != nil {
+			return dEvent{}, false, err
+		}
+		if res, err := e.atEndAddr(regs); res != nil || err != nil {
+			return dEvent{kind: dEnd, res: res, regs: regs}, true, err
+		}
+		return dEvent{kind: dExit, nr: ev.nr, regs: regs}, true, nil
+	case evTrap:
+		if le32(ev.info[0:]) == uint32(unix.SIGSTOP) {
+			d.interrupt.Store(false)
+			return dEvent{kind: dInterrupt, regs: ev.regs}, true, nil
+		}
+		code := int32(le32(ev.info[8:]))
+		if code == 4 {
+			w, fired, err := e.watchTriggered()
+			if err != nil {
+				return dEvent{}, false, err
+			}
+			if fired {
+				return e.watchFired(w, ev.regs)
+			}
+			return dEvent{kind: dStep, regs: ev.regs}, true, nil
+		}
+		// An int3 of the table: the thread stands at its address.
+		regs := ev.regs
+		regs.Rip--
+		if err := proc.SetRegs(e.stub.pid, regs); err != nil {
+			return dEvent{}, false, err
+		}
+		return e.landed(regs, false)
+	}
+	return dEvent{kind: dStep, regs: ev.regs}, false, nil
+}
+
+// outputHitsWatch reports a write watchpoint over memory the last replayed
+// syscall wrote (the kernel wrote it in the recording; replay writes it from
+// outside, which no debug register sees).
+func (e *engine) outputHitsWatch() (Watch, bool) {
+	if e.next == 0 {
+		return Watch{}, false
+	}
+	rec := e.log[e.next-1]
+	for _, w := range e.dbg.watches {
+		if w.Kind == WatchRead {
+			continue
+		}
+		for _, o := range rec.Out {
+			if w.overlaps(o.Addr, len(o.Data)) {
+				return w, true
+			}
+		}
+	}
+	return Watch{}, false
+}
+
+// syscallName names nr for messages.
+func syscallName(nr int) string { return syscalls.Name(nr) }
+
+// sortedAddrs returns the keys of m in order.
+func sortedAddrs(m map[uint64]bool) []uint64 {
+	out := make([]uint64, 0, len(m))
+	for a := range m {
+		out = append(out, a)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
