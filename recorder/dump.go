@@ -19,19 +19,42 @@ import (
 // maxDigests bounds the page digests kept in the end state.
 const maxDigests = 256
 
-// dump writes a checkpoint of the retained intervals, ending at end.
+// dump takes a checkpoint of the retained intervals, ending at end. It reads
+// what it needs while the target is stopped, then finishes in the background
+// (minimizing and writing do not need the target), so a crashing process
+// dies and a running one resumes at once.
 func (s *session) dump(end format.EndState, reason string) error {
 	t0 := time.Now()
-	if err := s.closeInterval(t0); err != nil {
+	c, store, err := s.collect(end, reason, t0)
+	if err != nil {
 		return err
+	}
+	name := fmt.Sprintf("tp-%d-%s.tpc", s.pid, t0.UTC().Format("20060102T150405.000Z"))
+	path := filepath.Join(s.o.OutputDir, name)
+	s.pending.Add(1)
+	go func() {
+		defer s.pending.Done()
+		if err := s.finish(path, c, store, t0); err != nil {
+			s.logf("write checkpoint %s: %v", path, err)
+		}
+	}()
+	return nil
+}
+
+// collect assembles the full checkpoint in memory: every page present at
+// the start of the oldest interval or now, the originals the intervals saved,
+// the syscall log and the end state.
+func (s *session) collect(end format.EndState, reason string, t0 time.Time) (*format.Checkpoint, *format.MemStore, error) {
+	if err := s.closeInterval(t0); err != nil {
+		return nil, nil, err
 	}
 	ivs := s.ring.intervals
 	if len(ivs) == 0 {
-		return errors.New("nothing recorded yet")
+		return nil, nil, errors.New("nothing recorded yet")
 	}
 	var err error
 	if end.XState, err = proc.GetXState(s.pid); err != nil {
-		return err
+		return nil, nil, err
 	}
 	end.Regs, _ = normalize(end.Regs)
 	end.LastSeq = s.seq
@@ -39,11 +62,11 @@ func (s *session) dump(end format.EndState, reason string) error {
 
 	maps, err := proc.ReadMaps(s.pid)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	now, err := s.presentPages(maps)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	addrs := unionPages(ivs[0].present, now)
 	store := format.NewMemStore()
@@ -79,7 +102,7 @@ func (s *session) dump(end format.EndState, reason string) error {
 		for _, p := range iv.meta.Written {
 			data, err := s.ring.page(p.Hash)
 			if err != nil {
-				return err
+				return nil, nil, err
 			}
 			store.PutHashed(p.Hash, data)
 		}
@@ -94,24 +117,37 @@ func (s *session) dump(end format.EndState, reason string) error {
 		c.Signals = append(c.Signals, iv.signals...)
 	}
 	if c.End.Digests, err = digests(end.Regs.Rsp, ivs[len(ivs)-1].meta.Written, finalOf, store, end.Rseq); err != nil {
-		return err
+		return nil, nil, err
 	}
 	c.Header.DumpTime = time.Now()
 	c.Header.Reason = reason
+	c.Header.FullPages = true
+	return c, store, nil
+}
 
-	name := fmt.Sprintf("tp-%d-%s.tpc", s.pid, time.Now().UTC().Format("20060102T150405.000Z"))
-	path := filepath.Join(s.o.OutputDir, name)
+// finish minimizes the checkpoint (unless --full-pages) and writes it.
+func (s *session) finish(path string, c *format.Checkpoint, store *format.MemStore, t0 time.Time) error {
+	collected := time.Since(t0)
+	full := len(c.Final)
+	if !s.o.FullPages {
+		minimize(c, store, s.logf)
+	}
 	if err := format.Write(path, c, store); err != nil {
 		return err
 	}
-	st, _ := os.Stat(path)
 	var size int64
-	if st != nil {
+	if st, err := os.Stat(path); err == nil {
 		size = st.Size()
 	}
-	s.logf("wrote %s: %d intervals, %d syscalls, %d pages (%d distinct), %d bytes, in %v",
-		path, len(c.Intervals), len(c.Syscalls), len(final), store.Len(), size, time.Since(t0).Round(time.Millisecond))
+	kept := "every present page"
+	if !c.Header.FullPages {
+		kept = fmt.Sprintf("%d touched pages of %d", len(c.Final), full)
+	}
+	s.logf("wrote %s: %d intervals, %d syscalls, %s, %d bytes, in %v (process released after %v)",
+		path, len(c.Intervals), len(c.Syscalls), kept, size, time.Since(t0).Round(time.Millisecond), collected.Round(time.Millisecond))
+	s.mu.Lock()
 	s.dumps = append(s.dumps, path)
+	s.mu.Unlock()
 	if s.o.Dumped != nil {
 		s.o.Dumped(path)
 	}

@@ -17,6 +17,7 @@ type Options struct {
 	// RingbufSize is the eBPF ring buffer size in bytes (0: DefaultRingbufSize).
 	RingbufSize int
 	OnExit      bool // also dump when the process exits normally
+	FullPages   bool // keep every present page instead of the touched ones
 	Log         io.Writer
 	// Dumped, if set, is called with the path of every checkpoint written.
 	Dumped func(path string)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tprec/tprec/format"
@@ -59,6 +60,7 @@ type session struct {
 	seq        uint64
 	entry      *proc.SyscallInfo // syscall in progress
 	restartOf  *proc.SyscallInfo // last call interrupted for restart_syscall
+	execOrphan int               // shadow that died after the target's exec
 	src        source
 	shadow     *shadow
 	zombie     int // killed shadow the target still has to reap
@@ -66,6 +68,8 @@ type session struct {
 	gone       bool
 	exitStatus unix.WaitStatus
 	dumps      []string
+	mu         sync.Mutex     // guards dumps (checkpoints finish in the background)
+	pending    sync.WaitGroup // checkpoints being finished
 }
 
 // Record records a process until it exits or ctx is cancelled (then it
@@ -101,10 +105,11 @@ func Record(ctx context.Context, o Options, requests <-chan struct{}) error {
 			return err
 		}
 	}
-	ready, ack := startWaiter()
+	ready, ack := startWaiter(s.pid)
 	ticker := time.NewTicker(o.Interval)
 	defer ticker.Stop()
 	err = s.tr.Do(func() error { return s.loop(ctx, ticker.C, requests, ready, ack) })
+	s.pending.Wait() // checkpoints still being minimized and written
 	if launched != nil {
 		// The launched command is our child: collect it so it does not linger.
 		launched.Wait()
@@ -162,12 +167,54 @@ func (s *session) launch(argv []string) (*exec.Cmd, func() error, error) {
 	}
 	s.pid = sh.Process.Pid
 	s.hdr.StartTime = time.Now()
+	// The seize may land in the last steps of the shell's own exec (Start
+	// returns once the exec is under way), which then reports an exec event.
+	// Settle that here, with the shell parked on its pipe, so that the next
+	// exec event the loop sees is the command's.
+	if err := s.settleLaunch(); err != nil {
+		sh.Process.Kill()
+		w.Close()
+		return nil, nil, err
+	}
 	release := func() error {
 		defer w.Close()
 		_, err := w.Write([]byte{'\n'})
 		return err
 	}
 	return sh, release, nil
+}
+
+// settleLaunch interrupts the freshly seized launcher shell, lets a pending
+// exec event of the shell itself pass, and resumes it.
+func (s *session) settleLaunch() error {
+	if err := proc.Interrupt(s.pid); err != nil {
+		return err
+	}
+	for {
+		st, err := proc.Wait(s.pid)
+		if err != nil {
+			return err
+		}
+		if st.Exited() {
+			return fmt.Errorf("launch: the shell exited (%v)", st)
+		}
+		switch {
+		case st.Event() == unix.PTRACE_EVENT_EXEC:
+			// Any ptrace stop satisfies the interrupt: ask again.
+			if err := proc.Resume(unix.PTRACE_CONT, s.pid, 0); err != nil {
+				return err
+			}
+			if err := proc.Interrupt(s.pid); err != nil {
+				return err
+			}
+		case st.Event() == unix.PTRACE_EVENT_STOP:
+			return proc.Resume(unix.PTRACE_CONT, s.pid, 0)
+		default:
+			if err := proc.Resume(unix.PTRACE_CONT, s.pid, st.Signal()); err != nil {
+				return err
+			}
+		}
+	}
 }
 
 // interrupt asks the target to stop soon. The kernel satisfies the request
@@ -187,13 +234,17 @@ func (s *session) wanted() bool {
 // consuming it (waitid with WNOWAIT): the tracer thread can then select on
 // the interval timer and on events at once. Any thread of the process may wait
 // for tracees of any of its threads (kernel/exit.c: do_wait walks the group).
-func startWaiter() (<-chan struct{}, chan<- struct{}) {
+//
+// It waits for the target only: the process also has other children and
+// tracees (shadows, the stub of a trial replay running in the background),
+// whose events belong to whoever waits for them by pid.
+func startWaiter(pid int) (<-chan struct{}, chan<- struct{}) {
 	ready := make(chan struct{})
 	ack := make(chan struct{})
 	go func() {
 		for {
 			var info unix.Siginfo
-			err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WSTOPPED|unix.WNOWAIT|unix.WALL, nil)
+			err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WSTOPPED|unix.WNOWAIT|unix.WALL, nil)
 			if err == unix.EINTR {
 				continue
 			}
@@ -242,7 +293,7 @@ func (s *session) loop(ctx context.Context, tick <-chan time.Time, requests <-ch
 // drain handles every pending stop.
 func (s *session) drain() error {
 	for {
-		st, ok, err := proc.WaitNoHang(-1)
+		st, ok, err := proc.WaitNoHang(s.pid)
 		if err == unix.ECHILD {
 			s.gone = true
 			return nil
@@ -290,6 +341,12 @@ func (s *session) handle(st proc.Stop) error {
 		return s.onEventStop(st)
 	case unix.PTRACE_EVENT_EXEC:
 		s.logf("process %d called exec: recording starts over in the new program", s.pid)
+		if s.shadow != nil {
+			// The kernel turns the exit signal of a child whose parent has
+			// exec'd since into SIGCHLD (kernel/signal.c: do_notify_parent,
+			// parent_exec_id): the program must not see it.
+			s.execOrphan = s.shadow.pid
+		}
 		s.abandonIntervals()
 		s.vdso = nil
 		s.state = stateStarting
@@ -401,6 +458,12 @@ func (s *session) act() error {
 func (s *session) onSignal(sig int) error {
 	if sig == 0 {
 		return proc.Resume(s.src.resumeRequest(), s.pid, 0)
+	}
+	if sig == int(unix.SIGCHLD) && s.execOrphan != 0 {
+		if info, err := proc.GetSiginfo(s.pid); err == nil && int(int32(le32(info[16:]))) == s.execOrphan {
+			s.execOrphan = 0
+			return proc.Resume(s.src.resumeRequest(), s.pid, 0)
+		}
 	}
 	if s.state == stateRecording && fatalSignals[unix.Signal(sig)] {
 		regs, err := proc.GetRegs(s.pid)
@@ -603,3 +666,5 @@ func (s *session) fillHeader() {
 
 // debugStops prints every ptrace stop (TPREC_DEBUG=stops).
 var debugStops = os.Getenv("TPREC_DEBUG") != ""
+
+func le32(b []byte) uint32 { return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24 }

@@ -32,6 +32,7 @@ func main() {
 			&cli.StringFlag{Name: "backend", Value: "auto", Usage: "recording backend: auto (eBPF if it loads, else ptrace), ebpf or ptrace"},
 			&cli.StringFlag{Name: "ringbuf-size", Value: "64M", Usage: "eBPF ring buffer size (K, M, G suffixes; rounded up to a power of two)"},
 			&cli.BoolFlag{Name: "on-exit", Usage: "also write a checkpoint when the process exits normally"},
+			&cli.BoolFlag{Name: "full-pages", Usage: "keep every present page (large) instead of only the pages the window touches"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print nothing but errors"},
 		},
 		Action: record,
@@ -67,6 +68,7 @@ func record(c *cli.Context) error {
 		OutputDir: c.String("output"),
 		Backend:   c.String("backend"),
 		OnExit:    c.Bool("on-exit"),
+		FullPages: c.Bool("full-pages"),
 		Log:       os.Stderr,
 	}
 	if c.Bool("quiet") {
