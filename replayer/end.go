@@ -33,9 +33,11 @@ func (e *engine) atLogEnd(regs proc.Regs) (*Result, error) {
 	if end.Kind == format.EndExit || e.realFault {
 		return nil, nil // the exit_group entry or the fault will come
 	}
-	if why := e.matchEnd(regs); why == "" {
+	why := e.matchEnd(regs)
+	if why == "" {
 		return e.verified(regs.Rip), nil
 	}
+	e.bp.lastWhy = "after the last syscall: " + why
 	var code [2]byte
 	if err := e.touch(end.Regs.Rip, len(code)); err != nil {
 		return nil, err
@@ -80,8 +82,8 @@ func (e *engine) endBreakpointHit(regs proc.Regs) *Result {
 	}
 	if !strings.Contains(why, "(recorded") {
 		e.bp.regsMatched++
-		e.bp.lastWhy = why
 	}
+	e.bp.lastWhy = why
 	return nil
 }
 

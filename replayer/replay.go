@@ -523,7 +523,11 @@ func (e *engine) onEntry(regs proc.Regs, nr int, args [6]uint64) (*Result, error
 				return e.verified(at.Rip), nil
 			}
 		}
-		return nil, e.diverge(regs.Rip, e.lastSeq(), "made a syscall after the last recorded one", "no syscall", e.describe(nr, args))
+		actual := e.describe(nr, args)
+		if e.bp.hits > 0 {
+			actual += fmt.Sprintf(" (the recorded end rip was reached %d times; last difference: %s)", e.bp.hits, e.bp.lastWhy)
+		}
+		return nil, e.diverge(regs.Rip, e.lastSeq(), "made a syscall after the last recorded one", "no syscall", actual)
 	}
 	rec := &e.log[e.next]
 	d, ok := syscalls.Lookup(rec.Nr)
