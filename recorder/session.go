@@ -667,4 +667,6 @@ func (s *session) fillHeader() {
 // debugStops prints every ptrace stop (TPREC_DEBUG=stops).
 var debugStops = os.Getenv("TPREC_DEBUG") != ""
 
-func le32(b []byte) uint32 { return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24 }
+func le32(b []byte) uint32 {
+	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+}
