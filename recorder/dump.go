@@ -14,36 +14,77 @@ import (
 
 	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/proc"
+	"golang.org/x/sys/unix"
 )
 
 // maxDigests bounds the page digests kept in the end state.
 const maxDigests = 256
 
-// dump takes a checkpoint of the retained intervals, ending at end. It reads
-// what it needs while the target is stopped, then finishes in the background
-// (minimizing and writing do not need the target), so a crashing process
-// dies and a running one resumes at once.
+// dump takes a checkpoint of the retained intervals, ending at end. While
+// the target is stopped it only gathers the log, the intervals and the list
+// of pages; the content of the pages is read later from a live source: a
+// "dump shadow" forked from the target at this instant (for a crash or a
+// request, so the target dies or runs on at once), or the target itself (at
+// exit, where nothing can be injected and the process is going away anyway).
+// Minimizing and writing happen in the background for the former.
 func (s *session) dump(end format.EndState, reason string) error {
 	t0 := time.Now()
 	c, store, err := s.collect(end, reason, t0)
 	if err != nil {
 		return err
 	}
+	// The shadow is forked after the log is complete, so that a backend that
+	// sees every syscall (eBPF) does not find the injected clone in it.
+	live := s.pid
+	var dsh *shadow
+	if reason != format.EndExit {
+		if err = s.withSignalsBlocked(func() error {
+			dsh, err = s.createShadow()
+			return err
+		}); err != nil {
+			return fmt.Errorf("fork the dump shadow: %w", err)
+		}
+		live = dsh.pid
+	}
 	name := fmt.Sprintf("tp-%d-%s.tpc", s.pid, t0.UTC().Format("20060102T150405.000Z"))
 	path := filepath.Join(s.o.OutputDir, name)
+	held := time.Since(t0)
+	work := func() {
+		src := &liveSource{pid: live, store: store}
+		if err := s.finish(path, c, src, t0, held); err != nil {
+			s.logf("write checkpoint %s: %v", path, err)
+		}
+		if dsh != nil {
+			s.retireDumpShadow(dsh)
+		}
+	}
+	if dsh == nil {
+		work()
+		return nil
+	}
 	s.pending.Add(1)
 	go func() {
 		defer s.pending.Done()
-		if err := s.finish(path, c, store, t0); err != nil {
-			s.logf("write checkpoint %s: %v", path, err)
-		}
+		work()
 	}()
 	return nil
 }
 
-// collect assembles the full checkpoint in memory: every page present at
-// the start of the oldest interval or now, the originals the intervals saved,
-// the syscall log and the end state.
+// retireDumpShadow kills a dump shadow. The tracer thread collects its exit
+// and the target reaps it at the next boundary (reapZombie).
+func (s *session) retireDumpShadow(d *shadow) {
+	d.pm.Close()
+	unix.Kill(d.pid, unix.SIGKILL)
+	s.mu.Lock()
+	s.deadShadows = append(s.deadShadows, d.pid)
+	s.mu.Unlock()
+}
+
+// collect assembles the checkpoint in memory, while the target is stopped:
+// the intervals, the syscall log, the end state and the list of pages a start
+// state may need (present at the start of the oldest interval, or now). The
+// final content of those pages is not read here: their references name the
+// live source (liveHash) until finish reads what is kept.
 func (s *session) collect(end format.EndState, reason string, t0 time.Time) (*format.Checkpoint, *format.MemStore, error) {
 	if err := s.closeInterval(t0); err != nil {
 		return nil, nil, err
@@ -70,33 +111,10 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time) (*fo
 	}
 	addrs := unionPages(ivs[0].present, now)
 	store := format.NewMemStore()
-	final := make([]format.PageRef, 0, len(addrs))
-	finalOf := make(map[uint64]format.Hash, len(addrs))
-	buf := make([]byte, 1024*format.PageSize)
-	for i := 0; i < len(addrs); i += 1024 {
-		batch := addrs[i:min(i+1024, len(addrs))]
-		b := buf[:len(batch)*format.PageSize]
-		ok := make([]bool, len(batch))
-		if err := proc.ReadPages(s.pid, batch, b); err == nil {
-			for j := range ok {
-				ok[j] = true
-			}
-		} else {
-			for j, a := range batch {
-				n, _ := proc.ReadBytes(s.pid, a, b[j*format.PageSize:(j+1)*format.PageSize])
-				ok[j] = n == format.PageSize
-			}
-		}
-		for j, a := range batch {
-			if !ok[j] {
-				continue
-			}
-			h := store.Put(b[j*format.PageSize : (j+1)*format.PageSize])
-			final = append(final, format.PageRef{Addr: a, Hash: h})
-			finalOf[a] = h
-		}
+	final := make([]format.PageRef, len(addrs))
+	for i, a := range addrs {
+		final[i] = format.PageRef{Addr: a, Hash: liveHash(a)}
 	}
-
 	c := &format.Checkpoint{Header: s.hdr, Final: final, End: end}
 	for _, iv := range ivs {
 		for _, p := range iv.meta.Written {
@@ -116,8 +134,11 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time) (*fo
 		}
 		c.Signals = append(c.Signals, iv.signals...)
 	}
-	if c.End.Digests, err = digests(end.Regs.Rsp, ivs[len(ivs)-1].meta.Written, finalOf, store, end.Rseq); err != nil {
-		return nil, nil, err
+	// The stack page and the pages the last interval wrote tell a matching
+	// end from a loop iteration with the same registers.
+	c.End.Digests = []format.PageRef{{Addr: end.Regs.Rsp &^ (format.PageSize - 1)}}
+	for _, p := range ivs[len(ivs)-1].meta.Written {
+		c.End.Digests = append(c.End.Digests, format.PageRef{Addr: p.Addr})
 	}
 	c.Header.DumpTime = time.Now()
 	c.Header.Reason = reason
@@ -125,26 +146,33 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time) (*fo
 	return c, store, nil
 }
 
-// finish minimizes the checkpoint (unless --full-pages) and writes it.
-func (s *session) finish(path string, c *format.Checkpoint, store *format.MemStore, t0 time.Time) error {
-	collected := time.Since(t0)
-	full := len(c.Final)
-	if !s.o.FullPages {
-		minimize(c, store, s.logf)
+// finish reads the end digests, minimizes the checkpoint (unless
+// --full-pages), reads the final content of the pages kept, and writes it.
+func (s *session) finish(path string, c *format.Checkpoint, src *liveSource, t0 time.Time, held time.Duration) error {
+	var err error
+	if c.End.Digests, err = digests(c.End.Digests, src, c.End.Rseq); err != nil {
+		return err
 	}
-	if err := format.Write(path, c, store); err != nil {
+	candidates := len(c.Final)
+	if !s.o.FullPages {
+		minimize(c, src, s.logf)
+	}
+	if c.Final, err = src.resolve(c.Final); err != nil {
+		return err
+	}
+	if err := format.Write(path, c, src.store); err != nil {
 		return err
 	}
 	var size int64
 	if st, err := os.Stat(path); err == nil {
 		size = st.Size()
 	}
-	kept := "every present page"
+	kept := fmt.Sprintf("all %d present pages", len(c.Final))
 	if !c.Header.FullPages {
-		kept = fmt.Sprintf("%d touched pages of %d", len(c.Final), full)
+		kept = fmt.Sprintf("%d touched pages of %d", len(c.Final), candidates)
 	}
-	s.logf("wrote %s: %d intervals, %d syscalls, %s, %d bytes, in %v (process released after %v)",
-		path, len(c.Intervals), len(c.Syscalls), kept, size, time.Since(t0).Round(time.Millisecond), collected.Round(time.Millisecond))
+	s.logf("wrote %s: %d intervals, %d syscalls, %s, %d bytes, in %v (the process was held %v)",
+		path, len(c.Intervals), len(c.Syscalls), kept, size, time.Since(t0).Round(time.Millisecond), held.Round(time.Millisecond))
 	s.mu.Lock()
 	s.dumps = append(s.dumps, path)
 	s.mu.Unlock()
@@ -154,32 +182,21 @@ func (s *session) finish(path string, c *format.Checkpoint, store *format.MemSto
 	return nil
 }
 
-// digests picks the end-state pages a replay compares to tell apart two
-// points with equal registers: the stack page under rsp and the pages written
-// in the last interval.
-func digests(rsp uint64, written []format.PageRef, final map[uint64]format.Hash, store format.PageSource, rs format.Rseq) ([]format.PageRef, error) {
+// digests computes the end-state digests of the listed pages (the first is
+// the stack page), at most maxDigests of them, from the live source.
+func digests(pages []format.PageRef, src *liveSource, rs format.Rseq) ([]format.PageRef, error) {
 	var out []format.PageRef
 	seen := map[uint64]bool{}
-	add := func(a uint64) error {
-		h, ok := final[a]
-		if !ok || seen[a] || len(out) >= maxDigests {
-			return nil
+	for _, p := range pages {
+		if seen[p.Addr] || len(out) >= maxDigests {
+			continue
 		}
-		seen[a] = true
-		data, err := store.Page(h)
+		seen[p.Addr] = true
+		data, err := src.read(p.Addr)
 		if err != nil {
-			return err
+			continue // unmapped since: nothing to compare
 		}
-		out = append(out, format.PageRef{Addr: a, Hash: format.DigestPage(a, data, rs)})
-		return nil
-	}
-	if err := add(rsp &^ (format.PageSize - 1)); err != nil {
-		return nil, err
-	}
-	for _, p := range written {
-		if err := add(p.Addr); err != nil {
-			return nil, err
-		}
+		out = append(out, format.PageRef{Addr: p.Addr, Hash: format.DigestPage(p.Addr, data, rs)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Addr < out[j].Addr })
 	return out, nil

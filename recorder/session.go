@@ -55,21 +55,22 @@ type session struct {
 	hdr   format.Header
 	state state
 
-	cur        *interval
-	nextIndex  int
-	seq        uint64
-	entry      *proc.SyscallInfo // syscall in progress
-	restartOf  *proc.SyscallInfo // last call interrupted for restart_syscall
-	execOrphan int               // shadow that died after the target's exec
-	src        source
-	shadow     *shadow
-	zombie     int // killed shadow the target still has to reap
-	want       struct{ boundary, dump bool }
-	gone       bool
-	exitStatus unix.WaitStatus
-	dumps      []string
-	mu         sync.Mutex     // guards dumps (checkpoints finish in the background)
-	pending    sync.WaitGroup // checkpoints being finished
+	cur         *interval
+	nextIndex   int
+	seq         uint64
+	entry       *proc.SyscallInfo // syscall in progress
+	restartOf   *proc.SyscallInfo // last call interrupted for restart_syscall
+	execOrphan  int               // shadow that died after the target's exec
+	src         source
+	shadow      *shadow
+	zombie      int // killed shadow the target still has to reap
+	want        struct{ boundary, dump bool }
+	gone        bool
+	exitStatus  unix.WaitStatus
+	dumps       []string
+	mu          sync.Mutex     // guards dumps and deadShadows (checkpoints finish in the background)
+	deadShadows []int          // killed dump shadows to collect
+	pending     sync.WaitGroup // checkpoints being finished
 }
 
 // Record records a process until it exits or ctx is cancelled (then it
@@ -482,6 +483,12 @@ func (s *session) onSignal(sig int) error {
 		// If a handler survives the signal, recording starts afresh.
 		s.state = stateStarting
 		s.ring.reset()
+		// The dump shadow's injection left the target in a stop of its own:
+		// deliver the signal with its original siginfo, as if nothing
+		// had happened in between.
+		if err := proc.SetSiginfo(s.pid, info); err != nil {
+			return err
+		}
 		return proc.Resume(s.src.resumeRequest(), s.pid, sig)
 	}
 	if s.cur != nil {

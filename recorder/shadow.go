@@ -85,11 +85,31 @@ func (s *session) killShadow() {
 // wait4(pid, NULL, WNOHANG|__WALL): the shadow's parent is the target, and only
 // the parent can remove the zombie.
 func (s *session) reapZombie() {
-	if s.zombie == 0 || s.vdso == nil {
-		return
+	s.mu.Lock()
+	dead := s.deadShadows
+	s.deadShadows = nil
+	s.mu.Unlock()
+	for _, pid := range dead {
+		// A dump shadow killed in the background: collect its exit as its
+		// tracer, then have the target reap it like any shadow.
+		for {
+			st, err := proc.Wait(pid)
+			if err != nil || st.Exited() {
+				break
+			}
+		}
+		s.reap(pid)
 	}
-	res, err := proc.Inject(s.pid, s.vdso.insn, unix.SYS_WAIT4, uint64(s.zombie), 0, unix.WNOHANG|unix.WALL, 0)
-	if err == nil && res.Ret == int64(s.zombie) {
+	if s.zombie != 0 && s.reap(s.zombie) {
 		s.zombie = 0
 	}
+}
+
+// reap injects wait4(pid, NULL, WNOHANG|__WALL) into the target.
+func (s *session) reap(pid int) bool {
+	if s.vdso == nil {
+		return false
+	}
+	res, err := proc.Inject(s.pid, s.vdso.insn, unix.SYS_WAIT4, uint64(pid), 0, unix.WNOHANG|unix.WALL, 0)
+	return err == nil && res.Ret == int64(pid)
 }

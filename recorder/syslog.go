@@ -51,6 +51,12 @@ func (s *session) appendSyscall(rec format.Syscall, problem string) {
 	}
 	s.seq++
 	rec.Seq = s.seq
+	if rec.Nr == unix.SYS_RESTART_SYSCALL && s.restartOf != nil {
+		// A source that did not see the interrupted call (it was in progress
+		// when recording began): the interval start recorded it.
+		rec.Nr, rec.Args = int(s.restartOf.Nr), s.restartOf.Args
+	}
+	s.restartOf = nil
 	d, ok := syscalls.Lookup(rec.Nr)
 	switch {
 	case !ok:

@@ -195,3 +195,30 @@ func TestDamagedCheckpointExitStatus(t *testing.T) {
 		}
 	}
 }
+
+// A process recorded until it crashes dies exactly as it would have: its own
+// SIGSEGV handler sees the same siginfo, and it ends killed by SIGSEGV.
+func TestCrashIsDeliveredUnchanged(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	prog := cc(t, "testdata/segvinfo.c", dir)
+	plain := exec.Command(prog)
+	want, err := plain.Output()
+	if ws, ok := plain.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGSEGV {
+		t.Fatalf("unrecorded run: %v %v", err, plain.ProcessState)
+	}
+	// The program's stdout is tprec's: it inherits it at launch.
+	cmd := exec.Command(filepath.Join(tools(t), "tprec"), "--output", dir, "--", prog)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	got, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("tprec: %v\n%s", err, stderr.String())
+	}
+	if string(got) != string(want) {
+		t.Fatalf("recorded run printed %q, unrecorded %q", got, want)
+	}
+	if !strings.Contains(stderr.String(), "was killed by SIGSEGV") || len(checkpoints(t, dir)) == 0 {
+		t.Fatalf("the recorded program did not die of SIGSEGV after a checkpoint:\n%s", stderr.String())
+	}
+}
