@@ -2,6 +2,8 @@
 // verifies that it reaches the recorded end state.
 //
 //	tpreplay [--from K] [--output-dir DIR] [-v] FILE
+//	tpreplay --gdb ADDR [--from K] [--gdb-log FILE] FILE   (serve GDB on ADDR, ":2345" = 127.0.0.1:2345)
+//	tpreplay --gdb-stdio [--from K] FILE                   (serve GDB on stdin/stdout)
 //
 // Exit status: 0 verified, 1 the replay diverged (the report says where), 2 the
 // checkpoint cannot be replayed here (damaged file, another architecture, a
@@ -40,11 +42,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 			&cli.IntFlag{Name: "from", Value: -1, Usage: "interval index to start at (default: the oldest replayable one)"},
 			&cli.StringFlag{Name: "output-dir", Usage: "write what the program wrote to its descriptors to `DIR`/fd-N.out"},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log every replayed syscall"},
+			&cli.StringFlag{Name: "gdb", Usage: "serve the replay to GDB on `ADDR` (\":2345\" listens on 127.0.0.1:2345)"},
+			&cli.BoolFlag{Name: "gdb-stdio", Usage: "serve the replay to GDB on stdin/stdout (target remote | tpreplay --gdb-stdio FILE)"},
+			&cli.StringFlag{Name: "gdb-log", Usage: "log the GDB protocol traffic to `FILE`"},
 		},
 		HideHelpCommand: true,
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return fmt.Errorf("expected one checkpoint file, got %d arguments", c.NArg())
+			}
+			if c.String("gdb") != "" || c.Bool("gdb-stdio") {
+				return serveGDB(c, stdout, stderr)
 			}
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
