@@ -18,6 +18,8 @@ type Options struct {
 	RingbufSize int
 	OnExit      bool // also dump when the process exits normally
 	FullPages   bool // keep every present page instead of the touched ones
+	// StatusEvery is how often a status line is logged (0: never).
+	StatusEvery time.Duration
 	Log         io.Writer
 	// Dumped, if set, is called with the path of every checkpoint written.
 	Dumped func(path string)

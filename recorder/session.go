@@ -261,6 +261,12 @@ func startWaiter(pid int) (<-chan struct{}, chan<- struct{}) {
 }
 
 func (s *session) loop(ctx context.Context, tick <-chan time.Time, requests <-chan struct{}, ready <-chan struct{}, ack chan<- struct{}) error {
+	var status <-chan time.Time
+	if s.o.StatusEvery > 0 {
+		t := time.NewTicker(s.o.StatusEvery)
+		defer t.Stop()
+		status = t.C
+	}
 	for !s.gone && s.state != stateStopped {
 		select {
 		case <-ctx.Done():
@@ -269,6 +275,10 @@ func (s *session) loop(ctx context.Context, tick <-chan time.Time, requests <-ch
 			s.want.dump = true
 			if err := s.interrupt(); err != nil {
 				return s.fail(err)
+			}
+		case <-status:
+			if s.state == stateRecording {
+				s.logf("%s", s.statusLine(time.Now()))
 			}
 		case <-tick:
 			if s.state == stateRecording {
@@ -676,4 +686,20 @@ var debugStops = os.Getenv("TPREC_DEBUG") != ""
 
 func le32(b []byte) uint32 {
 	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+}
+
+// statusLine says how much history the ring holds and what it costs.
+func (s *session) statusLine(now time.Time) string {
+	history := time.Duration(0)
+	if n := len(s.ring.intervals); n > 0 {
+		history = now.Sub(s.ring.intervals[0].meta.Start)
+	} else if s.cur != nil {
+		history = now.Sub(s.cur.meta.Start)
+	}
+	var lost uint64
+	for _, iv := range s.ring.intervals {
+		lost += iv.lost
+	}
+	return fmt.Sprintf("pid %d: %.1f s of history in %d intervals, ring %.1f of %.0f MiB, %d syscalls logged, %d events lost",
+		s.pid, history.Seconds(), len(s.ring.intervals)+1, float64(s.ring.bytes)/(1<<20), float64(s.o.MaxMemory)/(1<<20), s.seq, lost)
 }

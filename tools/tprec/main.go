@@ -34,6 +34,7 @@ func main() {
 			&cli.BoolFlag{Name: "on-exit", Usage: "also write a checkpoint when the process exits normally"},
 			&cli.BoolFlag{Name: "full-pages", Usage: "keep every present page (large) instead of only the pages the window touches"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print nothing but errors"},
+			&cli.DurationFlag{Name: "status", Value: 10 * time.Second, Usage: "print a status line this often (0: never)"},
 		},
 		Action: record,
 		Commands: []*cli.Command{{
@@ -61,15 +62,16 @@ func exitCode(err error) int {
 
 func record(c *cli.Context) error {
 	o := recorder.Options{
-		Pid:       c.Int("pid"),
-		Cmd:       c.Args().Slice(),
-		Interval:  c.Duration("interval"),
-		Keep:      c.Int("keep"),
-		OutputDir: c.String("output"),
-		Backend:   c.String("backend"),
-		OnExit:    c.Bool("on-exit"),
-		FullPages: c.Bool("full-pages"),
-		Log:       os.Stderr,
+		Pid:         c.Int("pid"),
+		Cmd:         c.Args().Slice(),
+		Interval:    c.Duration("interval"),
+		Keep:        c.Int("keep"),
+		OutputDir:   c.String("output"),
+		Backend:     c.String("backend"),
+		OnExit:      c.Bool("on-exit"),
+		FullPages:   c.Bool("full-pages"),
+		StatusEvery: c.Duration("status"),
+		Log:         os.Stderr,
 	}
 	if c.Bool("quiet") {
 		o.Log = nil
