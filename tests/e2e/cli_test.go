@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -221,4 +222,65 @@ func TestCrashIsDeliveredUnchanged(t *testing.T) {
 	if !strings.Contains(stderr.String(), "was killed by SIGSEGV") || len(checkpoints(t, dir)) == 0 {
 		t.Fatalf("the recorded program did not die of SIGSEGV after a checkpoint:\n%s", stderr.String())
 	}
+}
+
+// intervalsOf lists the interval indexes of a checkpoint (tpinspect --json).
+func intervalsOf(t *testing.T, ckpt string) []int {
+	t.Helper()
+	out, code := runTool(t, "tpinspect", "--json", ckpt)
+	if code != 0 {
+		t.Fatalf("tpinspect --json: exit %d: %s", code, out)
+	}
+	var v struct {
+		Intervals []struct {
+			Index      int  `json:"index"`
+			Replayable bool `json:"replayable"`
+		} `json:"intervals"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("tpinspect --json: %v", err)
+	}
+	var idx []int
+	for _, iv := range v.Intervals {
+		if iv.Replayable {
+			idx = append(idx, iv.Index)
+		}
+	}
+	return idx
+}
+
+// Splicing: a replay can start at any retained interval and run through the
+// later ones to the same end, from the minimized checkpoint.
+func TestReplayFromEveryInterval(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	prog := cc(t, "../../examples/crashy.c", dir)
+	rec := startTprec(t, "--output", dir, "--", prog, "2.5")
+	if err := rec.wait(t, 60*time.Second); err != nil {
+		t.Fatalf("tprec: %v\n%s", err, rec.stderr)
+	}
+	cks := checkpoints(t, dir)
+	if len(cks) != 1 {
+		t.Fatalf("want one checkpoint, got %v", cks)
+	}
+	idx := intervalsOf(t, cks[0])
+	if len(idx) < 4 {
+		t.Fatalf("only %d replayable intervals: %v", len(idx), idx)
+	}
+	for _, k := range idx {
+		out := replay(t, cks[0], "--from", fmt.Sprint(k))
+		want := fmt.Sprintf("%d intervals,", len(idx)-indexOf(idx, k))
+		if !strings.Contains(out, want) {
+			t.Errorf("--from %d: %q does not say %q", k, out, want)
+		}
+	}
+}
+
+func indexOf(s []int, v int) int {
+	for i, x := range s {
+		if x == v {
+			return i
+		}
+	}
+	return -1
 }
