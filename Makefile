@@ -29,8 +29,14 @@ generate:
 check-generate: generate
 	git diff --exit-code -- . ':(exclude)BENCHMARKS.md'
 
+# Recording overhead (eBPF, ptrace, strace, gdb) against unrecorded runs;
+# needs root. Results go to bench-results.txt; BENCHMARKS.md discusses them.
+bench: build
+	bash scripts/bench.sh
+
 fuzz:
 	$(GO) test ./format -run '^$$' -fuzz FuzzDecode -fuzztime 60s
+	$(GO) test ./recorder -run '^$$' -fuzz FuzzDecodeRecord -fuzztime 30s
 
 clean:
 	rm -rf $(BIN)

@@ -136,6 +136,17 @@ static __always_inline struct tp_scratch *scratch_get(void)
 	return bpf_map_lookup_elem(&scratch, &cpu);
 }
 
+/* The reader polls the ring buffer every few milliseconds, so records are
+ * sent without a wakeup (one costs an irq_work and a task wakeup per record
+ * when the reader keeps up); only a ring buffer more than half full wakes it
+ * at once. */
+static __always_inline __u64 wakeup_flags(void)
+{
+	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	__u64 size = bpf_ringbuf_query(&events, BPF_RB_RING_SIZE);
+	return avail > size / 2 ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+}
+
 static __always_inline struct tp_counters *counters_get(void)
 {
 	__u32 zero = 0;
@@ -154,7 +165,7 @@ __noinline int tp_flush(int end)
 		n = TP_BUF;
 	if (end)
 		s->buf[1] |= TP_F_END;
-	if (bpf_ringbuf_output(&events, s->buf, n, 0)) {
+	if (bpf_ringbuf_output(&events, s->buf, n, wakeup_flags())) {
 		struct tp_counters *c = counters_get();
 		if (c)
 			c->lost_records++;
@@ -527,7 +538,7 @@ static __always_inline void on_fault(__u64 addr, __u64 ip, __u64 err, __u8 kerne
 	f->addr = k.page;
 	f->ip = ip;
 	f->epoch = epoch;
-	bpf_ringbuf_submit(f, 0);
+	bpf_ringbuf_submit(f, wakeup_flags());
 	bpf_map_update_elem(&pages, &k, &mark, BPF_ANY);
 }
 

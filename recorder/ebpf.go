@@ -31,6 +31,10 @@ const DefaultRingbufSize = 64 << 20
 // marked not replayable, naming it.
 const MaxCapture = 1 << 20
 
+// pollPeriod is how often the reader looks at the ring buffer when the
+// programs did not wake it (they wake it only when it is half full).
+const pollPeriod = 2 * time.Millisecond
+
 // ErrEBPFUnavailable wraps every reason the eBPF backend cannot run.
 var ErrEBPFUnavailable = errors.New("eBPF backend unavailable")
 
@@ -161,11 +165,15 @@ func (e *ebpfSource) resumeRequest() int { return unix.PTRACE_CONT }
 func (e *ebpfSource) read() {
 	defer close(e.done)
 	var rec ringbuf.Record
+	e.rd.SetDeadline(time.Now().Add(pollPeriod))
 	for {
 		err := e.rd.ReadInto(&rec)
 		switch {
 		case err == nil:
 			e.consume(rec.RawSample)
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			// The programs send without waking the reader: look again soon.
+			e.rd.SetDeadline(time.Now().Add(pollPeriod))
 		case errors.Is(err, ringbuf.ErrFlushed):
 			e.flushed <- nil
 		case errors.Is(err, ringbuf.ErrClosed), errors.Is(err, os.ErrClosed):

@@ -293,6 +293,10 @@ func (s *Session) ReadMemory(addr uint64, buf []byte) (int, error) {
 // SetBreakpoint and ClearBreakpoint manage the debugger's software
 // breakpoints. They are invisible to ReadMemory and to the end-state check.
 func (s *Session) SetBreakpoint(addr uint64) error {
+	var b [1]byte
+	if _, err := s.ReadMemory(addr, b[:]); err != nil {
+		return fmt.Errorf("breakpoint at %#x: %w", addr, err)
+	}
 	s.user[addr] = true
 	return nil
 }

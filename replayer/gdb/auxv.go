@@ -2,6 +2,7 @@ package gdb
 
 import (
 	"encoding/binary"
+	"os"
 	"strings"
 
 	"github.com/tprec/tprec/format"
@@ -106,7 +107,17 @@ func synthAuxv(s *replayer.Session, c *format.Checkpoint, maps []format.Mapping)
 	}
 	var h [64]byte
 	if n, err := s.ReadMemory(exe, h[:]); err != nil || n != len(h) || string(h[:4]) != "\x7fELF" {
-		return nil
+		// A minimized checkpoint holds only the pages the window touched:
+		// take the header from the executable on this machine, which the
+		// debugger reads too (Symbolize checks its build-id the same way).
+		f, err := os.Open(c.Header.ExePath)
+		if err != nil {
+			return nil
+		}
+		defer f.Close()
+		if n, err := f.ReadAt(h[:], 0); err != nil || n != len(h) || string(h[:4]) != "\x7fELF" {
+			return nil
+		}
 	}
 	le := binary.LittleEndian
 	entry, phoff := le.Uint64(h[0x18:]), le.Uint64(h[0x20:])

@@ -282,7 +282,10 @@ func (sv *Server) breakpoint(req Request) string {
 	switch req.N {
 	case 0:
 		if on {
-			_ = sv.s.SetBreakpoint(req.Addr)
+			if err := sv.s.SetBreakpoint(req.Addr); err != nil {
+				sv.notice(err.Error())
+				return "E0e" // EFAULT-like: GDB says it cannot insert the breakpoint
+			}
 		} else {
 			_ = sv.s.ClearBreakpoint(req.Addr)
 		}

@@ -57,8 +57,8 @@ func registers(avx bool) []reg {
 	}
 	add("mxcsr", 32, "i386_mxcsr", "vector", featSSE)
 	add("orig_rax", 64, "int", "system", featLinux)
-	add("fs_base", 64, "int", "system", featSegments)
-	add("gs_base", 64, "int", "system", featSegments)
+	add("fs_base", 64, "int", "", featSegments)
+	add("gs_base", 64, "int", "", featSegments)
 	if avx {
 		for i := 0; i < 16; i++ {
 			add(fmt.Sprintf("ymm%dh", i), 128, "uint128", "", featAVX)

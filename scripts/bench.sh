@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Recording overhead benchmarks (make bench). Every figure is the median of
+# RUNS runs; each recorded run is compared with an unrecorded baseline
+# measured in the same invocation. Writes bench-results.txt; BENCHMARKS.md
+# holds the interpretation. Needs root (tprec, strace -p), gcc, python3,
+# redis-server and redis-benchmark (apt-get install redis-server), gdb.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${RUNS:-5}
+DD_COUNT=${DD_COUNT:-400000}
+INTERVAL=${INTERVAL:-250ms}
+OUT=${OUT:-bench-results.txt}
+TPREC=$PWD/bin/tprec
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"; [ -n "${REDIS_PID:-}" ] && kill "$REDIS_PID" 2>/dev/null; true' EXIT
+make -s build
+gcc -O2 -o "$WORK/boundary" scripts/bench/boundary.c
+
+median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+log() { echo "$*" | tee -a "$OUT"; }
+: > "$OUT"
+log "# $(date -u +%FT%TZ) $(uname -r) $(nproc) CPUs, runs=$RUNS, interval=$INTERVAL"
+
+# run MODE CMD...: runs CMD unrecorded or under a recorder; the command
+# measures itself (dd reports its own time) so recorder start-up is excluded.
+run() {
+	local mode=$1
+	shift
+	case $mode in
+	none) "$@" ;;
+	ebpf | ptrace) "$TPREC" -q --backend "$mode" --interval "$INTERVAL" -o "$WORK" -- "$@" ;;
+	strace) strace -f -o /dev/null "$@" ;;
+	esac
+}
+
+# --- syscall-heavy: dd with 512-byte blocks (2 syscalls per block)
+dd_secs() { run "$1" dd if=/dev/zero of=/dev/null bs=512 count="$DD_COUNT" 2>&1 | awk '/copied/ {for (i=1;i<=NF;i++) if ($i ~ /^s,?$/) print $(i-1)}'; }
+declare -A DD
+for m in none ebpf ptrace strace; do
+	DD[$m]=$(for i in $(seq "$RUNS"); do dd_secs "$m"; done | median)
+done
+for m in none ebpf ptrace strace; do
+	log "dd bs=512 count=$DD_COUNT $m: $(printf %.3f "${DD[$m]}") s, ratio $(awk -v a="${DD[$m]}" -v b="${DD[none]}" 'BEGIN{printf "%.2f", a/b}'), added per syscall $(awk -v a="${DD[$m]}" -v b="${DD[none]}" -v n="$DD_COUNT" 'BEGIN{printf "%.0f", (a-b)/(2*n)*1e9}') ns"
+done
+
+# --- CPU-bound: a Python loop with almost no syscalls
+py_secs() { run "$1" python3 -c 'import time
+t=time.perf_counter(); s=0
+for i in range(15000000): s+=i*i
+print(time.perf_counter()-t)'; }
+declare -A PY
+for m in none ebpf ptrace strace; do
+	PY[$m]=$(for i in $(seq "$RUNS"); do py_secs "$m"; done | median)
+	log "python3 loop $m: $(printf %.3f "${PY[$m]}") s, ratio $(awk -v a="${PY[$m]}" -v b="${PY[none]}" 'BEGIN{printf "%.3f", a/b}')"
+done
+
+# --- vDSO patch: clock_gettime becomes a real syscall under tprec
+vdso_ns() { run "$1" python3 -c 'import time
+n=200000; t=time.perf_counter()
+for i in range(n): time.monotonic()
+print((time.perf_counter()-t)/n*1e9)'; }
+for m in none ebpf ptrace; do
+	log "clock_gettime via python time.monotonic $m: $(for i in $(seq "$RUNS"); do vdso_ns "$m"; done | median | xargs printf %.0f) ns per call"
+done
+
+# --- server: redis-server on loopback, recorded by attaching to it
+if command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null; then
+	redis_rps() {
+		local mode=$1 port=6399 rec=
+		redis-server --port $port --save "" --appendonly no --daemonize no >/dev/null 2>&1 &
+		REDIS_PID=$!
+		for i in $(seq 50); do redis-cli -p $port ping >/dev/null 2>&1 && break; sleep 0.1; done
+		case $mode in
+		ebpf | ptrace) "$TPREC" -q --backend "$mode" --interval "$INTERVAL" -o "$WORK" --pid $REDIS_PID & rec=$!; sleep 1 ;;
+		strace) strace -f -p $REDIS_PID -o /dev/null & rec=$!; sleep 1 ;;
+		esac
+		redis-benchmark -p $port -n 100000 -c 10 -t set,get -q 2>/dev/null | awk '/requests per second/ {for (i=1;i<=NF;i++) if ($i ~ /^[0-9.]+$/) {s+=$i; n++; break}} END {printf "%.0f\n", s/n}'
+		[ -n "$rec" ] && kill -INT $rec 2>/dev/null && wait $rec 2>/dev/null || true
+		kill $REDIS_PID 2>/dev/null; wait $REDIS_PID 2>/dev/null || true
+		REDIS_PID=
+	}
+	declare -A RD
+	for m in none ebpf ptrace strace; do
+		RD[$m]=$(for i in $(seq "$RUNS"); do redis_rps "$m"; done | median)
+		log "redis-benchmark set+get $m: ${RD[$m]} req/s, slowdown $(awk -v a="${RD[$m]}" -v b="${RD[none]}" 'BEGIN{printf "%.3f", b/a}')"
+	done
+else
+	log "redis: redis-server or redis-benchmark missing (apt-get install redis-server): skipped"
+fi
+
+# --- interval boundary as seen by the target, and written-page rate
+for mb in 10 100 1024; do
+	for m in ebpf ptrace; do
+		r=$(run "$m" "$WORK/boundary" "$mb" 3)
+		log "boundary ${mb} MB resident $m: $r"
+	done
+done
+out=$(TPREC_DEBUG=1 "$TPREC" --backend ebpf --interval "$INTERVAL" -o "$WORK" -- "$WORK/boundary" 100 3 2>&1 >/dev/null | grep -E "fault stream vs pagemap over" || true)
+log "written pages (eBPF fault stream, boundary 100 MB): ${out#tprec: }"
+out=$("$TPREC" --backend ebpf --interval "$INTERVAL" -o "$WORK" -- dd if=/dev/zero of=/dev/null bs=512 count="$DD_COUNT" 2>&1 | grep -E "fault stream vs pagemap over" || true)
+log "written pages (eBPF fault stream, dd): ${out#tprec: }"
+
+# --- gdb's record full on a small dd run
+if command -v gdb >/dev/null; then
+	small=2000
+	t0=$(date +%s.%N); dd if=/dev/zero of=/dev/null bs=512 count=$small 2>/dev/null; t1=$(date +%s.%N)
+	gdb -q -batch -ex 'set pagination off' -ex starti -ex 'record full' -ex 'set record full insn-number-max unlimited' -ex continue \
+		--args dd if=/dev/zero of=/dev/null bs=512 count=$small >/dev/null 2>&1 || true
+	t2=$(date +%s.%N)
+	t3=$(date +%s.%N); "$TPREC" -q --backend ebpf -o "$WORK" -- dd if=/dev/zero of=/dev/null bs=512 count=$small 2>/dev/null; t4=$(date +%s.%N)
+	log "dd count=$small: unrecorded $(awk -v a=$t0 -v b=$t1 'BEGIN{printf "%.3f", b-a}') s, gdb record full $(awk -v a=$t1 -v b=$t2 'BEGIN{printf "%.3f", b-a}') s, tprec eBPF (with start-up) $(awk -v a=$t3 -v b=$t4 'BEGIN{printf "%.3f", b-a}') s"
+fi

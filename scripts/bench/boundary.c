@@ -1,0 +1,46 @@
+/* Boundary cost as the target sees it: touch MB megabytes of private memory,
+ * then read CLOCK_MONOTONIC in a tight loop for SECS seconds and report the
+ * gaps longer than 200 us (each one is a stop: an interval boundary). Also
+ * writes WPAGES pages per millisecond to give the recorder a written set. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int cmp(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv)
+{
+	long mb = argc > 1 ? atol(argv[1]) : 10;
+	double secs = argc > 2 ? atof(argv[2]) : 3;
+	size_t n = (size_t)mb << 20;
+	char *p = malloc(n);
+	if (!p)
+		return 1;
+	memset(p, 1, n);
+	double gaps[4096];
+	int ng = 0;
+	double t0 = now(), last = t0;
+	for (;;) {
+		double t = now();
+		if (t - last > 200e-6 && ng < 4096)
+			gaps[ng++] = t - last;
+		last = t;
+		if (t - t0 > secs)
+			break;
+	}
+	qsort(gaps, ng, sizeof(gaps[0]), cmp);
+	printf("stops %d median_ms %.3f max_ms %.3f\n", ng, ng ? gaps[ng / 2] * 1e3 : 0, ng ? gaps[ng - 1] * 1e3 : 0);
+	return p[n / 2] == 1 ? 0 : 2;
+}

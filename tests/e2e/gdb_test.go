@@ -1,0 +1,296 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// needTool returns the path of a program the test drives; a missing one fails
+// under CI (.ci/run installs it) and skips elsewhere.
+func needTool(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err == nil {
+		return p
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s is not installed: .ci/run installs it", name)
+	}
+	t.Skipf("%s is not installed", name)
+	return ""
+}
+
+// runGDB runs gdb in batch mode on prog with the commands of script (one per
+// line). target, when set, is the `target remote` argument.
+func runGDB(t *testing.T, prog, target, script string) string {
+	t.Helper()
+	gdb := needTool(t, "gdb")
+	sf := filepath.Join(t.TempDir(), "script.gdb")
+	if err := os.WriteFile(sf, []byte("set pagination off\nset confirm off\nset width 0\n"+script), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"-batch", "-nx"}
+	if target != "" {
+		args = append(args, "-ex", "target remote "+target)
+	}
+	args = append(args, "-x", sf, prog)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, gdb, args...).CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("gdb timed out:\n%s", out)
+	}
+	if err != nil {
+		t.Logf("gdb: %v", err)
+	}
+	return string(out)
+}
+
+// sections splits gdb output at lines "@@name" (printed by `echo @@name\n`).
+func sections(out string) map[string]string {
+	m := map[string]string{}
+	cur := ""
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "@@") {
+			cur = strings.TrimSpace(line[2:])
+			continue
+		}
+		m[cur] += line + "\n"
+	}
+	return m
+}
+
+var frameAddr = regexp.MustCompile(`^#(\d+)\s+(0x[0-9a-f]+ in )?`)
+
+// frames returns the backtrace lines without their addresses: what must be
+// the same natively and in the replay (function, arguments, file:line).
+func frames(bt string) []string {
+	var out []string
+	for _, l := range strings.Split(bt, "\n") {
+		if m := frameAddr.FindStringSubmatch(l); m != nil {
+			out = append(out, "#"+m[1]+" "+strings.TrimSpace(l[len(m[0]):]))
+		}
+	}
+	return out
+}
+
+var histNum = regexp.MustCompile(`(?m)^\$\d+ = `)
+
+// noHist drops gdb's value history numbers ($1 = ...).
+func noHist(s string) string { return histNum.ReplaceAllString(s, "= ") }
+
+// lineOf returns the 1-based line of the first line of file holding s.
+func lineOf(t *testing.T, file, s string) int {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, s) {
+			return i + 1
+		}
+	}
+	t.Fatalf("%q not in %s", s, file)
+	return 0
+}
+
+// gdbTarget is the `target remote` argument that runs tpreplay on stdio.
+func gdbTarget(t *testing.T, ckpt string) (string, string) {
+	log := filepath.Join(t.TempDir(), "wire.log")
+	return fmt.Sprintf("| %s --gdb-stdio --gdb-log %s %s", filepath.Join(tools(t), "tpreplay"), log, ckpt), log
+}
+
+// A C program built with -g, launched under tprec, crashes by itself. GDB on
+// the replay: a breakpoint in the recorded window, backtrace, registers,
+// locals and heap values, next/step, reverse-step, reverse-continue back to
+// the breakpoint with the same registers, and on to the recorded SIGSEGV. The
+// crash then looks the same as in a native run of the program under gdb.
+func TestGDBOnCrashReplay(t *testing.T) {
+	requireRoot(t)
+	needTool(t, "gdb")
+	dir := t.TempDir()
+	src := "testdata/gdbcrash.c"
+	prog := cc(t, src, dir)
+	rec := startTprec(t, "--output", dir, "--", prog, "1500")
+	if err := rec.wait(t, 90*time.Second); err != nil {
+		t.Fatalf("tprec: %v\n%s", err, rec.stderr)
+	}
+	cks := checkpoints(t, dir)
+	if len(cks) != 1 {
+		t.Fatalf("want one checkpoint, got %v\n%s", cks, rec.stderr)
+	}
+	target, wire := gdbTarget(t, cks[0])
+	crashLine := lineOf(t, src, "r->next is NULL")
+	script := `break step_once
+continue
+echo @@bt1\n
+bt
+echo @@regs1\n
+info registers
+echo @@vals1\n
+print r->rounds
+print *r
+print table[3]
+info registers fs_base orig_rax
+info registers xmm0 mxcsr
+echo @@next\n
+next
+next
+info line *$pc
+print h
+echo @@step\n
+step
+info line *$pc
+echo @@rstep\n
+reverse-step
+info line *$pc
+echo @@rcont\n
+reverse-continue
+echo @@regs2\n
+info registers
+echo @@vals2\n
+print r->rounds
+print *r
+print table[3]
+info registers fs_base orig_rax
+info registers xmm0 mxcsr
+echo @@cont\n
+delete
+continue
+echo @@crash\n
+bt
+print *r
+print r->next
+print table[3]
+info registers rip
+echo @@end\n
+continue
+monitor stats
+`
+	start := time.Now()
+	out := runGDB(t, prog, target, script)
+	t.Logf("gdb on the replay (%v):\n%s", time.Since(start).Round(time.Millisecond), out)
+	s := sections(out)
+	if !strings.Contains(s["bt1"], "step_once (") || !strings.Contains(s["bt1"], "main (") || !strings.Contains(s["bt1"], "gdbcrash.c:") {
+		t.Errorf("backtrace at the breakpoint:\n%s", s["bt1"])
+	}
+	if !strings.Contains(s["regs1"], "rip ") || !strings.Contains(s["regs1"], "eflags") {
+		t.Errorf("info registers:\n%s", s["regs1"])
+	}
+	if !regexp.MustCompile(`fs_base\s+0x[1-9a-f]`).MatchString(s["vals1"]) || !strings.Contains(s["vals1"], "xmm0") {
+		t.Errorf("fs_base and SSE registers:\n%s", s["vals1"])
+	}
+	if s["regs1"] != s["regs2"] || noHist(s["vals1"]) != noHist(s["vals2"]) {
+		t.Errorf("reverse-continue did not come back to the same state:\nbefore:\n%s%s\nafter:\n%s%s", s["regs1"], s["vals1"], s["regs2"], s["vals2"])
+	}
+	if !strings.Contains(s["rcont"], "Breakpoint 1, step_once") {
+		t.Errorf("reverse-continue did not stop at the breakpoint:\n%s", s["rcont"])
+	}
+	if !strings.Contains(s["vals1"], "rounds = ") || strings.Contains(s["vals1"], "Cannot access") {
+		t.Errorf("values:\n%s", s["vals1"])
+	}
+	for _, k := range []string{"next", "step", "rstep"} {
+		if !strings.Contains(s[k], "gdbcrash.c") && !strings.Contains(s[k], "Line ") {
+			t.Errorf("%s:\n%s", k, s[k])
+		}
+	}
+	if s["next"] == s["rstep"] {
+		t.Errorf("reverse-step did not move:\n%s", s["rstep"])
+	}
+	if !strings.Contains(s["cont"], "SIGSEGV") || !strings.Contains(s["cont"], fmt.Sprintf("gdbcrash.c:%d", crashLine)) {
+		t.Errorf("continue did not reach the recorded SIGSEGV at line %d:\n%s", crashLine, s["cont"])
+	}
+	if !strings.Contains(s["end"], "recording ends here") && !strings.Contains(s["end"], "No more reverse-execution history") {
+		t.Errorf("continuing past the end:\n%s", s["end"])
+	}
+	if b, err := os.ReadFile(wire); err != nil || !strings.Contains(string(b), "qSupported") {
+		t.Errorf("wire log: %v", err)
+	}
+
+	// The same program natively under gdb.
+	native := runGDB(t, prog, "", "run 1500\necho @@crash\\n\nbt\nprint *r\nprint r->next\nprint table[3]\ninfo registers rip\n")
+	n := sections(native)
+	if !strings.Contains(native, "SIGSEGV") {
+		t.Fatalf("native run did not crash:\n%s", native)
+	}
+	// Heap and stack addresses differ between the runs (gdb disables
+	// address randomization, the recorded run had it): compare the rest.
+	hexNum := regexp.MustCompile(`0x[0-9a-f]+`)
+	mask := func(l []string) string { return hexNum.ReplaceAllString(strings.Join(l, "\n"), "0x?") }
+	rf, nf := frames(s["crash"]), frames(n["crash"])
+	if len(rf) == 0 || mask(rf) != mask(nf) {
+		t.Errorf("backtrace at the crash differs:\nreplay:\n%s\nnative:\n%s", strings.Join(rf, "\n"), strings.Join(nf, "\n"))
+	}
+	values := func(sec string) string {
+		var v []string
+		for _, l := range strings.Split(sec, "\n") {
+			if strings.HasPrefix(l, "$") {
+				v = append(v, l[strings.Index(l, "="):])
+			}
+		}
+		return strings.Join(v, "\n")
+	}
+	if rv, nv := values(s["crash"]), values(n["crash"]); rv == "" || hexNum.ReplaceAllString(rv, "0x?") != hexNum.ReplaceAllString(nv, "0x?") {
+		t.Errorf("values at the crash differ:\nreplay:\n%s\nnative:\n%s", rv, nv)
+	}
+}
+
+// GDB's remote protocol over TCP: tpreplay prints the command line to use,
+// and serves on the loopback address.
+func TestGDBListens(t *testing.T) {
+	requireRoot(t)
+	needTool(t, "gdb")
+	dir := t.TempDir()
+	prog := cc(t, "testdata/gdbcrash.c", dir)
+	rec := startTprec(t, "--output", dir, "--", prog, "1200")
+	if err := rec.wait(t, 90*time.Second); err != nil {
+		t.Fatalf("tprec: %v\n%s", err, rec.stderr)
+	}
+	cks := checkpoints(t, dir)
+	cmd := exec.Command(filepath.Join(tools(t), "tpreplay"), "--gdb", ":0", cks[0])
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	buf := make([]byte, 4096)
+	var got string
+	re := regexp.MustCompile(`gdb (\S+) -ex 'target remote (127\.0\.0\.1:\d+)'`)
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) && !re.MatchString(got) {
+		n, err := stderr.Read(buf)
+		got += string(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	m := re.FindStringSubmatch(got)
+	if m == nil || m[1] != prog {
+		t.Fatalf("tpreplay did not print the gdb command line with %s:\n%s", prog, got)
+	}
+	out := runGDB(t, prog, m[2], "break crash_here\ncontinue\nbt\nset var r->rounds = 1\ndetach\n")
+	if !strings.Contains(out, "crash_here (") || !strings.Contains(out, "main (") {
+		t.Errorf("gdb over TCP:\n%s", out)
+	}
+	if !strings.Contains(out, "Cannot access memory") && !strings.Contains(out, "read-only") {
+		t.Errorf("writing memory was not refused:\n%s", out)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Errorf("tpreplay did not end after gdb detached")
+	}
+}
