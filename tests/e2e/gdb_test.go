@@ -294,3 +294,108 @@ func TestGDBListens(t *testing.T) {
 		t.Errorf("tpreplay did not end after gdb detached")
 	}
 }
+
+// srcCache is where .ci/run puts Debian source packages (apt-get source
+// --download-only), so that tests build real programs with debug information
+// without network access.
+func srcCache() string {
+	if d := os.Getenv("TPREC_SRC_CACHE"); d != "" {
+		return d
+	}
+	return "/var/cache/tprec/src"
+}
+
+// buildLua builds the Lua 5.4 interpreter of Debian's lua5.4 source package
+// with -g -O0: a real interpreter, debugged at the level of its C sources.
+func buildLua(t *testing.T) string {
+	t.Helper()
+	needTool(t, "make")
+	tarballs, _ := filepath.Glob(filepath.Join(srcCache(), "lua5.4_*.orig.tar.gz"))
+	if len(tarballs) == 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("no lua5.4 source package in %s: .ci/run downloads it", srcCache())
+		}
+		t.Skipf("no lua5.4 source package in %s (run: apt-get source --download-only lua5.4 there)", srcCache())
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("tar", "xzf", tarballs[0], "-C", dir).CombinedOutput(); err != nil {
+		t.Fatalf("unpack %s: %v\n%s", tarballs[0], err, out)
+	}
+	srcs, _ := filepath.Glob(filepath.Join(dir, "lua-5.4*", "src"))
+	if len(srcs) != 1 {
+		t.Fatalf("unexpected layout of %s", tarballs[0])
+	}
+	if out, err := exec.Command("make", "-j2", "-C", srcs[0], "linux", "MYCFLAGS=-g -O0").CombinedOutput(); err != nil {
+		t.Fatalf("build lua: %v\n%s", err, out)
+	}
+	return filepath.Join(srcs[0], "lua")
+}
+
+// Lua 5.4, built from Debian's source package, attached while it runs a
+// script and killed with SIGSEGV from outside. GDB on the replay: a
+// breakpoint in the interpreter's C code that runs in the window, a deep
+// backtrace with functions and source lines, locals and heap values,
+// next/step, reverse-step, reverse-continue to the same registers, and on to
+// the recorded signal at the recorded instruction.
+func TestGDBOnLuaReplay(t *testing.T) {
+	requireRoot(t)
+	needTool(t, "gdb")
+	lua := buildLua(t)
+	script, err := filepath.Abs("testdata/work.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	target, _, done := startTarget(t, lua, script)
+	time.Sleep(300 * time.Millisecond)
+	ckpt := attachAndCrash(t, target, done, 2*time.Second)
+	tgt, _ := gdbTarget(t, ckpt)
+	out := runGDB(t, lua, tgt, `break os_clock
+continue
+echo @@bt1\n
+bt
+echo @@regs1\n
+info registers
+echo @@vals1\n
+print L
+print L->nci
+print *L->ci
+echo @@walk\n
+next
+step
+reverse-step
+reverse-continue
+echo @@regs2\n
+info registers
+echo @@vals2\n
+print L
+print L->nci
+print *L->ci
+echo @@cont\n
+delete
+continue
+echo @@crash\n
+p/x $pc
+bt 2
+monitor stats
+`)
+	t.Logf("gdb on the lua replay:\n%s", out)
+	s := sections(out)
+	for _, want := range []string{"os_clock (L=", "loslib.c:", "luaV_execute (", "lvm.c:", "main (", "lua.c:"} {
+		if !strings.Contains(s["bt1"], want) {
+			t.Errorf("backtrace lacks %q:\n%s", want, s["bt1"])
+		}
+	}
+	if !strings.Contains(s["vals1"], "callstatus") || strings.Contains(s["vals1"], "Cannot access") {
+		t.Errorf("values:\n%s", s["vals1"])
+	}
+	if s["regs1"] == "" || s["regs1"] != s["regs2"] || noHist(s["vals1"]) != noHist(s["vals2"]) {
+		t.Errorf("reverse-continue did not come back to the same state:\n%s%s\n---\n%s%s", s["regs1"], s["vals1"], s["regs2"], s["vals2"])
+	}
+	m := regexp.MustCompile(`end: signal 11 at rip (0x[0-9a-f]+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("tpreplay did not print the recorded end")
+	}
+	if !strings.Contains(s["cont"], "SIGSEGV") || !strings.Contains(s["crash"], "= "+m[1]) {
+		t.Errorf("continue did not reach the recorded SIGSEGV at %s:\n%s%s", m[1], s["cont"], s["crash"])
+	}
+}
