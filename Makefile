@@ -25,9 +25,12 @@ demo: build
 generate:
 	$(GO) generate ./...
 
-# Regenerate and fail when the committed generated files differ.
+# Regenerate and fail when the committed generated files differ (or when
+# generation leaves new files behind).
+GENERATED := syscalls/zsysnum_amd64.go bpf/syscall_table.h bpf/tprec_x86_bpfel.go bpf/tprec_x86_bpfel.o
 check-generate: generate
-	git diff --exit-code -- . ':(exclude)BENCHMARKS.md'
+	git diff --exit-code -- $(GENERATED)
+	test -z "$$(git status --porcelain --untracked-files=all -- bpf syscalls)"
 
 # Recording overhead (eBPF, ptrace, strace, gdb) against unrecorded runs;
 # needs root. Results go to bench-results.txt; BENCHMARKS.md discusses them.
