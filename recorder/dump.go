@@ -2,8 +2,6 @@ package recorder
 
 import (
 	"bufio"
-	"debug/elf"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -220,37 +218,6 @@ func unionPages(a, b []pageRun) []uint64 {
 	return out
 }
 
-// buildID returns the hex GNU build-id of an ELF file, or "".
-func buildID(path string) string {
-	f, err := elf.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	for _, sec := range f.Sections {
-		if sec.Type != elf.SHT_NOTE {
-			continue
-		}
-		data, err := sec.Data()
-		if err != nil {
-			continue
-		}
-		for len(data) >= 12 {
-			nsz := int(f.ByteOrder.Uint32(data[0:]))
-			dsz := int(f.ByteOrder.Uint32(data[4:]))
-			typ := f.ByteOrder.Uint32(data[8:])
-			off := 12 + (nsz+3)&^3
-			if off+dsz > len(data) {
-				break
-			}
-			if typ == 3 && nsz == 4 && string(data[12:15]) == "GNU" {
-				return hex.EncodeToString(data[off : off+dsz])
-			}
-			data = data[off+(dsz+3)&^3:]
-		}
-	}
-	return ""
-}
 
 // cpuFlags returns the ISA flags of the first CPU in /proc/cpuinfo.
 func cpuFlags() []string {

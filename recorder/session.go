@@ -674,7 +674,7 @@ func (s *session) fillHeader() {
 	}
 	h.Hostname, _ = os.Hostname()
 	h.ExePath, _ = os.Readlink(fmt.Sprintf("/proc/%d/exe", s.pid))
-	h.BuildID = buildID(fmt.Sprintf("/proc/%d/exe", s.pid))
+	h.BuildID = proc.FileBuildID(fmt.Sprintf("/proc/%d/exe", s.pid))
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", s.pid)); err == nil {
 		h.Cmdline = strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
 	}

@@ -2,10 +2,10 @@ package replayer
 
 import (
 	"debug/elf"
-	"encoding/hex"
 	"fmt"
 
 	"github.com/tprec/tprec/format"
+	"github.com/tprec/tprec/proc"
 )
 
 // Symbolize names the function of the recorded executable that holds addr,
@@ -83,29 +83,4 @@ func symbols(get func() ([]elf.Symbol, error)) []elf.Symbol {
 }
 
 // buildID returns the hex of the GNU build-id note.
-func buildID(f *elf.File) (string, bool) {
-	for _, s := range f.Sections {
-		if s.Type != elf.SHT_NOTE {
-			continue
-		}
-		b, err := s.Data()
-		if err != nil {
-			continue
-		}
-		for len(b) >= 12 {
-			nsz := f.ByteOrder.Uint32(b[0:])
-			dsz := f.ByteOrder.Uint32(b[4:])
-			typ := f.ByteOrder.Uint32(b[8:])
-			nEnd := 12 + (uint64(nsz)+3)&^3
-			dEnd := nEnd + (uint64(dsz)+3)&^3
-			if dEnd > uint64(len(b)) {
-				break
-			}
-			if typ == 3 /* NT_GNU_BUILD_ID */ && nsz == 4 && string(b[12:15]) == "GNU" {
-				return hex.EncodeToString(b[nEnd : nEnd+uint64(dsz)]), true
-			}
-			b = b[dEnd:]
-		}
-	}
-	return "", false
-}
+func buildID(f *elf.File) (string, bool) { return proc.BuildID(f) }
