@@ -28,4 +28,11 @@
 // *Divergence. The replay never opens, writes, sends or deletes anything on the
 // host; the only host writes are the optional copies of the program's output in
 // Options.OutputDir.
+//
+// Session drives the same engine one command at a time for a debugger: step,
+// continue to breakpoints (int3s shared with the end search through one table
+// and hidden from every read), watchpoints (debug registers), caught
+// syscalls, and reverse step and continue by re-execution from the start,
+// with positions named by syscall stretch, arrival counts and single steps
+// (see Position: there is no branch counter to name them by).
 package replayer
