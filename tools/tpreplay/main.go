@@ -1,7 +1,7 @@
 // Command tpreplay re-executes the recorded window of a tprec checkpoint and
 // verifies that it reaches the recorded end state.
 //
-//	tpreplay [--from K] [--output-dir DIR] [-v] FILE
+//	tpreplay [--from K] [--output-dir DIR] [-v] [--time] FILE
 //	tpreplay --gdb ADDR [--from K] [--gdb-log FILE] FILE   (serve GDB on ADDR, ":2345" = 127.0.0.1:2345)
 //	tpreplay --gdb-stdio [--from K] FILE                   (serve GDB on stdin/stdout)
 //
@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/replayer"
@@ -41,7 +42,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "from", Value: -1, Usage: "interval index to start at (default: the oldest replayable one)"},
 			&cli.StringFlag{Name: "output-dir", Usage: "write what the program wrote to its descriptors to `DIR`/fd-N.out"},
-			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log every replayed syscall"},
+			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log every replayed syscall, and the timing line"},
+			&cli.BoolFlag{Name: "time", Usage: "print how long loading and replaying took, against the recorded time (stderr)"},
 			&cli.StringFlag{Name: "gdb", Usage: "serve the replay to GDB on `ADDR` (\":2345\" listens on 127.0.0.1:2345)"},
 			&cli.BoolFlag{Name: "gdb-stdio", Usage: "serve the replay to GDB on stdin/stdout (target remote | tpreplay --gdb-stdio FILE)"},
 			&cli.StringFlag{Name: "gdb-log", Usage: "log the GDB protocol traffic to `FILE`"},
@@ -61,7 +63,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 				OutputDir: c.String("output-dir"),
 				Verbose:   c.Bool("verbose"),
 				Log:       stderr,
-			})
+			}, c.Bool("time") || c.Bool("verbose"), stderr)
 			var d *replayer.Divergence
 			switch {
 			case errors.As(err, &d):
@@ -82,11 +84,34 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
-func replay(ctx context.Context, path string, opts replayer.Options) (*replayer.Result, error) {
+// replay opens the checkpoint at path and replays it. With timing, it prints
+// one line to w: the time to open and check the file (every CRC, the model
+// decoded), the time replayer.Run took (rebuilding the process and
+// re-executing the window), and the recorded wall time of the replayed part
+// (from the start interval to the dump) for comparison.
+func replay(ctx context.Context, path string, opts replayer.Options, timing bool, w io.Writer) (*replayer.Result, error) {
+	t0 := time.Now()
 	f, err := format.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	return replayer.Run(ctx, f.Checkpoint, f, opts)
+	load := time.Since(t0)
+	res, err := replayer.Run(ctx, f.Checkpoint, f, opts)
+	if timing && err == nil {
+		c := f.Checkpoint
+		var recorded time.Duration
+		for _, iv := range c.Intervals {
+			if iv.Index == res.From && !c.Header.DumpTime.IsZero() {
+				recorded = c.Header.DumpTime.Sub(iv.Start)
+			}
+		}
+		ratio := "?"
+		if recorded > 0 {
+			ratio = fmt.Sprintf("%.2fx", res.Duration.Seconds()/recorded.Seconds())
+		}
+		fmt.Fprintf(w, "tpreplay: timing: load %v, replay %v (rebuild and re-execution of %d syscalls from interval %d), recorded %v (%s)\n",
+			load.Round(time.Microsecond), res.Duration.Round(time.Microsecond), res.Syscalls, res.From, recorded.Round(time.Millisecond), ratio)
+	}
+	return res, err
 }
