@@ -342,6 +342,8 @@ func (s *session) handle(st proc.Stop) error {
 		s.gone = true
 		s.exitStatus = st.Status
 		s.logf("process %d %s", s.pid, exitText(st.Status))
+		// Its shadow, now a stopped orphan, goes with it.
+		s.killShadow()
 		return nil
 	}
 	if st.SyscallStop() {
