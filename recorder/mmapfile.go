@@ -21,17 +21,23 @@ type mappedFile struct {
 	offset uint64 // file offset of start
 }
 
-// noteMmap opens the file of a successful file-backed mmap. The descriptor
-// is still open at the syscall-exit stop; when it is not (a source that
-// delivers records later), the mapping itself is found in map_files.
+// noteMmap opens the file of a successful file-backed mmap. At a ptrace
+// syscall-exit stop the descriptor is still the one mapped. A source that
+// delivers records later (eBPF, at the next boundary) may find the
+// descriptor closed or, worse, reused for another file: it takes the file of
+// the mapping itself (map_files), checked against the mapping's device and
+// inode, or marks the interval not replayable.
 func (s *session) noteMmap(rec *format.Syscall) {
 	if rec.Nr != unix.SYS_MMAP || rec.Ret < 0 || rec.Args[3]&unix.MAP_ANONYMOUS != 0 || int32(rec.Args[4]) < 0 {
 		return
 	}
 	start, length := uint64(rec.Ret), rec.Args[1]
-	f, err := os.Open(fmt.Sprintf("/proc/%d/fd/%d", s.pid, int32(rec.Args[4])))
-	if err != nil {
-		f, err = s.mapFile(start)
+	var f *os.File
+	var err error
+	if _, atExit := s.src.(ptraceSource); atExit {
+		f, err = os.Open(fmt.Sprintf("/proc/%d/fd/%d", s.pid, int32(rec.Args[4])))
+	} else {
+		f, err = s.mapFile(start, rec.Args[5])
 	}
 	if err != nil {
 		s.notReplayable(fmt.Sprintf("mmap at seq %d: cannot open the mapped file: %v", rec.Seq, err))
@@ -43,18 +49,32 @@ func (s *session) noteMmap(rec *format.Syscall) {
 	s.cur.files[rec.Seq] = &mappedFile{f: f, start: start, length: length, offset: rec.Args[5]}
 }
 
-// mapFile opens the file mapped at addr through /proc/PID/map_files.
-func (s *session) mapFile(addr uint64) (*os.File, error) {
+// mapFile opens the file mapped at addr (file offset off there) through
+// /proc/PID/map_files, if that mapping is still in place.
+func (s *session) mapFile(addr, off uint64) (*os.File, error) {
 	maps, err := proc.ReadMaps(s.pid)
 	if err != nil {
 		return nil, err
 	}
 	for _, m := range maps {
-		if addr >= m.Start && addr < m.End && m.Inode != 0 {
-			return os.Open(fmt.Sprintf("/proc/%d/map_files/%x-%x", s.pid, m.Start, m.End))
+		if addr < m.Start || addr >= m.End || m.Inode == 0 {
+			continue
 		}
+		if m.Offset+(addr-m.Start) != off {
+			break // something else is mapped there now
+		}
+		f, err := os.Open(fmt.Sprintf("/proc/%d/map_files/%x-%x", s.pid, m.Start, m.End))
+		if err != nil {
+			return nil, err
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &st); err != nil || st.Ino != m.Inode {
+			f.Close()
+			return nil, fmt.Errorf("the mapping at %#x changed since the call", addr)
+		}
+		return f, nil
 	}
-	return nil, fmt.Errorf("no file mapping at %#x", addr)
+	return nil, fmt.Errorf("the mapping at %#x is gone (unmapped within the interval)", addr)
 }
 
 // maxMappedAll bounds the mappings whose every page goes into the checkpoint.

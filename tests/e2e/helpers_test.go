@@ -140,6 +140,7 @@ func replay(t *testing.T, ckpt string, extra ...string) string {
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "tpreplay"), args...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
+		keepFailed(t, ckpt)
 		t.Fatalf("tpreplay %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	if !verifiedRe.Match(out) {
@@ -201,4 +202,20 @@ func attachAndCrash(t *testing.T, target *exec.Cmd, done chan error, after time.
 		t.Fatalf("want one checkpoint, got %v\n%s", cks, rec.stderr)
 	}
 	return cks[0]
+}
+
+// keepFailed copies a checkpoint that did not replay to $TPREC_KEEP_FAILED
+// (default /tmp/tprec-failed), so that it can be examined after the test.
+func keepFailed(t *testing.T, ckpt string) {
+	dir := os.Getenv("TPREC_KEEP_FAILED")
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "tprec-failed")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return
+	}
+	dst := filepath.Join(dir, t.Name()[strings.LastIndex(t.Name(), "/")+1:]+"-"+filepath.Base(ckpt))
+	if b, err := os.ReadFile(ckpt); err == nil && os.WriteFile(dst, b, 0o600) == nil {
+		t.Logf("kept the checkpoint as %s", dst)
+	}
 }
