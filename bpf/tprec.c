@@ -418,9 +418,31 @@ static __always_inline int restarting(long ret)
 	return ret == -512 || ret == -513 || ret == -514 || ret == -516;
 }
 
+/* Calls whose registers at sys_exit no longer say what was called:
+ * rt_sigreturn restores the interrupted context (orig_ax becomes -1,
+ * arch/x86/kernel/signal_64.c), a successful execve starts the new program
+ * with fresh registers, uretprobe and uprobe (the kernel's own trampolines)
+ * restore registers and set orig_ax to -1. Only these keep their entry; for
+ * every other call sys_exit reads the number and the arguments from the
+ * registers, which the kernel leaves as the program set them. */
+static __always_inline int needs_entry(long nr)
+{
+	switch (nr) {
+	case 15:  /* rt_sigreturn */
+	case 59:  /* execve */
+	case 322: /* execveat */
+	case 335: /* uretprobe */
+	case 336: /* uprobe */
+		return 1;
+	}
+	return 0;
+}
+
 SEC("tp_btf/sys_enter")
 int BPF_PROG(tp_sys_enter, struct pt_regs *regs, long id)
 {
+	if (!needs_entry(id))
+		return 0;
 	__u64 pt = bpf_get_current_pid_tgid();
 	__u32 tgid = pt >> 32, tid = (__u32)pt;
 	if (!bpf_map_lookup_elem(&traced, &tgid))
@@ -436,6 +458,29 @@ int BPF_PROG(tp_sys_enter, struct pt_regs *regs, long id)
 	return 0;
 }
 
+/* has_outputs says whether the call can have written memory the record must
+ * carry: an output the table declares for it (on failure, only those marked
+ * OnError) at a non-null address. Most calls have none and skip the copy
+ * machinery. */
+static __always_inline int has_outputs(struct call_ctx *c)
+{
+	__s64 nr = c->nr;
+	if (nr < 0 || nr > TP_MAX_SYSNUM)
+		return 0;
+	int failed = c->ret < 0;
+#pragma unroll
+	for (int i = 0; i < TP_MAX_OUTS; i++) {
+		const struct tp_out *o = &tp_outs[nr][i];
+		if (!(o->flags & TP_OUT_VALID))
+			return 0;
+		if (failed && !(o->flags & TP_OUT_ONERROR))
+			continue;
+		if (arg_of(c, o->arg) != 0)
+			return 1;
+	}
+	return 0;
+}
+
 SEC("tp_btf/sys_exit")
 int BPF_PROG(tp_sys_exit, struct pt_regs *regs, long ret)
 {
@@ -444,25 +489,68 @@ int BPF_PROG(tp_sys_exit, struct pt_regs *regs, long ret)
 	struct tp_proc *p = bpf_map_lookup_elem(&traced, &tgid);
 	if (!p)
 		return 0;
-	struct tp_entry *e = bpf_map_lookup_elem(&entries, &tid);
-	if (!e) {
-		struct tp_counters *c = counters_get();
-		if (c)
-			c->no_entry++;
-		return 0;
+	struct call_ctx call = {.nr = (long)regs->orig_ax, .ret = ret};
+	if (call.nr < 0 || needs_entry(call.nr)) {
+		struct tp_entry *e = bpf_map_lookup_elem(&entries, &tid);
+		if (!e) {
+			struct tp_counters *c = counters_get();
+			if (c)
+				c->no_entry++;
+			return 0;
+		}
+		call.nr = e->nr;
+		__builtin_memcpy(call.args, e->args, sizeof(call.args));
+		bpf_map_delete_elem(&entries, &tid);
+	} else {
+		/* The child of clone or fork leaves the call it never entered
+		 * (kernel/entry: ret_from_fork ends in syscall_exit_to_user_mode)
+		 * with 0; its parent sees the child's id or an error. */
+		if (ret == 0 && (call.nr == 56 || call.nr == 57 || call.nr == 58 || call.nr == 435)) {
+			struct tp_counters *c = counters_get();
+			if (c)
+				c->no_entry++;
+			return 0;
+		}
+		call.args[0] = regs->di;
+		call.args[1] = regs->si;
+		call.args[2] = regs->dx;
+		call.args[3] = regs->r10;
+		call.args[4] = regs->r8;
+		call.args[5] = regs->r9;
 	}
-	struct call_ctx call = {.nr = e->nr, .ret = ret};
-	__builtin_memcpy(call.args, e->args, sizeof(call.args));
-	bpf_map_delete_elem(&entries, &tid);
 	if (restarting(ret)) {
 		if (ret == -516 && call.nr != TP_NR_RESTART)
 			bpf_map_update_elem(&restarts, &tid, (struct tp_entry *)&call, BPF_ANY);
 		return 0;
 	}
+	__u64 seq = __sync_fetch_and_add(&p->seq, 1) + 1;
+
+	if (call.nr != TP_NR_RESTART && !has_outputs(&call)) {
+		/* Header only: reserved in the ring buffer in place. */
+		struct tp_syscall *h = bpf_ringbuf_reserve(&events, sizeof(*h), 0);
+		if (!h) {
+			struct tp_counters *c = counters_get();
+			if (c)
+				c->lost_records++;
+			return 0;
+		}
+		h->type = TP_EV_SYSCALL;
+		h->flags = TP_F_END;
+		h->part = 0;
+		h->tid = tid;
+		h->tgid = tgid;
+		h->nr = call.nr;
+		h->seq = seq;
+		__builtin_memcpy(h->args, call.args, sizeof(h->args));
+		h->ret = ret;
+		h->rip = regs->ip;
+		bpf_ringbuf_submit(h, wakeup_flags());
+		return 0;
+	}
+
 	struct tp_scratch *s = scratch_get();
 	if (!s)
 		return 0;
-	__u64 seq = __sync_fetch_and_add(&p->seq, 1) + 1;
 	struct tp_syscall *h = (void *)s->buf;
 	h->type = TP_EV_SYSCALL;
 	h->flags = 0;

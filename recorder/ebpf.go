@@ -1,9 +1,13 @@
 package recorder
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"runtime/pprof"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -49,11 +53,18 @@ type ebpfSource struct {
 	rd    *ringbuf.Reader
 	logf  func(string, ...any)
 
+	stats   io.Closer // run-time statistics, with TPREC_DEBUG=bpfstats
+	profile *os.File  // CPU profile of the recorder, with TPREC_CPUPROFILE
+
 	flushed chan error    // one value per Flush, from the reader
 	done    chan struct{} // closed when the reader returns
 
 	mu        sync.Mutex
-	calls     map[uint64]*pendingCall // by sequence number
+	calls     map[uint64]*pendingCall // by sequence number, until complete
+	ready     []builtCall             // complete calls, built by the reader
+	rec       record                  // the reader's decoded record, reused
+	bld       builder                 // the reader's record builder
+	spare     []builtCall             // the previous ready slice, for reuse
 	faults    map[uint64]uint8        // page -> TP_FAULT_* flags, current epoch
 	badRecs   int                     // records that did not decode
 	firstBad  error
@@ -75,9 +86,21 @@ type ebpfSource struct {
 type pendingCall struct {
 	hdr   bpf.TprecTpSyscall
 	have  bool // the header part arrived
-	end   bool // the last part arrived
+	end   bool // the last part arrived, and every part decoded
+	last  bool // the last part arrived
+	bad   bool // a part did not decode
 	parts int
 	items []item
+}
+
+// builtCall is a call whose record is complete, turned into its log record
+// by the reader goroutine while the target runs, so that a boundary only
+// hands it over.
+type builtCall struct {
+	seq        uint64
+	rec        format.Syscall
+	problem    string
+	lostHeader bool // parts arrived, the header did not: rec is empty
 }
 
 // newEBPFSource loads and attaches the programs and starts recording the
@@ -117,6 +140,21 @@ func newEBPFSource(pid int, ringbufSize int, logf func(string, ...any)) (*ebpfSo
 			return nil, fmt.Errorf("%w: attach %s: %w", ErrEBPFUnavailable, p, err)
 		}
 		e.links = append(e.links, l)
+	}
+	if path := os.Getenv("TPREC_CPUPROFILE"); path != "" {
+		if f, err := os.Create(path); err == nil && pprof.StartCPUProfile(f) == nil {
+			e.profile = f
+		}
+	}
+	if os.Getenv("TPREC_DEBUG") == "bpfstats" {
+		// Run time and run count per program, logged at close; the kernel
+		// counts them only while someone asks (kernel/bpf/syscall.c:
+		// bpf_enable_runtime_stats), and counting costs two clock reads per run.
+		if st, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME); err == nil {
+			e.stats = st
+		} else {
+			logf("bpf run-time statistics unavailable: %v", err)
+		}
 	}
 	e.rd, err = ringbuf.NewReader(e.objs.Events)
 	if err != nil {
@@ -192,9 +230,12 @@ func (e *ebpfSource) read() {
 }
 
 // consume files one raw record. Records of other processes (followed
-// children) are dropped: only the target is recorded.
+// children) are dropped: only the target is recorded. A call whose record is
+// complete is built at once (most calls fit in one part and never enter the
+// pending map), so the work per call is done while the target runs.
 func (e *ebpfSource) consume(b []byte) {
-	r, err := decodeRecord(b)
+	r := &e.rec
+	err := r.decode(b)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if err != nil {
@@ -216,21 +257,26 @@ func (e *ebpfSource) consume(b []byte) {
 		if int(r.syscall.Tgid) != e.pid {
 			return
 		}
-		c := e.call(r.syscall.Seq)
-		c.hdr, c.have = *r.syscall, true
-		e.addParts(c, r.syscall.Flags, r.items)
-		if err != nil {
-			c.end = false
+		seq := r.syscall.Seq
+		if err == nil && r.syscall.Flags&uint8(bpf.TprecTpRecFlagsTP_F_END) != 0 && e.calls[seq] == nil {
+			// The whole call in one record: its items alias b, and
+			// buildSyscall copies what it keeps.
+			c := pendingCall{hdr: *r.syscall, have: true, end: true, last: true, parts: 1, items: r.items}
+			rec, problem := e.bld.build(&c)
+			e.ready = append(e.ready, builtCall{seq: seq, rec: rec, problem: problem})
+			return
 		}
+		c := e.call(seq)
+		c.hdr, c.have = *r.syscall, true
+		e.addParts(c, r.syscall.Flags, r.items, err != nil)
+		e.complete(seq, c)
 	case r.part != nil:
 		if int(r.part.Tgid) != e.pid {
 			return
 		}
 		c := e.call(r.part.Seq)
-		e.addParts(c, r.part.Flags, r.items)
-		if err != nil {
-			c.end = false
-		}
+		e.addParts(c, r.part.Flags, r.items, err != nil)
+		e.complete(r.part.Seq, c)
 	}
 }
 
@@ -245,7 +291,7 @@ func (e *ebpfSource) call(seq uint64) *pendingCall {
 
 // addParts keeps the items of one part. Item data is copied: the reader
 // reuses its buffer.
-func (e *ebpfSource) addParts(c *pendingCall, flags uint8, items []item) {
+func (e *ebpfSource) addParts(c *pendingCall, flags uint8, items []item, bad bool) {
 	c.parts++
 	for _, it := range items {
 		if it.data != nil {
@@ -253,9 +299,24 @@ func (e *ebpfSource) addParts(c *pendingCall, flags uint8, items []item) {
 		}
 		c.items = append(c.items, it)
 	}
-	if flags&uint8(bpf.TprecTpRecFlagsTP_F_END) != 0 {
-		c.end = true
+	if bad {
+		c.bad = true
 	}
+	if flags&uint8(bpf.TprecTpRecFlagsTP_F_END) != 0 {
+		c.last = true
+	}
+	c.end = c.last && !c.bad
+}
+
+// complete builds a call once its header and its last part are in. A call
+// that never completes is built at the next sync, as incomplete.
+func (e *ebpfSource) complete(seq uint64, c *pendingCall) {
+	if !c.have || !c.last {
+		return
+	}
+	delete(e.calls, seq)
+	rec, problem := e.bld.build(c)
+	e.ready = append(e.ready, builtCall{seq: seq, rec: rec, problem: problem})
 }
 
 // drain returns once the reader has consumed every record committed before
@@ -330,7 +391,17 @@ func (e *ebpfSource) sync(s *session) error {
 		return err
 	}
 	e.mu.Lock()
-	calls := e.calls
+	built := e.ready
+	e.ready, e.spare = e.spare[:0], nil
+	for seq, c := range e.calls {
+		// Parts that arrived without the rest of their call.
+		if !c.have {
+			built = append(built, builtCall{seq: seq, lostHeader: true})
+			continue
+		}
+		rec, problem := buildSyscall(c)
+		built = append(built, builtCall{seq: seq, rec: rec, problem: problem})
+	}
 	e.calls = map[uint64]*pendingCall{}
 	e.faultSet, e.faults = e.faults, map[uint64]uint8{}
 	bad, firstBad := e.badRecs, e.firstBad
@@ -350,13 +421,17 @@ func (e *ebpfSource) sync(s *session) error {
 	if bad > 0 {
 		s.notReplayable(fmt.Sprintf("%d eBPF records did not decode: %v", bad, firstBad))
 	}
-	seqs := make([]uint64, 0, len(calls))
-	for q := range calls {
-		seqs = append(seqs, q)
+	// A thread commits its calls in order, so the records of a
+	// single-threaded target arrive sorted; sort only when they did not.
+	if !sort.SliceIsSorted(built, func(i, j int) bool { return built[i].seq < built[j].seq }) {
+		sort.SliceStable(built, func(i, j int) bool { return built[i].seq < built[j].seq })
 	}
-	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
-	for _, q := range seqs {
-		c := calls[q]
+	if s.cur != nil {
+		s.cur.syscalls = slices.Grow(s.cur.syscalls, len(built))
+	}
+	for i := range built {
+		b := &built[i]
+		q := b.seq
 		if q < e.nextSeq {
 			continue // an injected call or one from before the interval
 		}
@@ -364,19 +439,55 @@ func (e *ebpfSource) sync(s *session) error {
 			s.notReplayable(fmt.Sprintf("eBPF syscall log has a gap: calls %d to %d are missing", e.nextSeq, q-1))
 		}
 		e.nextSeq = q + 1
-		if !c.have {
+		if b.lostHeader {
 			s.notReplayable(fmt.Sprintf("eBPF syscall record %d lost its header", q))
 			continue
 		}
-		rec, problem := buildSyscall(c)
-		s.appendSyscall(rec, problem)
+		s.appendSyscall(b.rec, b.problem)
 	}
+	clear(built)
+	e.mu.Lock()
+	e.spare = built[:0]
+	e.mu.Unlock()
 	return nil
 }
 
 // buildSyscall turns a collected call into the log record, keeping exactly
 // the ranges syscalls.Outputs names, served from the captured memory.
 func buildSyscall(c *pendingCall) (format.Syscall, string) {
+	var b builder
+	return b.build(c)
+}
+
+// builder builds log records for the reader, reusing its index of the
+// captured memory and taking the copies of outputs from large blocks: most
+// calls write a few hundred bytes, and one allocation per call is most of
+// the reader's cost at a million calls a second.
+type builder struct {
+	mem  capturedMem
+	slab []byte
+}
+
+// slabSize is the size of the blocks outputs are copied into. A block lives
+// as long as one of its outputs does, and outputs of neighbouring calls
+// leave the ring together.
+const slabSize = 256 << 10
+
+// keep copies b (which may alias the reader's buffer) for the log.
+func (bd *builder) keep(b []byte) []byte {
+	if len(b) > slabSize/8 {
+		return bytes.Clone(b)
+	}
+	if len(b) > len(bd.slab) {
+		bd.slab = make([]byte, slabSize)
+	}
+	d := bd.slab[:len(b):len(b)]
+	copy(d, b)
+	bd.slab = bd.slab[len(b):]
+	return d
+}
+
+func (bd *builder) build(c *pendingCall) (format.Syscall, string) {
 	h := &c.hdr
 	rec := format.Syscall{Tid: int(h.Tid), Nr: int(h.Nr), Args: h.Args, Ret: h.Ret, Rip: h.Rip}
 	for _, it := range c.items {
@@ -394,17 +505,21 @@ func buildSyscall(c *pendingCall) (format.Syscall, string) {
 	if !ok || d.Kind == syscalls.Unsupported {
 		return rec, ""
 	}
-	mem := newCapturedMem(c.items)
+	mem := &bd.mem
+	mem.reset(c.items)
 	ranges, err := syscalls.Outputs(d, rec.Args, rec.Ret, mem.read)
 	if err != nil {
 		return rec, fmt.Sprintf("outputs: %v", err)
+	}
+	if len(ranges) > 0 {
+		rec.Out = make([]format.OutBuf, 0, len(ranges))
 	}
 	for _, r := range ranges {
 		b, err := mem.read(r.Addr, r.Len)
 		if err != nil {
 			return rec, err.Error()
 		}
-		rec.Out = append(rec.Out, format.OutBuf{Addr: r.Addr, Data: b})
+		rec.Out = append(rec.Out, format.OutBuf{Addr: r.Addr, Data: bd.keep(b)})
 	}
 	return rec, ""
 }
@@ -429,6 +544,8 @@ func (e *ebpfSource) opened(s *session) error {
 	}
 	e.mu.Lock()
 	e.calls = map[uint64]*pendingCall{}
+	clear(e.ready)
+	e.ready = e.ready[:0]
 	e.faults = map[uint64]uint8{}
 	e.epoch = p.Epoch
 	e.mu.Unlock()
@@ -498,7 +615,31 @@ func (e *ebpfSource) close() {
 	e.closeObjects()
 }
 
+// logStats logs what each program cost, with TPREC_DEBUG=bpfstats.
+func (e *ebpfSource) logStats() {
+	for _, p := range []*ebpf.Program{e.objs.TpSysEnter, e.objs.TpSysExit, e.objs.TpFaultUser, e.objs.TpFaultKernel, e.objs.TpFork, e.objs.TpExit} {
+		if p == nil {
+			continue
+		}
+		st, err := p.Stats()
+		if err != nil || st.RunCount == 0 {
+			continue
+		}
+		e.logf("bpf %s: %d runs, %d ns per run, %d recursion misses", p, st.RunCount, st.Runtime.Nanoseconds()/int64(st.RunCount), st.RecursionMisses)
+	}
+}
+
 func (e *ebpfSource) closeObjects() {
+	if e.profile != nil {
+		pprof.StopCPUProfile()
+		e.profile.Close()
+		e.profile = nil
+	}
+	if e.stats != nil {
+		e.logStats()
+		e.stats.Close()
+		e.stats = nil
+	}
 	for i := len(e.links) - 1; i >= 0; i-- {
 		e.links[i].Close()
 	}

@@ -38,66 +38,81 @@ type item struct {
 	data []byte // TP_ITEM_MEM and TP_ITEM_RESTART only
 }
 
-// record is one decoded ring buffer record: exactly one of its pointers is set.
+// record is one decoded ring buffer record: exactly one of its pointers is
+// set. They point into the record's own storage, so that a reader decoding
+// into the same record for every sample allocates nothing per record.
 type record struct {
 	syscall *bpf.TprecTpSyscall
 	part    *bpf.TprecTpPart
 	fault   *bpf.TprecTpFault
 	items   []item
+
+	sysv   bpf.TprecTpSyscall
+	partv  bpf.TprecTpPart
+	faultv bpf.TprecTpFault
 }
 
-var recordDecoders = map[bpf.TprecTpEventType]func(b []byte) (record, error){
-	bpf.TprecTpEventTypeTP_EV_SYSCALL: decodeSyscall,
-	bpf.TprecTpEventTypeTP_EV_PART:    decodePart,
-	bpf.TprecTpEventTypeTP_EV_FAULT:   decodeFault,
+// recordDecoders dispatches on the type byte (enum tp_event_type).
+var recordDecoders = [...]func(r *record, b []byte) error{
+	bpf.TprecTpEventTypeTP_EV_SYSCALL: (*record).decodeSyscall,
+	bpf.TprecTpEventTypeTP_EV_PART:    (*record).decodePart,
+	bpf.TprecTpEventTypeTP_EV_FAULT:   (*record).decodeFault,
 }
 
 // decodeRecord decodes one record. Item data aliases b.
 func decodeRecord(b []byte) (record, error) {
+	r := new(record)
+	err := r.decode(b)
+	return *r, err
+}
+
+// decode decodes b into r, reusing r's storage. Item data aliases b.
+func (r *record) decode(b []byte) error {
+	r.syscall, r.part, r.fault, r.items = nil, nil, nil, r.items[:0]
 	if len(b) < 1 {
-		return record{}, fmt.Errorf("%w: empty", errRecord)
+		return fmt.Errorf("%w: empty", errRecord)
 	}
-	dec, ok := recordDecoders[bpf.TprecTpEventType(b[0])]
-	if !ok {
-		return record{}, fmt.Errorf("%w: unknown type %d", errRecord, b[0])
+	if int(b[0]) >= len(recordDecoders) || recordDecoders[b[0]] == nil {
+		return fmt.Errorf("%w: unknown type %d", errRecord, b[0])
 	}
-	return dec(b)
+	return recordDecoders[b[0]](r, b)
 }
 
-func decodeSyscall(b []byte) (record, error) {
+func (r *record) decodeSyscall(b []byte) error {
 	if len(b) < sizeSyscall {
-		return record{}, fmt.Errorf("%w: syscall header: %d bytes, want %d", errRecord, len(b), sizeSyscall)
+		return fmt.Errorf("%w: syscall header: %d bytes, want %d", errRecord, len(b), sizeSyscall)
 	}
-	h := new(bpf.TprecTpSyscall)
-	fromBytes(h, b[:sizeSyscall])
-	items, err := decodeItems(b[sizeSyscall:])
-	return record{syscall: h, items: items}, err
+	fromBytes(&r.sysv, b[:sizeSyscall])
+	r.syscall = &r.sysv
+	var err error
+	r.items, err = decodeItems(r.items, b[sizeSyscall:])
+	return err
 }
 
-func decodePart(b []byte) (record, error) {
+func (r *record) decodePart(b []byte) error {
 	if len(b) < sizePart {
-		return record{}, fmt.Errorf("%w: part header: %d bytes, want %d", errRecord, len(b), sizePart)
+		return fmt.Errorf("%w: part header: %d bytes, want %d", errRecord, len(b), sizePart)
 	}
-	h := new(bpf.TprecTpPart)
-	fromBytes(h, b[:sizePart])
-	items, err := decodeItems(b[sizePart:])
-	return record{part: h, items: items}, err
+	fromBytes(&r.partv, b[:sizePart])
+	r.part = &r.partv
+	var err error
+	r.items, err = decodeItems(r.items, b[sizePart:])
+	return err
 }
 
-func decodeFault(b []byte) (record, error) {
+func (r *record) decodeFault(b []byte) error {
 	if len(b) < sizeFault {
-		return record{}, fmt.Errorf("%w: fault: %d bytes, want %d", errRecord, len(b), sizeFault)
+		return fmt.Errorf("%w: fault: %d bytes, want %d", errRecord, len(b), sizeFault)
 	}
-	f := new(bpf.TprecTpFault)
-	fromBytes(f, b[:sizeFault])
-	return record{fault: f}, nil
+	fromBytes(&r.faultv, b[:sizeFault])
+	r.fault = &r.faultv
+	return nil
 }
 
-// decodeItems decodes the items that fill the rest of a record. The ring
-// buffer pads records to 8 bytes; trailing bytes shorter than an item header
-// are that padding.
-func decodeItems(b []byte) ([]item, error) {
-	var items []item
+// decodeItems appends to items the items that fill the rest of a record.
+// The ring buffer pads records to 8 bytes; trailing bytes shorter than an
+// item header are that padding.
+func decodeItems(items []item, b []byte) ([]item, error) {
 	for len(b) >= sizeItem {
 		var h bpf.TprecTpItem
 		fromBytes(&h, b[:sizeItem])

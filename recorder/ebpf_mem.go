@@ -1,7 +1,9 @@
 package recorder
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/tprec/tprec/bpf"
@@ -14,6 +16,7 @@ import (
 type capturedMem struct {
 	segs    []memSeg // contiguous, sorted, non-overlapping
 	missing []item   // unreadable, too big, unsupported
+	scratch []memSeg // reset's work list, kept for reuse
 }
 
 type memSeg struct {
@@ -23,7 +26,16 @@ type memSeg struct {
 
 func newCapturedMem(items []item) *capturedMem {
 	m := &capturedMem{}
-	var segs []memSeg
+	m.reset(items)
+	return m
+}
+
+// reset indexes the memory of items, reusing m's storage.
+func (m *capturedMem) reset(items []item) {
+	clear(m.segs)
+	clear(m.missing)
+	segs := m.scratch[:0]
+	m.segs, m.missing = m.segs[:0], m.missing[:0]
 	for _, it := range items {
 		switch it.kind {
 		case bpf.TprecTpItemKindTP_ITEM_MEM:
@@ -34,7 +46,7 @@ func newCapturedMem(items []item) *capturedMem {
 			m.missing = append(m.missing, it)
 		}
 	}
-	sort.SliceStable(segs, func(i, j int) bool { return segs[i].addr < segs[j].addr })
+	slices.SortStableFunc(segs, func(a, b memSeg) int { return cmp.Compare(a.addr, b.addr) })
 	for _, s := range segs {
 		n := len(m.segs)
 		if n > 0 {
@@ -51,7 +63,8 @@ func newCapturedMem(items []item) *capturedMem {
 		}
 		m.segs = append(m.segs, s)
 	}
-	return m
+	clear(segs)
+	m.scratch = segs[:0]
 }
 
 // read returns n captured bytes at addr.
