@@ -16,8 +16,10 @@ const (
 	EndMagic = "TPCKEND\x00"
 
 	// VersionMajor changes when a reader of the previous major version could
-	// no longer decode a file correctly; readers reject any other major.
-	VersionMajor = 1
+	// no longer decode a file correctly. Version 2 changed the syscall log's
+	// encoding (compact records, see syslog.go); this reader still reads
+	// version 1 files and rejects any other major.
+	VersionMajor = 2
 	// VersionMinor changes when fields are appended at the end of a section
 	// payload or new sections appear; older readers skip what they do not know.
 	VersionMinor = 0
@@ -28,7 +30,7 @@ const (
 	dirEntrySize      = 16
 
 	// requiredFlags are the file-header flag bits a reader must understand;
-	// version 1.0 defines none, so any set bit among them is rejected.
+	// versions 1.0 and 2.0 define none, so any set bit among them is rejected.
 	requiredFlags = 0x0000ffff
 )
 

@@ -12,8 +12,8 @@ const (
 	minInterval = 8 + 12 + 12 + 8 + 1 + 4 + 4 + 4 + 4
 	minThread   = 8 + regsSize + 4 + 8 + 1 + 16
 	minMapping  = 8 + 8 + 4 + 1 + 8 + 4 + 8 + 4
-	minSyscall  = 8 + 8 + 8 + 6*8 + 8 + 8 + 4
-	minOutBuf   = 8 + 4
+	minSyscall  = 8 + 8 + 8 + 6*8 + 8 + 8 + 4 // version 1
+	minOutBuf   = 8 + 4                       // version 1
 	minSignal   = 8 + 8 + 8 + 4 + regsSize
 	indexSize   = 16 + 4 + 4
 	blockSize   = 8 + 4 + 4
@@ -86,7 +86,8 @@ func decodeIntervals(d *dec) []Interval {
 	return out
 }
 
-func decodeSyscalls(d *dec) []Syscall {
+// decodeSyscallsV1 reads the fixed-width log of version 1 files.
+func decodeSyscallsV1(d *dec) []Syscall {
 	n := d.count("syscall", minSyscall)
 	if n == 0 {
 		return nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -281,4 +282,35 @@ func deepCopy(t testing.TB, c *Checkpoint, store PageSource) *Checkpoint {
 		t.Fatal(err)
 	}
 	return f.Checkpoint
+}
+
+// TestSyscallLogExtremes: the version 2 log stores differences; values at
+// the ends of their ranges, differences that wrap, repeated and empty records
+// must come back exactly.
+func TestSyscallLogExtremes(t *testing.T) {
+	c := &Checkpoint{}
+	seq := uint64(1)
+	add := func(s Syscall) {
+		s.Seq = seq
+		seq += 1 + uint64(len(c.Syscalls)%3)*(1<<40)
+		c.Syscalls = append(c.Syscalls, s)
+	}
+	top := ^uint64(0)
+	add(Syscall{Tid: math.MaxInt64, Nr: -1, Args: [6]uint64{top, 0, top, 1, top >> 1, 1 << 63}, Ret: math.MinInt64, Rip: top})
+	add(Syscall{Tid: math.MinInt64, Nr: math.MaxInt64, Ret: math.MaxInt64})
+	add(Syscall{Tid: 1, Nr: -1, Args: [6]uint64{0, top, 0, 0, 0, 0}, Rip: 0,
+		Out: []OutBuf{{Addr: top, Data: []byte{1}}, {Addr: 0, Data: nil}, {Addr: 1 << 63, Data: []byte("x")}}})
+	add(Syscall{Tid: 1, Nr: -1, Args: [6]uint64{0, top, 0, 0, 0, 0},
+		Out: []OutBuf{{Addr: 0, Data: []byte{2, 3}}}})
+	add(Syscall{Tid: 1, Nr: -1, Args: [6]uint64{0, top, 0, 0, 0, 0}})
+	add(Syscall{Tid: 1, Nr: 0})
+	b := encode(t, c, nil)
+	f, err := decodeBytes(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := sameCheckpoint(c, f.Checkpoint); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -23,6 +23,7 @@ type File struct {
 	r        io.ReaderAt
 	closer   io.Closer
 	size     int64
+	major    uint16
 	minor    uint16
 	sections []SectionStats
 	index    []indexEntry // sorted by hash
@@ -267,11 +268,11 @@ func Decode(r io.ReaderAt, size int64) (*File, error) {
 	if size < fileHeaderSize+sectionHeaderSize+trailerSize {
 		return nil, &FormatError{Section: secFileHeader, Offset: 0, Msg: fmt.Sprintf("file of %d bytes is too short to be a checkpoint (truncated)", size)}
 	}
-	major := binary.LittleEndian.Uint16(hdr[8:])
+	f.major = binary.LittleEndian.Uint16(hdr[8:])
 	f.minor = binary.LittleEndian.Uint16(hdr[10:])
 	flags := le32(hdr[12:])
-	if major != VersionMajor {
-		return nil, &FormatError{Section: secFileHeader, Offset: 8, Msg: fmt.Sprintf("format version %d.%d is not supported: this build reads version %d.x", major, f.minor, VersionMajor)}
+	if f.major != VersionMajor && f.major != 1 {
+		return nil, &FormatError{Section: secFileHeader, Offset: 8, Msg: fmt.Sprintf("format version %d.%d is not supported: this build reads versions 1.x and %d.x", f.major, f.minor, VersionMajor)}
 	}
 	if flags&requiredFlags != 0 {
 		return nil, &FormatError{Section: secFileHeader, Offset: 12, Msg: fmt.Sprintf("file needs features this build lacks (flags %#x)", flags&requiredFlags)}
@@ -415,7 +416,11 @@ func Decode(r io.ReaderAt, size int64) (*File, error) {
 			}
 			raw[SecSyscalls] = int64(len(b))
 			d2 := &dec{b: b, base: -1, fileOff: d.base, sec: d.sec}
-			c.Syscalls = decodeSyscalls(d2)
+			if f.major == 1 {
+				c.Syscalls = decodeSyscallsV1(d2)
+			} else {
+				c.Syscalls = decodeSyscalls(d2)
+			}
 			d2.end(f.minor)
 			d.fail = d2.fail
 		}},

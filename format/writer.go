@@ -123,7 +123,7 @@ func writeSections(w io.Writer, secs []section) error {
 	hdr.b = append(hdr.b, Magic...)
 	hdr.u16(VersionMajor)
 	hdr.u16(VersionMinor)
-	hdr.u32(0) // flags: none defined in version 1.0
+	hdr.u32(0) // flags: none defined in version 2.0
 	chain := crc(hdr.b)
 	if _, err := w.Write(hdr.b); err != nil {
 		return err
@@ -233,31 +233,6 @@ func encodeFinal(refs []PageRef) []byte {
 	return e.b
 }
 
-func encodeSyscalls(z *lz4.Compressor, calls []Syscall) []byte {
-	var raw enc
-	raw.u32(uint32(len(calls)))
-	for i := range calls {
-		s := &calls[i]
-		raw.u64(s.Seq)
-		raw.int(s.Tid)
-		raw.int(s.Nr)
-		for _, a := range s.Args {
-			raw.u64(a)
-		}
-		raw.i64(s.Ret)
-		raw.u64(s.Rip)
-		raw.u32(uint32(len(s.Out)))
-		for _, o := range s.Out {
-			raw.u64(o.Addr)
-			raw.bytes(o.Data)
-		}
-		raw.pageRefs(s.Pages)
-	}
-	var e enc
-	pack(&e, z, raw.b)
-	return e.b
-}
-
 func encodeSignals(sigs []SignalEvent) []byte {
 	var e enc
 	e.u32(uint32(len(sigs)))
@@ -287,26 +262,47 @@ func encodeEnd(s *EndState) []byte {
 	return e.b
 }
 
-// storedOrder lists every distinct non-zero page hash that c references, in
-// order of first reference (intervals oldest first, then the final pages), so
-// that pages used together tend to share a block.
+// storedOrder lists every distinct non-zero page hash that c references,
+// sorted by address, and for one address in the order of first reference
+// (intervals oldest first, then the final pages, then mapped-file pages).
+// The versions of one page (its originals in successive intervals and its
+// final content) usually differ in a few bytes, and side by side they fall
+// inside lz4's 64 KiB match window: a process that rewrites the same heap
+// pages every interval stores each extra version in a fraction of a page.
+// Address order also keeps the pages of one region in few blocks.
 func storedOrder(c *Checkpoint) []Hash {
+	type ref struct {
+		addr uint64
+		rank int
+		h    Hash
+	}
 	seen := map[Hash]bool{ZeroHash: true}
-	var out []Hash
-	add := func(refs []PageRef) {
-		for _, p := range refs {
+	var refs []ref
+	add := func(rank int, list []PageRef) {
+		for _, p := range list {
 			if !seen[p.Hash] {
 				seen[p.Hash] = true
-				out = append(out, p.Hash)
+				refs = append(refs, ref{p.Addr, rank, p.Hash})
 			}
 		}
 	}
 	for i := range c.Intervals {
-		add(c.Intervals[i].Written)
+		add(i, c.Intervals[i].Written)
 	}
-	add(c.Final)
+	add(len(c.Intervals), c.Final)
 	for i := range c.Syscalls {
-		add(c.Syscalls[i].Pages)
+		add(len(c.Intervals)+1, c.Syscalls[i].Pages)
+	}
+	// Stable: references to one address at the same rank keep their order.
+	sort.SliceStable(refs, func(i, j int) bool {
+		if refs[i].addr != refs[j].addr {
+			return refs[i].addr < refs[j].addr
+		}
+		return refs[i].rank < refs[j].rank
+	})
+	out := make([]Hash, len(refs))
+	for i, r := range refs {
+		out[i] = r.h
 	}
 	return out
 }

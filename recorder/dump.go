@@ -12,6 +12,7 @@ import (
 
 	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/proc"
+	"github.com/tprec/tprec/syscalls"
 	"golang.org/x/sys/unix"
 )
 
@@ -128,6 +129,7 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time) (*fo
 			if m := iv.files[rec.Seq]; m != nil {
 				rec.Pages = m.pages(addrs, store)
 			}
+			clearUnusedArgs(&rec)
 			c.Syscalls = append(c.Syscalls, rec)
 		}
 		c.Signals = append(c.Signals, iv.signals...)
@@ -200,6 +202,19 @@ func digests(pages []format.PageRef, src *liveSource, rs format.Rseq) ([]format.
 	return out, nil
 }
 
+// clearUnusedArgs zeroes the argument registers a known call does not take
+// (syscalls.Desc.NArgs): whatever they held is noise that replay never
+// compares, and the file stores a value that does not change from one call
+// of the same number to the next in no bytes at all (FORMAT.md, SYSCL).
+// Calls the table does not know keep all six.
+func clearUnusedArgs(rec *format.Syscall) {
+	if d, ok := syscalls.Lookup(rec.Nr); ok {
+		for i := d.NArgs; i < len(rec.Args); i++ {
+			rec.Args[i] = 0
+		}
+	}
+}
+
 // unionPages returns the sorted page addresses in either list of runs.
 func unionPages(a, b []pageRun) []uint64 {
 	set := map[uint64]struct{}{}
@@ -217,7 +232,6 @@ func unionPages(a, b []pageRun) []uint64 {
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out
 }
-
 
 // cpuFlags returns the ISA flags of the first CPU in /proc/cpuinfo.
 func cpuFlags() []string {

@@ -1,0 +1,205 @@
+package format
+
+import (
+	"encoding/binary"
+
+	"github.com/pierrec/lz4/v4"
+)
+
+// The syscall log (SYSCL) of version 2 is a stream of varints (FORMAT.md,
+// "SYSCL"): a syscall-heavy program makes hundreds of thousands of calls in a
+// window, and most of a record repeats the previous call of the same number
+// (the same buffer, the same return value, the same call site, argument
+// registers the call does not read). Each record stores its sequence number
+// and tid as differences from the previous record, and its six arguments,
+// return value and rip as a bit mask of the ones that differ from the
+// previous record with the same syscall number followed by the differences.
+// The encoding is lossless and needs no syscall table: a value the call does
+// not use costs nothing as long as it does not change (the recorder zeroes
+// them). Output data is stored as is; lz4 then packs the whole stream.
+
+// Smallest encoded sizes in the version 2 log, to bound counts.
+const (
+	minSyscallV2 = 6     // seq, tid, nr, mask, output count, page count
+	minOutBufV2  = 1 + 1 // address difference, length
+)
+
+// syscallPrev is what a record is compared with: the previous record with the
+// same syscall number (zeros for the first one).
+type syscallPrev struct {
+	vals [8]uint64 // args[0..5], ret, rip
+	outs []uint64  // output addresses, by position
+}
+
+func syscallVals(s *Syscall) [8]uint64 {
+	return [8]uint64{s.Args[0], s.Args[1], s.Args[2], s.Args[3], s.Args[4], s.Args[5], uint64(s.Ret), s.Rip}
+}
+
+func (e *enc) uvarint(v uint64) { e.b = binary.AppendUvarint(e.b, v) }
+
+// svarint stores a difference: zigzag, then uvarint (binary.AppendVarint).
+func (e *enc) svarint(v uint64) { e.b = binary.AppendVarint(e.b, int64(v)) }
+
+func encodeSyscalls(z *lz4.Compressor, calls []Syscall) []byte {
+	var raw enc
+	raw.uvarint(uint64(len(calls)))
+	var seq, tid uint64
+	prev := map[int]*syscallPrev{}
+	for i := range calls {
+		s := &calls[i]
+		raw.uvarint(s.Seq - seq)
+		raw.svarint(uint64(s.Tid) - tid)
+		raw.svarint(uint64(s.Nr))
+		seq, tid = s.Seq, uint64(s.Tid)
+		p := prev[s.Nr]
+		if p == nil {
+			p = &syscallPrev{}
+			prev[s.Nr] = p
+		}
+		vals := syscallVals(s)
+		var mask byte
+		for k, v := range vals {
+			if v != p.vals[k] {
+				mask |= 1 << k
+			}
+		}
+		raw.u8(mask)
+		for k, v := range vals {
+			if mask&(1<<k) != 0 {
+				raw.svarint(v - p.vals[k])
+			}
+		}
+		p.vals = vals
+		raw.uvarint(uint64(len(s.Out)))
+		for j, o := range s.Out {
+			var ref uint64
+			if j < len(p.outs) {
+				ref = p.outs[j]
+			}
+			raw.svarint(o.Addr - ref)
+			raw.uvarint(uint64(len(o.Data)))
+			raw.b = append(raw.b, o.Data...)
+		}
+		p.outs = p.outs[:0]
+		for _, o := range s.Out {
+			p.outs = append(p.outs, o.Addr)
+		}
+		raw.uvarint(uint64(len(s.Pages)))
+		for _, pg := range s.Pages {
+			raw.u64(pg.Addr)
+			raw.hash(pg.Hash)
+		}
+	}
+	var e enc
+	pack(&e, z, raw.b)
+	return e.b
+}
+
+func (d *dec) uvarint(what string) uint64 {
+	if d.fail != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b[d.off:])
+	switch {
+	case n == 0:
+		d.failf("%s: varint truncated", what)
+		return 0
+	case n < 0:
+		d.failf("%s: varint overflows 64 bits", what)
+		return 0
+	}
+	d.off += n
+	return v
+}
+
+func (d *dec) svarint(what string) uint64 {
+	if d.fail != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b[d.off:])
+	switch {
+	case n == 0:
+		d.failf("%s: varint truncated", what)
+		return 0
+	case n < 0:
+		d.failf("%s: varint overflows 64 bits", what)
+		return 0
+	}
+	d.off += n
+	return uint64(v)
+}
+
+// ucount reads a uvarint element count and checks that count elements of at
+// least minSize bytes each fit in what remains.
+func (d *dec) ucount(what string, minSize int) int {
+	at := d.off
+	n := d.uvarint(what + " count")
+	if d.fail != nil {
+		return 0
+	}
+	if n > uint64(d.remaining())/uint64(minSize) {
+		d.off = at
+		d.failf("%s count %d does not fit in the %d bytes left", what, n, d.remaining())
+		return 0
+	}
+	return int(n)
+}
+
+// decodeSyscalls reads the version 2 log (see encodeSyscalls).
+func decodeSyscalls(d *dec) []Syscall {
+	n := d.ucount("syscall", minSyscallV2)
+	if n == 0 {
+		return nil
+	}
+	out := make([]Syscall, n)
+	var seq, tid uint64
+	prev := map[int]*syscallPrev{}
+	for i := range out {
+		s := &out[i]
+		seq += d.uvarint("sequence number difference")
+		tid += d.svarint("tid difference")
+		nr := d.svarint("syscall number")
+		s.Seq, s.Tid, s.Nr = seq, int(int64(tid)), int(int64(nr))
+		p := prev[s.Nr]
+		if p == nil {
+			p = &syscallPrev{}
+			prev[s.Nr] = p
+		}
+		mask := d.u8("changed-value mask")
+		for k := range p.vals {
+			if mask&(1<<k) != 0 {
+				p.vals[k] += d.svarint("value difference")
+			}
+		}
+		copy(s.Args[:], p.vals[:6])
+		s.Ret, s.Rip = int64(p.vals[6]), p.vals[7]
+		if no := d.ucount("output buffer", minOutBufV2); no > 0 {
+			s.Out = make([]OutBuf, no)
+			for j := range s.Out {
+				var ref uint64
+				if j < len(p.outs) {
+					ref = p.outs[j]
+				}
+				s.Out[j].Addr = ref + d.svarint("output address difference")
+				if k := d.ucount("output data length", 1); k > 0 {
+					s.Out[j].Data = append([]byte(nil), d.take(k, "output data")...)
+				}
+			}
+		}
+		p.outs = p.outs[:0]
+		for _, o := range s.Out {
+			p.outs = append(p.outs, o.Addr)
+		}
+		if np := d.ucount("mapped file page", pageRefSize); np > 0 {
+			s.Pages = make([]PageRef, np)
+			for j := range s.Pages {
+				s.Pages[j].Addr = d.u64("mapped file page address")
+				s.Pages[j].Hash = d.hash("mapped file page hash")
+			}
+		}
+		if d.fail != nil {
+			return nil
+		}
+	}
+	return out
+}
