@@ -110,3 +110,6 @@ if command -v gdb >/dev/null; then
 	t3=$(date +%s.%N); "$TPREC" -q --backend ebpf -o "$WORK" -- dd if=/dev/zero of=/dev/null bs=512 count=$small 2>/dev/null; t4=$(date +%s.%N)
 	log "dd count=$small: unrecorded $(awk -v a=$t0 -v b=$t1 'BEGIN{printf "%.3f", b-a}') s, gdb record full $(awk -v a=$t1 -v b=$t2 'BEGIN{printf "%.3f", b-a}') s, tprec eBPF (with start-up) $(awk -v a=$t3 -v b=$t4 'BEGIN{printf "%.3f", b-a}') s"
 fi
+
+# Checkpoint size, dump latency and replay time (its own section of BENCHMARKS.md).
+bash scripts/bench/checkpoints.sh

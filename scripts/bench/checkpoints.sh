@@ -1,0 +1,265 @@
+#!/usr/bin/env bash
+# Checkpoint benchmarks (part of make bench; can run alone:
+# sudo bash scripts/bench/checkpoints.sh). For each workload, RUNS times: start
+# it, attach tprec (default backend, --interval $INTERVAL --keep $KEEP), let it
+# run SECS seconds, crash it with kill -SEGV, and measure
+#   - the checkpoint's size per second of recorded history (tpinspect --json:
+#     dump time - start of the oldest retained interval),
+#   - how long the process was held and how long from the fatal signal to the
+#     renamed file (tprec's "wrote" line), and the trial replay's share of it,
+#   - how long tpreplay takes to load the file and to replay it (tpreplay
+#     --time), against the recorded time it covers;
+# then, on a fresh process of the same kind at the same point (same load,
+# same time since start, unrecorded), a full image with gdb's gcore: its size
+# and how long it took. CRIU would be the natural full checkpoint; it is
+# tried first and its failure is reported.
+# Medians of the runs go to BENCHMARKS.md between the "checkpoints" markers;
+# every run's figures go to $RAW.
+# Needs root, gcc, gdb (gcore), /usr/bin/python3, gzip, redis-server and
+# redis-benchmark.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+RUNS=${RUNS:-5}
+SECS=${SECS:-3}
+INTERVAL=${INTERVAL:-250ms}
+KEEP=${KEEP:-8}
+HEAP_MB=${HEAP_MB:-512}
+GZIP_MB=${GZIP_MB:-400}
+RAW=${RAW:-bench-checkpoints.txt}
+DOC=${DOC:-BENCHMARKS.md}
+WORKLOADS=${WORKLOADS:-redis python gzip}
+PORT=${PORT:-6411}
+BIN=$PWD/bin
+PY=/usr/bin/python3
+WORK=$(mktemp -d)
+TPID= LOAD= REC=
+cleanup() {
+	for p in $REC $LOAD $TPID; do kill -KILL "$p" 2>/dev/null || true; done
+	rm -rf "$WORK"
+}
+trap cleanup EXIT
+[ -x "$BIN/tprec" ] || make -s build
+gcc -O2 -shared -fPIC -o "$WORK/onethread.so" scripts/bench/onethread.c
+
+median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+
+# ms DURATION: a Go duration ("1m2.5s", "160ms", "512µs") in milliseconds.
+ms() {
+	awk -v d="$1" 'BEGIN {
+		t = 0
+		while (match(d, /^[0-9.]+(h|ms|µs|us|ns|m|s)/)) {
+			tok = substr(d, 1, RLENGTH); d = substr(d, RLENGTH + 1)
+			match(tok, /[a-zµ]+$/); u = substr(tok, RSTART); v = substr(tok, 1, RSTART - 1) + 0
+			if (u == "h") t += v * 3600000; else if (u == "m") t += v * 60000; else if (u == "s") t += v * 1000
+			else if (u == "ms") t += v; else if (u == "µs" || u == "us") t += v / 1000; else t += v / 1e6
+		}
+		printf "%.1f", t
+	}'
+}
+
+waitfor() { # waitfor SECONDS CMD...: poll until CMD succeeds
+	local n=$(($1 * 20))
+	shift
+	for _ in $(seq "$n"); do "$@" && return 0; sleep 0.05; done
+	return 1
+}
+
+cat >"$WORK/heap.py" <<'EOF'
+import os, sys, time
+d, mb = sys.argv[1], int(sys.argv[2])
+blob = os.urandom(mb << 20)          # a large heap nothing can deduplicate
+path = os.path.join(d, "input.txt")
+with open(path, "w") as f:
+    f.write("some input line\n" * 100)
+print("ready", flush=True)
+i = total = 0
+while True:
+    with open(path) as f:
+        total += len(f.read())
+    total += blob[(i * 7919) % (1 << 20)]  # reads spread over the first MB
+    i += 1
+    time.time()
+EOF
+
+# Text of random words for gzip: compressible, and slow enough (about
+# 30 MB/s here) that gzip is still running when it is crashed.
+if [[ " $WORKLOADS " == *" gzip "* ]]; then
+	$PY - "$WORK/big.txt" "$GZIP_MB" <<'EOF'
+import random, sys
+r = random.Random(1)
+words = ["".join(r.choice("abcdefghijklmnop") for _ in range(r.randint(2, 9))) for _ in range(5000)]
+chunks = [" ".join(r.choices(words, k=700000)).encode() + b"\n" for _ in range(8)]
+with open(sys.argv[1], "wb") as f:
+    left = int(sys.argv[2]) << 20
+    while left > 0:
+        c = r.choice(chunks)[:left]
+        f.write(c)
+        left -= len(c)
+EOF
+fi
+
+# start WORKLOAD: starts the target (TPID) and its load (LOAD), returns when
+# the target is ready.
+start() {
+	LOAD=
+	case $1 in
+	redis)
+		LD_PRELOAD=$WORK/onethread.so redis-server --port "$PORT" --save "" --appendonly no \
+			--jemalloc-bg-thread no --crash-log-enabled no --daemonize no >/dev/null 2>&1 &
+		TPID=$!
+		waitfor 10 redis-cli -p "$PORT" ping >/dev/null 2>&1
+		redis-benchmark -p "$PORT" -n 100000000 -c 10 -r 100000 -t set,get -q >/dev/null 2>&1 &
+		LOAD=$!
+		;;
+	python)
+		rm -f "$WORK/py.out"
+		$PY -S "$WORK/heap.py" "$WORK" "$HEAP_MB" >"$WORK/py.out" &
+		TPID=$!
+		waitfor 60 grep -q ready "$WORK/py.out"
+		;;
+	gzip)
+		gzip -c "$WORK/big.txt" >/dev/null &
+		TPID=$!
+		;;
+	esac
+}
+
+stop() {
+	[ -n "$LOAD" ] && { kill "$LOAD" 2>/dev/null || true; wait "$LOAD" 2>/dev/null || true; }
+	kill -KILL "$TPID" 2>/dev/null || true
+	wait "$TPID" 2>/dev/null || true
+	LOAD= TPID=
+}
+
+# record WORKLOAD RUN: one recorded run, crashed after SECS; appends a row.
+record() {
+	local w=$1 run=$2 dir=$WORK/ck log=$WORK/tprec.log
+	rm -rf "$dir" && mkdir "$dir"
+	start "$w"
+	local t0=$(date +%s.%N)
+	"$BIN/tprec" --pid "$TPID" --interval "$INTERVAL" --keep "$KEEP" -o "$dir" 2>"$log" &
+	REC=$!
+	if ! waitfor 20 grep -q 'recording process' "$log"; then
+		echo "$w run $run: tprec did not start: $(cat "$log")" >&2
+		kill -INT "$REC" 2>/dev/null || true; wait "$REC" 2>/dev/null || true; REC=
+		stop
+		return
+	fi
+	local t1=$(date +%s.%N)
+	sleep "$SECS"
+	kill -SEGV "$TPID"
+	wait "$TPID" 2>/dev/null || true
+	wait "$REC" 2>/dev/null || true
+	REC=
+	local since=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f", b - a + '"$SECS"'}')
+	stop
+	local line
+	line=$(grep ' wrote ' "$log" || true)
+	if [ -z "$line" ]; then
+		echo "$w run $run: no checkpoint: $(cat "$log")" >&2
+		return
+	fi
+	local f=${line#*wrote }
+	f=${f%%: *}
+	# "N intervals, M syscalls, ..., B bytes, in D (the process was held H)"
+	local sys bytes dump held
+	read -r sys bytes dump held < <(sed -E 's/.* ([0-9]+) syscalls, .* ([0-9]+) bytes, in ([^ ]+) \(the process was held ([^)]+)\).*/\1 \2 \3 \4/' <<<"$line")
+	local window trial
+	read -r window trial < <("$BIN/tpinspect" --json "$f" | $PY -c '
+import json, sys, re
+from datetime import datetime
+def t(s):  # RFC 3339 with up to 9 fractional digits
+    m = re.match(r"(.*T\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-].*)$", s)
+    base = datetime.fromisoformat(m.group(1) + (m.group(3) if m.group(3) != "Z" else "+00:00"))
+    return base.timestamp() + float(m.group(2) or 0)
+j = json.load(sys.stdin)
+w = t(j["process"]["dump"]) - t(j["intervals"][0]["start"])
+m = re.search(r", ([^,()]+)\)$", j["process"].get("page_set_note", ""))
+print("%.3f" % w, m.group(1) if m else "0s")')
+	local rline load replay verified=yes
+	rline=$("$BIN/tpreplay" --time "$f" 2>&1 >/dev/null | grep 'timing:' || true)
+	"$BIN/tpreplay" "$f" >/dev/null 2>&1 || verified=no
+	load=$(sed -E 's/.*load ([^,]+),.*/\1/' <<<"$rline")
+	replay=$(sed -E 's/.*, replay ([^ ]+) .*/\1/' <<<"$rline")
+	[ -n "$rline" ] || { load=0s replay=0s verified=no; }
+	# A fresh process of the same kind, same load, same time since its start:
+	# a full image with gcore.
+	start "$w"
+	sleep "$since"
+	local g0=$(date +%s.%N)
+	gcore -o "$WORK/core" "$TPID" >/dev/null 2>&1 || true
+	local g1=$(date +%s.%N)
+	local core=0
+	[ -f "$WORK/core.$TPID" ] && core=$(stat -c %s "$WORK/core.$TPID")
+	rm -f "$WORK"/core.*
+	stop
+	printf '%s %d %.3f %d %d %.0f %s %s %s %s %s %s %d %s %s\n' "$w" "$run" "$window" "$sys" "$bytes" \
+		"$(awk -v b="$bytes" -v w="$window" 'BEGIN {print b / w}')" "$(ms "$held")" "$(ms "$dump")" "$(ms "$trial")" \
+		"$(ms "$load")" "$(ms "$replay")" "$verified" "$core" \
+		"$(awk -v a="$g0" -v b="$g1" 'BEGIN {printf "%.1f", (b - a) * 1000}')" \
+		"$(awk -v c="$core" -v b="$bytes" 'BEGIN {printf "%.2f", c / b}')" | tee -a "$RAW"
+}
+
+# TABLE_ONLY=1 makes the table from an existing $RAW without running anything.
+if [ -z "${TABLE_ONLY:-}" ]; then
+{
+	echo "# $(date -u +%FT%TZ) $(uname -r) $(nproc) CPUs, runs=$RUNS, secs=$SECS, interval=$INTERVAL, keep=$KEEP, heap=${HEAP_MB}MB, gzip input=${GZIP_MB}MB"
+	echo "# workload run window_s syscalls bytes bytes_per_s held_ms dump_ms trial_ms load_ms replay_ms verified gcore_bytes gcore_ms gcore_over_checkpoint"
+} >"$RAW"
+for w in $WORKLOADS; do
+	for i in $(seq "$RUNS"); do record "$w" "$i"; done
+done
+fi
+
+criu_note="CRIU is not installed"
+if command -v criu >/dev/null; then
+	out=$(criu check 2>&1 || true)
+	line=$(grep -m1 -E 'Unexpected|Looks good' <<<"$out" || grep -m1 Error <<<"$out" || true)
+	criu_note="\`criu check\` ($(criu --version | awk '/Version/ {print $2}')) fails: $(sed -E 's/^Error \([^)]*\): //' <<<"$line")"
+fi
+
+col() { awk -v w="$1" -v c="$2" '$1 == w {print $c}' "$RAW" | median; }
+table() {
+	echo "Measured $(date -u +%F) on $(uname -r), $(nproc) CPUs: median of $RUNS runs, each recorded"
+	echo "for ${SECS} s with --interval $INTERVAL --keep $KEEP (default backend), then crashed with"
+	echo "kill -SEGV. Raw figures: \`$RAW\`."
+	echo
+	echo "| workload | history | syscalls | checkpoint | per second of history | held | signal to file | of which trial replay | load | replay (rebuild + re-execution) | replay / history | verified | gcore image | gcore time | gcore / checkpoint |"
+	echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+	for w in $WORKLOADS; do
+		grep -q "^$w " "$RAW" || continue
+		local win sys bytes bps held dump trial load replay core gms ratio ver
+		win=$(col "$w" 3) sys=$(col "$w" 4) bytes=$(col "$w" 5) bps=$(col "$w" 6) held=$(col "$w" 7)
+		dump=$(col "$w" 8) trial=$(col "$w" 9) load=$(col "$w" 10) replay=$(col "$w" 11)
+		core=$(col "$w" 13) gms=$(col "$w" 14) ratio=$(col "$w" 15)
+		ver="$(awk -v w="$w" '$1 == w && $12 == "yes"' "$RAW" | wc -l)/$(awk -v w="$w" '$1 == w' "$RAW" | wc -l)"
+		case $w in
+		redis) name="redis-server 7, redis-benchmark -c 10 -r 100000 set,get (loopback)" ;;
+		python) name="python3, ${HEAP_MB} MB heap, file read + time.time() loop" ;;
+		gzip) name="gzip -c, ${GZIP_MB} MB of text" ;;
+		esac
+		awk -v n="$name" -v win="$win" -v sys="$sys" -v b="$bytes" -v bps="$bps" -v held="$held" -v dump="$dump" \
+			-v trial="$trial" -v load="$load" -v rep="$replay" -v ver="$ver" -v core="$core" -v gms="$gms" -v ratio="$ratio" 'BEGIN {
+			printf "| %s | %.2f s | %d | %.2f MB | %.2f MB/s | %.0f ms | %.0f ms | %.0f ms | %.0f ms | %.0f ms | %.2fx | %s | %.1f MB | %.0f ms | %.2fx |\n",
+				n, win, sys, b / 1e6, bps / 1e6, held, dump, trial, load, rep, rep / 1000 / win, ver, core / 1e6, gms, ratio
+		}'
+	done
+	echo
+	echo "Full image: $criu_note; gcore (gdb) is used instead."
+}
+
+block=$(table)
+echo "$block"
+begin='<!-- checkpoints:begin (scripts/bench/checkpoints.sh writes this block) -->'
+end='<!-- checkpoints:end -->'
+if grep -qF "$begin" "$DOC"; then
+	BLOCK=$block $PY - "$DOC" "$begin" "$end" <<'EOF'
+import os, sys
+p, b, e = sys.argv[1:4]
+s = open(p).read()
+i, j = s.index(b) + len(b), s.index(e)
+open(p, "w").write(s[:i] + "\n" + os.environ["BLOCK"] + "\n" + s[j:])
+EOF
+else
+	printf '\n## Checkpoints: size, dump latency, replay\n\nHow to rerun: `sudo make bench`, or this part alone: `sudo bash scripts/bench/checkpoints.sh`.\n\n%s\n%s\n%s\n' "$begin" "$block" "$end" >>"$DOC"
+fi
