@@ -60,7 +60,7 @@ type session struct {
 	seq         uint64
 	entry       *proc.SyscallInfo // syscall in progress
 	restartOf   *proc.SyscallInfo // last call interrupted for restart_syscall
-	execOrphan  int               // shadow that died after the target's exec
+	execOrphans map[int]bool      // shadows that die after the target's exec
 	src         source
 	shadow      *shadow
 	zombie      int // killed shadow the target still has to reap
@@ -354,12 +354,23 @@ func (s *session) handle(st proc.Stop) error {
 		return s.onEventStop(st)
 	case unix.PTRACE_EVENT_EXEC:
 		s.logf("process %d called exec: recording starts over in the new program", s.pid)
-		if s.shadow != nil {
-			// The kernel turns the exit signal of a child whose parent has
-			// exec'd since into SIGCHLD (kernel/signal.c: do_notify_parent,
-			// parent_exec_id): the program must not see it.
-			s.execOrphan = s.shadow.pid
+		// The kernel turns the exit signal of a child whose parent has
+		// exec'd since into SIGCHLD (kernel/signal.c: do_notify_parent,
+		// parent_exec_id), and a traced child notifies its parent when its
+		// tracer collects it: the current shadow and those killed but not
+		// yet collected (retireShadow) are such children. The program must
+		// not see their SIGCHLD.
+		if s.execOrphans == nil {
+			s.execOrphans = map[int]bool{}
 		}
+		if s.shadow != nil {
+			s.execOrphans[s.shadow.pid] = true
+		}
+		s.mu.Lock()
+		for _, pid := range s.deadShadows {
+			s.execOrphans[pid] = true
+		}
+		s.mu.Unlock()
 		s.abandonIntervals()
 		s.vdso = nil
 		s.state = stateStarting
@@ -472,9 +483,9 @@ func (s *session) onSignal(sig int) error {
 	if sig == 0 {
 		return proc.Resume(s.src.resumeRequest(), s.pid, 0)
 	}
-	if sig == int(unix.SIGCHLD) && s.execOrphan != 0 {
-		if info, err := proc.GetSiginfo(s.pid); err == nil && int(int32(le32(info[16:]))) == s.execOrphan {
-			s.execOrphan = 0
+	if sig == int(unix.SIGCHLD) && len(s.execOrphans) > 0 {
+		if info, err := proc.GetSiginfo(s.pid); err == nil && s.execOrphans[int(int32(le32(info[16:])))] {
+			delete(s.execOrphans, int(int32(le32(info[16:]))))
 			return proc.Resume(s.src.resumeRequest(), s.pid, 0)
 		}
 	}
@@ -554,7 +565,7 @@ func (s *session) detach(why string) error {
 		return err
 	}
 	s.killShadow()
-	s.reapZombie()
+	s.reapZombie(true)
 	if s.vdso != nil && s.mem != nil {
 		if err := s.vdso.undo(s.mem); err != nil {
 			s.logf("restore vdso: %v", err)

@@ -81,18 +81,40 @@ func (s *session) killShadow() {
 	s.zombie = sh.pid
 }
 
-// reapZombie makes the target collect its dead shadow with an injected
+// retireShadow kills the current shadow without waiting for it to die. A
+// large shadow takes tens of milliseconds to unmap its memory (25 ms for
+// 1 GB here), which the target would otherwise spend stopped; it dies while
+// the target runs, and a later boundary collects it (reapZombie).
+func (s *session) retireShadow() {
+	sh := s.shadow
+	if sh == nil {
+		return
+	}
+	s.shadow = nil
+	sh.pm.Close()
+	unix.Kill(sh.pid, unix.SIGKILL)
+	s.mu.Lock()
+	s.deadShadows = append(s.deadShadows, sh.pid)
+	s.mu.Unlock()
+}
+
+// reapZombie makes the target collect its dead shadows with an injected
 // wait4(pid, NULL, WNOHANG|__WALL): the shadow's parent is the target, and only
-// the parent can remove the zombie.
-func (s *session) reapZombie() {
+// the parent can remove the zombie. Shadows killed in the background (retired
+// ones, dump shadows) are first collected as their tracer; with wait false,
+// one still dying is left for the next call.
+func (s *session) reapZombie(wait bool) {
 	s.mu.Lock()
 	dead := s.deadShadows
 	s.deadShadows = nil
 	s.mu.Unlock()
+	var dying []int
 	for _, pid := range dead {
-		// A dump shadow killed in the background: collect its exit as its
-		// tracer, then have the target reap it like any shadow.
-		for {
+		if !wait && !exitedNoHang(pid) {
+			dying = append(dying, pid)
+			continue
+		}
+		for wait {
 			st, err := proc.Wait(pid)
 			if err != nil || st.Exited() {
 				break
@@ -100,8 +122,30 @@ func (s *session) reapZombie() {
 		}
 		s.reap(pid)
 	}
+	if len(dying) > 0 {
+		s.mu.Lock()
+		s.deadShadows = append(s.deadShadows, dying...)
+		s.mu.Unlock()
+	}
 	if s.zombie != 0 && s.reap(s.zombie) {
 		s.zombie = 0
+	}
+}
+
+// exitedNoHang collects, without blocking, the stops of a killed tracee and
+// reports whether its exit was among them (or it is gone already).
+func exitedNoHang(pid int) bool {
+	for {
+		st, ok, err := proc.WaitNoHang(pid)
+		if err != nil {
+			return true
+		}
+		if !ok {
+			return false
+		}
+		if st.Exited() {
+			return true
+		}
 	}
 }
 
