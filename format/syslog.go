@@ -145,9 +145,22 @@ func (d *dec) ucount(what string, minSize int) int {
 	return int(n)
 }
 
+// MaxSyscalls bounds the records of one checkpoint's log. A repeated call
+// costs a few bytes and lz4 shrinks a run of them to almost nothing, so the
+// size of a file alone does not bound the memory its log decodes to (about
+// 140 bytes a record); this does (about 1 GiB). The recorder keeps its
+// checkpoints under it by dropping the oldest intervals.
+const MaxSyscalls = 8 << 20
+
 // decodeSyscalls reads the version 2 log (see encodeSyscalls).
 func decodeSyscalls(d *dec) []Syscall {
+	at := d.off
 	n := d.ucount("syscall", minSyscallV2)
+	if n > MaxSyscalls {
+		d.off = at
+		d.failf("%d syscall records, more than a checkpoint may hold (%d)", n, MaxSyscalls)
+		return nil
+	}
 	if n == 0 {
 		return nil
 	}

@@ -98,6 +98,9 @@ func Encode(w io.Writer, c *Checkpoint, pages PageSource) error {
 
 // buildSections encodes every section of c, in file order.
 func buildSections(c *Checkpoint, pages PageSource) ([]section, error) {
+	if len(c.Syscalls) > MaxSyscalls {
+		return nil, fmt.Errorf("encode checkpoint: %d syscall records, more than a checkpoint may hold (%d)", len(c.Syscalls), MaxSyscalls)
+	}
 	if p := checkModel(c, nil); p != nil {
 		return nil, fmt.Errorf("encode checkpoint: %s: %s", SectionName(p.sec), p.msg)
 	}

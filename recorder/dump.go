@@ -92,6 +92,17 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time) (*fo
 	if len(ivs) == 0 {
 		return nil, nil, errors.New("nothing recorded yet")
 	}
+	// A file holds at most format.MaxSyscalls records: keep the newest
+	// intervals that fit (always the last one, which ends at the failure).
+	total := 0
+	for i := len(ivs) - 1; i >= 0; i-- {
+		total += len(ivs[i].syscalls)
+		if total > format.MaxSyscalls && i < len(ivs)-1 {
+			s.logf("checkpoint keeps the last %d intervals: the older ones would exceed %d syscall records", len(ivs)-1-i, format.MaxSyscalls)
+			ivs = ivs[i+1:]
+			break
+		}
+	}
 	var err error
 	if end.XState, err = proc.GetXState(s.pid); err != nil {
 		return nil, nil, err
