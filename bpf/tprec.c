@@ -34,6 +34,8 @@ char LICENSE[] SEC("license") = "GPL";
 #define TP_SOCKADDR 128                   /* sizeof(struct sockaddr_storage) */
 #define TP_MSGHDR 56                      /* sizeof(struct user_msghdr) on x86-64 */
 #define TP_PF_WRITE 2                     /* arch/x86/include/asm/trap_pf.h: X86_PF_WRITE */
+#define TP_SMALL 64                       /* capacities of records reserved in place */
+#define TP_MEDIUM 512
 
 /* Most bytes of output copied for one syscall; set by the loader. */
 const volatile __u32 max_capture = 1 << 20;
@@ -347,6 +349,35 @@ __noinline int msghdr(__u64 addr, __s64 total)
 	return 0;
 }
 
+/* plain_len is the length of a TP_OUT_PLAIN output whose size the
+ * registers give (every size kind but TP_SIZE_ARGPTR). */
+static __always_inline __u64 plain_len(struct call_ctx *c, const struct tp_out *o)
+{
+	__s64 rbytes = c->ret < 0 ? 0 : c->ret;
+	__u64 n = 0, v;
+	switch (o->size) {
+	case TP_SIZE_FIXED:
+		n = o->n;
+		break;
+	case TP_SIZE_RET:
+		n = rbytes;
+		break;
+	case TP_SIZE_ARG:
+		n = arg_of(c, o->sarg);
+		break;
+	case TP_SIZE_RETTIMES:
+		n = (__u64)rbytes * o->n;
+		break;
+	case TP_SIZE_ARGTIMES:
+		v = arg_of(c, o->sarg);
+		n = v > 0xffffffffULL ? ~0ULL : v * o->n;
+		break;
+	}
+	if (o->max && n > o->max)
+		n = o->max;
+	return n;
+}
+
 /* out_step copies the memory behind output number i of the call. */
 static long out_step(__u64 i, struct call_ctx *c)
 {
@@ -363,20 +394,10 @@ static long out_step(__u64 i, struct call_ctx *c)
 	if (ptr == 0)
 		return 0;
 	__s64 rbytes = failed ? 0 : c->ret;
-	__u64 n = 0, v;
+	__u64 n = 0;
 	switch (o->kind) {
 	case TP_OUT_PLAIN:
-		switch (o->size) {
-		case TP_SIZE_FIXED:
-			n = o->n;
-			break;
-		case TP_SIZE_RET:
-			n = rbytes;
-			break;
-		case TP_SIZE_ARG:
-			n = arg_of(c, o->sarg);
-			break;
-		case TP_SIZE_ARGPTR: {
+		if (o->size == TP_SIZE_ARGPTR) {
 			__u64 lp = arg_of(c, o->sarg);
 			__s32 l = 0;
 			if (lp == 0)
@@ -385,18 +406,11 @@ static long out_step(__u64 i, struct call_ctx *c)
 			if (bpf_probe_read_user(&l, 4, (void *)lp) || l < 0)
 				return 0;
 			n = l;
-			break;
+			if (o->max && n > o->max)
+				n = o->max;
+		} else {
+			n = plain_len(c, o);
 		}
-		case TP_SIZE_RETTIMES:
-			n = (__u64)rbytes * o->n;
-			break;
-		case TP_SIZE_ARGTIMES:
-			v = arg_of(c, o->sarg);
-			n = v > 0xffffffffULL ? ~0ULL : v * o->n;
-			break;
-		}
-		if (o->max && n > o->max)
-			n = o->max;
 		capture(ptr, n);
 		break;
 	case TP_OUT_IOVEC:
@@ -458,27 +472,86 @@ int BPF_PROG(tp_sys_enter, struct pt_regs *regs, long id)
 	return 0;
 }
 
-/* has_outputs says whether the call can have written memory the record must
- * carry: an output the table declares for it (on failure, only those marked
- * OnError) at a non-null address. Most calls have none and skip the copy
+/* tp_outputs counts the outputs the call can have written that the record
+ * must carry: those the table declares for it (on failure, only those marked
+ * OnError) at a non-null address. It returns the count times 256 plus the
+ * index of the first of them. Most calls have none and skip the copy
  * machinery. */
-static __always_inline int has_outputs(struct call_ctx *c)
+__noinline int tp_outputs(struct call_ctx *c)
 {
+	if (!c)
+		return 0;
 	__s64 nr = c->nr;
+	int count = 0, first = 0;
 	if (nr < 0 || nr > TP_MAX_SYSNUM)
 		return 0;
 	int failed = c->ret < 0;
-#pragma unroll
 	for (int i = 0; i < TP_MAX_OUTS; i++) {
 		const struct tp_out *o = &tp_outs[nr][i];
 		if (!(o->flags & TP_OUT_VALID))
-			return 0;
+			break;
 		if (failed && !(o->flags & TP_OUT_ONERROR))
 			continue;
-		if (arg_of(c, o->arg) != 0)
-			return 1;
+		if (arg_of(c, o->arg) == 0)
+			continue;
+		if (count == 0)
+			first = i;
+		count++;
 	}
-	return 0;
+	return count * 256 + first;
+}
+
+/* fill_header writes the record header of a call. */
+static __always_inline void fill_header(struct tp_syscall *h, struct call_ctx *c, __u32 tid, __u32 tgid,
+					__u64 seq, __u64 rip)
+{
+	h->type = TP_EV_SYSCALL;
+	h->flags = TP_F_END;
+	h->part = 0;
+	h->tid = tid;
+	h->tgid = tgid;
+	h->nr = c->nr;
+	h->seq = seq;
+	__builtin_memcpy(h->args, c->args, sizeof(h->args));
+	h->ret = c->ret;
+	h->rip = rip;
+}
+
+/* send_small sends a call with one output of n <= cap bytes as one record
+ * reserved in the ring buffer in place: header, one memory item, the data,
+ * then an item of kind 0 (the end of the items) when room is left. The
+ * reservation needs a size the verifier knows, so callers use a few fixed
+ * capacities. It returns 0 when the bytes could not be read: the caller then
+ * takes the general path, which says which pages were missing. */
+static __always_inline int send_small(struct call_ctx *c, __u32 tid, __u32 tgid, __u64 seq, __u64 rip,
+				      __u64 ptr, __u64 n, const __u32 cap)
+{
+	__u8 *r = bpf_ringbuf_reserve(&events, sizeof(struct tp_syscall) + TP_ITEM + cap, 0);
+	if (!r) {
+		struct tp_counters *ct = counters_get();
+		if (ct)
+			ct->lost_records++;
+		return 1;
+	}
+	if (n > cap || bpf_probe_read_user(r + sizeof(struct tp_syscall) + TP_ITEM, n, (void *)ptr)) {
+		bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
+		return 0;
+	}
+	fill_header((struct tp_syscall *)r, c, tid, tgid, seq, rip);
+	struct tp_item *it = (void *)(r + sizeof(struct tp_syscall));
+	it->kind = TP_ITEM_MEM;
+	it->pad[0] = it->pad[1] = it->pad[2] = 0;
+	it->len = n;
+	it->addr = ptr;
+	__u64 used = (n + 7) & ~7ULL;
+	if (used + TP_ITEM <= cap) {
+		struct tp_item *end = (void *)(r + sizeof(struct tp_syscall) + TP_ITEM + used);
+		end->kind = 0;
+		end->len = 0;
+		end->addr = 0;
+	}
+	bpf_ringbuf_submit(r, wakeup_flags());
+	return 1;
 }
 
 SEC("tp_btf/sys_exit")
@@ -525,7 +598,12 @@ int BPF_PROG(tp_sys_exit, struct pt_regs *regs, long ret)
 	}
 	__u64 seq = __sync_fetch_and_add(&p->seq, 1) + 1;
 
-	if (call.nr != TP_NR_RESTART && !has_outputs(&call)) {
+	int outs = call.nr == TP_NR_RESTART ? -1 : tp_outputs(&call);
+	int nout = outs < 0 ? -1 : (int)((__u32)outs >> 8), first = outs & 255;
+	const struct tp_out *o = NULL;
+	if (call.nr >= 0 && call.nr <= TP_MAX_SYSNUM && first < TP_MAX_OUTS)
+		o = &tp_outs[call.nr][first];
+	if (nout == 0) {
 		/* Header only: reserved in the ring buffer in place. */
 		struct tp_syscall *h = bpf_ringbuf_reserve(&events, sizeof(*h), 0);
 		if (!h) {
@@ -534,18 +612,30 @@ int BPF_PROG(tp_sys_exit, struct pt_regs *regs, long ret)
 				c->lost_records++;
 			return 0;
 		}
-		h->type = TP_EV_SYSCALL;
-		h->flags = TP_F_END;
-		h->part = 0;
-		h->tid = tid;
-		h->tgid = tgid;
-		h->nr = call.nr;
-		h->seq = seq;
-		__builtin_memcpy(h->args, call.args, sizeof(h->args));
-		h->ret = ret;
-		h->rip = regs->ip;
+		fill_header(h, &call, tid, tgid, seq, regs->ip);
 		bpf_ringbuf_submit(h, wakeup_flags());
 		return 0;
+	}
+	if (nout == 1 && o && o->kind == TP_OUT_PLAIN && o->size != TP_SIZE_ARGPTR) {
+		/* One small output (clock_gettime, fstat, a short read,
+		 * epoll_wait's few events): no scratch copy, no loops. */
+		__u64 ptr = arg_of(&call, o->arg), n = plain_len(&call, o);
+		if (n == 0) {
+			struct tp_syscall *h = bpf_ringbuf_reserve(&events, sizeof(*h), 0);
+			if (!h) {
+				struct tp_counters *c = counters_get();
+				if (c)
+					c->lost_records++;
+				return 0;
+			}
+			fill_header(h, &call, tid, tgid, seq, regs->ip);
+			bpf_ringbuf_submit(h, wakeup_flags());
+			return 0;
+		}
+		if (n <= TP_SMALL && send_small(&call, tid, tgid, seq, regs->ip, ptr, n, TP_SMALL))
+			return 0;
+		if (n > TP_SMALL && n <= TP_MEDIUM && send_small(&call, tid, tgid, seq, regs->ip, ptr, n, TP_MEDIUM))
+			return 0;
 	}
 
 	struct tp_scratch *s = scratch_get();
