@@ -148,3 +148,16 @@ func FuzzDecodeRecord(f *testing.F) {
 		}
 	})
 }
+
+// A record reserved in place with room to spare ends its items with an item
+// of kind 0; what follows is stale ring buffer memory and is not decoded.
+func TestDecodeStopsAtEndItem(t *testing.T) {
+	raw := encodeSyscall(bpf.TprecTpSyscall{Flags: uint8(bpf.TprecTpRecFlagsTP_F_END), Nr: unix.SYS_CLOCK_GETTIME, Seq: 1, Args: [6]uint64{1, 0x1000}},
+		item{kind: bpf.TprecTpItemKindTP_ITEM_MEM, addr: 0x1000, data: make([]byte, 16)})
+	raw = append(raw, make([]byte, sizeItem)...) // kind 0
+	raw = append(raw, bytes.Repeat([]byte{0xee}, 40)...)
+	r, err := decodeRecord(raw)
+	if err != nil || len(r.items) != 1 || r.items[0].addr != 0x1000 || len(r.items[0].data) != 16 {
+		t.Fatalf("decoded %+v, %v", r.items, err)
+	}
+}
