@@ -107,16 +107,35 @@ func (c *Checkpoint) StartState(k int) map[uint64]Hash {
 	return m
 }
 
-// DigestPage is the hash an end-state digest holds for the page at addr: the
-// page's hash with the bytes of the rseq area (if it lies in the page) zeroed,
-// since the kernel rewrites them after a migration, outside any syscall.
-func DigestPage(addr uint64, data []byte, rs Rseq) Hash {
-	if rs.Len == 0 || rs.Addr+uint64(rs.Len) <= addr || rs.Addr >= addr+PageSize {
-		return HashPage(data)
+// DeadStack is how far below the stack pointer DigestPage treats memory as
+// the dead part of the stack (the largest default stack).
+const DeadStack = 8 << 20
+
+// DigestPage is the hash an end-state digest holds for the page at addr,
+// for a thread whose stack pointer is rsp. Two kinds of bytes are zeroed
+// first, because they may differ between a recording and a faithful replay
+// without the program depending on them: the rseq area rs (the kernel
+// rewrites its cpu_id after a migration, outside any syscall), and the dead
+// part of the stack, from rsp-DeadStack up to the 128-byte red zone under rsp
+// (leftovers of calls that have returned; the program writes before it reads
+// there, and what a call left depends on paths like lazy symbol binding).
+func DigestPage(addr uint64, data []byte, rs Rseq, rsp uint64) Hash {
+	masked := data
+	zero := func(lo, hi uint64) {
+		lo, hi = max(lo, addr), min(hi, addr+PageSize)
+		if lo >= hi {
+			return
+		}
+		if &masked[0] == &data[0] {
+			masked = append([]byte(nil), data...)
+		}
+		clear(masked[lo-addr : hi-addr])
 	}
-	masked := append([]byte(nil), data...)
-	lo := max(rs.Addr, addr) - addr
-	hi := min(rs.Addr+uint64(rs.Len), addr+PageSize) - addr
-	clear(masked[lo:hi])
+	if rs.Len != 0 {
+		zero(rs.Addr, rs.Addr+uint64(rs.Len))
+	}
+	if rsp > DeadStack+128 {
+		zero(rsp-DeadStack, rsp-128)
+	}
 	return HashPage(masked)
 }

@@ -212,8 +212,44 @@ func (s *session) closeIntervalSnap(now time.Time) (snap *pageSnapshot, err erro
 			s.ring.addPage(iv, a, buf[i*format.PageSize:(i+1)*format.PageSize])
 		}
 	}
+	// Pages the stack grew into during the interval (no syscall made them:
+	// the kernel extends [stack] on a fault below it) started as zeros.
+	// The shadow's map does not cover them, so the comparison above cannot
+	// see them; without their zero originals a replay from this interval
+	// would find them holding their final content.
+	zero := make([]byte, format.PageSize)
+	for _, a := range grownStack(iv.meta.Maps, snap) {
+		s.ring.addPage(iv, a, zero)
+	}
 	clk.mark("store")
 	return snap, nil
+}
+
+// grownStack lists the present pages of the current [stack] mapping below
+// where it started at the interval start.
+func grownStack(start []format.Mapping, now *pageSnapshot) []uint64 {
+	var was uint64
+	for _, m := range start {
+		if m.Path == "[stack]" {
+			was = m.Start
+		}
+	}
+	var out []uint64
+	for i, m := range now.maps {
+		if m.Path != "[stack]" || was == 0 || m.Start >= was || now.ents[i] == nil {
+			continue
+		}
+		for j, e := range now.ents[i] {
+			a := m.Start + uint64(j)*format.PageSize
+			if a >= was {
+				break
+			}
+			if e&(proc.PMPresent|proc.PMSwapped) != 0 {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
 }
 
 func (s *session) markLost(iv *interval, why string) error {

@@ -161,7 +161,7 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time) (*fo
 // --full-pages), reads the final content of the pages kept, and writes it.
 func (s *session) finish(path string, c *format.Checkpoint, src *liveSource, t0 time.Time, held time.Duration) error {
 	var err error
-	if c.End.Digests, err = digests(c.End.Digests, src, c.End.Rseq); err != nil {
+	if c.End.Digests, err = digests(c.End.Digests, src, c.End.Rseq, c.End.Regs.Rsp); err != nil {
 		return err
 	}
 	candidates := len(c.Final)
@@ -195,7 +195,7 @@ func (s *session) finish(path string, c *format.Checkpoint, src *liveSource, t0 
 
 // digests computes the end-state digests of the listed pages (the first is
 // the stack page), at most maxDigests of them, from the live source.
-func digests(pages []format.PageRef, src *liveSource, rs format.Rseq) ([]format.PageRef, error) {
+func digests(pages []format.PageRef, src *liveSource, rs format.Rseq, rsp uint64) ([]format.PageRef, error) {
 	var out []format.PageRef
 	seen := map[uint64]bool{}
 	for _, p := range pages {
@@ -207,7 +207,7 @@ func digests(pages []format.PageRef, src *liveSource, rs format.Rseq) ([]format.
 		if err != nil {
 			continue // unmapped since: nothing to compare
 		}
-		out = append(out, format.PageRef{Addr: p.Addr, Hash: format.DigestPage(p.Addr, data, rs)})
+		out = append(out, format.PageRef{Addr: p.Addr, Hash: format.DigestPage(p.Addr, data, rs, rsp)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Addr < out[j].Addr })
 	return out, nil

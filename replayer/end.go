@@ -23,6 +23,7 @@ type breakpoint struct {
 	// regsMatched counts hits where only memory differed; lastWhy says how.
 	regsMatched int
 	lastWhy     string
+	memWhy      string // what differed the first time only memory did
 }
 
 // atLogEnd runs once the last recorded syscall has completed (or at the start
@@ -82,6 +83,9 @@ func (e *engine) endBreakpointHit(regs proc.Regs) *Result {
 	}
 	if !strings.Contains(why, "(recorded") {
 		e.bp.regsMatched++
+		if e.bp.memWhy == "" {
+			e.bp.memWhy = why
+		}
 	}
 	e.bp.lastWhy = why
 	return nil
@@ -101,7 +105,7 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 		actual := fmt.Sprintf("still running at rip %#x", regs.Rip)
 		switch {
 		case e.bp.regsMatched > 0:
-			actual += fmt.Sprintf("; the registers matched at %d of %d breakpoint hits, but %s differed", e.bp.regsMatched, e.bp.hits, e.bp.lastWhy)
+			actual += fmt.Sprintf("; the registers matched at %d of %d breakpoint hits, but %s differed", e.bp.regsMatched, e.bp.hits, e.bp.memWhy)
 		case e.bp.hits > 0:
 			actual += fmt.Sprintf("; %d breakpoint hits, the registers never matched", e.bp.hits)
 		case e.bp.active:
@@ -231,7 +235,7 @@ func (e *engine) matchEnd(regs proc.Regs) string {
 		if err := e.mem.ReadAt(page, d.Addr); err != nil {
 			return fmt.Sprintf("page %#x unreadable", d.Addr)
 		}
-		if format.DigestPage(d.Addr, page, e.c.End.Rseq) != d.Hash {
+		if format.DigestPage(d.Addr, page, e.c.End.Rseq, e.c.End.Regs.Rsp) != d.Hash {
 			diffs = append(diffs, fmt.Sprintf("page %#x content", d.Addr))
 		}
 	}

@@ -526,6 +526,9 @@ func (e *engine) onEntry(regs proc.Regs, nr int, args [6]uint64) (*Result, error
 		actual := e.describe(nr, args)
 		if e.bp.hits > 0 {
 			actual += fmt.Sprintf(" (the recorded end rip was reached %d times; last difference: %s)", e.bp.hits, e.bp.lastWhy)
+			if e.bp.regsMatched > 0 {
+				actual += fmt.Sprintf("; the registers matched %d times, the first time memory differed: %s", e.bp.regsMatched, e.bp.memWhy)
+			}
 		}
 		return nil, e.diverge(regs.Rip, e.lastSeq(), "made a syscall after the last recorded one", "no syscall", actual)
 	}
