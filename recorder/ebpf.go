@@ -61,10 +61,10 @@ type ebpfSource struct {
 
 	mu        sync.Mutex
 	calls     map[uint64]*pendingCall // by sequence number, until complete
-	ready     []builtCall             // complete calls, built by the reader
+	ready     *callQueue              // complete calls, built by the reader
 	rec       record                  // the reader's decoded record, reused
 	bld       builder                 // the reader's record builder
-	spare     []builtCall             // the previous ready slice, for reuse
+	spare     *callQueue              // the other queue, handed over at sync
 	faults    map[uint64]uint8        // page -> TP_FAULT_* flags, current epoch
 	badRecs   int                     // records that did not decode
 	firstBad  error
@@ -93,14 +93,117 @@ type pendingCall struct {
 	items []item
 }
 
-// builtCall is a call whose record is complete, turned into its log record
-// by the reader goroutine while the target runs, so that a boundary only
-// hands it over.
-type builtCall struct {
-	seq        uint64
-	rec        format.Syscall
-	problem    string
-	lostHeader bool // parts arrived, the header did not: rec is empty
+// callQueue holds the calls whose records are complete, turned into log
+// records by the reader goroutine while the target runs, so that a boundary
+// only hands them over. rec.Seq holds the eBPF sequence number until then.
+// Calls are kept in fixed-size blocks: appending never moves what is there,
+// and the blocks serve again after the handover.
+//
+// The first block is sized from the previous interval and handed to the
+// session whole (adopt): the session's log then starts in memory the reader
+// already touched while the target ran, instead of being copied into fresh
+// memory while the target is stopped.
+type callQueue struct {
+	blocks   [][]format.Syscall
+	free     [][]format.Syscall
+	n        int
+	hint     int               // capacity of the next first block
+	adopted  bool              // the first block now belongs to the session
+	problems map[uint64]string // by sequence number: why a call's outputs are missing
+	headless []uint64          // calls whose parts arrived without their header
+}
+
+const queueBlock = 4096
+
+func newCallQueue() *callQueue { return &callQueue{problems: map[uint64]string{}} }
+
+func (q *callQueue) push(seq uint64, rec format.Syscall, problem string) {
+	if len(q.blocks) == 0 {
+		q.blocks = append(q.blocks, make([]format.Syscall, 0, max(q.hint, queueBlock)))
+	} else if b := q.blocks[len(q.blocks)-1]; len(b) == cap(b) {
+		if n := len(q.free); n > 0 {
+			b, q.free = q.free[n-1], q.free[:n-1]
+		} else {
+			b = make([]format.Syscall, 0, queueBlock)
+		}
+		q.blocks = append(q.blocks, b)
+	}
+	rec.Seq = seq
+	last := &q.blocks[len(q.blocks)-1]
+	*last = append(*last, rec)
+	q.n++
+	if problem != "" {
+		q.problems[seq] = problem
+	}
+}
+
+// sorted reports whether the calls came in sequence order.
+func (q *callQueue) sorted() bool {
+	var prev uint64
+	for _, b := range q.blocks {
+		for i := range b {
+			if b[i].Seq < prev {
+				return false
+			}
+			prev = b[i].Seq
+		}
+	}
+	return true
+}
+
+// adopt returns the first block, empty, for the session's log to grow in
+// place: the calls are in order, and the log takes each call (by value)
+// before it writes to the same index or an earlier one.
+func (q *callQueue) adopt() []format.Syscall {
+	q.adopted = true
+	return q.blocks[0][:0]
+}
+
+// all returns the calls in sequence order: as they came, unless a call was
+// completed late (a record split in parts), then sorted.
+func (q *callQueue) all() func(yield func(*format.Syscall) bool) {
+	sorted := q.sorted()
+	return func(yield func(*format.Syscall) bool) {
+		if sorted {
+			for _, b := range q.blocks {
+				for i := range b {
+					if !yield(&b[i]) {
+						return
+					}
+				}
+			}
+			return
+		}
+		flat := make([]*format.Syscall, 0, q.n)
+		for _, b := range q.blocks {
+			for i := range b {
+				flat = append(flat, &b[i])
+			}
+		}
+		sort.SliceStable(flat, func(i, j int) bool { return flat[i].Seq < flat[j].Seq })
+		for _, r := range flat {
+			if !yield(r) {
+				return
+			}
+		}
+	}
+}
+
+// reset empties the queue, keeping its blocks but an adopted one.
+func (q *callQueue) reset() {
+	if q.n > 0 {
+		q.hint = q.n + q.n/4
+	}
+	for i, b := range q.blocks {
+		if i == 0 && (q.adopted || cap(b) != queueBlock) {
+			continue // the session's now, or sized for one interval only
+		}
+		clear(b)
+		q.free = append(q.free, b[:0])
+	}
+	q.blocks, q.n, q.adopted = q.blocks[:0], 0, false
+	clear(q.problems)
+	q.headless = q.headless[:0]
 }
 
 // newEBPFSource loads and attaches the programs and starts recording the
@@ -129,7 +232,7 @@ func newEBPFSource(pid int, ringbufSize int, logf func(string, ...any)) (*ebpfSo
 		return nil, fmt.Errorf("%w: %w", ErrEBPFUnavailable, err)
 	}
 	e := &ebpfSource{pid: pid, logf: logf, flushed: make(chan error, 1), done: make(chan struct{}),
-		calls: map[uint64]*pendingCall{}, faults: map[uint64]uint8{}}
+		calls: map[uint64]*pendingCall{}, faults: map[uint64]uint8{}, ready: newCallQueue(), spare: newCallQueue()}
 	if err := spec.LoadAndAssign(&e.objs, nil); err != nil {
 		return nil, loadError(err)
 	}
@@ -263,7 +366,7 @@ func (e *ebpfSource) consume(b []byte) {
 			// buildSyscall copies what it keeps.
 			c := pendingCall{hdr: *r.syscall, have: true, end: true, last: true, parts: 1, items: r.items}
 			rec, problem := e.bld.build(&c)
-			e.ready = append(e.ready, builtCall{seq: seq, rec: rec, problem: problem})
+			e.ready.push(seq, rec, problem)
 			return
 		}
 		c := e.call(seq)
@@ -316,7 +419,7 @@ func (e *ebpfSource) complete(seq uint64, c *pendingCall) {
 	}
 	delete(e.calls, seq)
 	rec, problem := e.bld.build(c)
-	e.ready = append(e.ready, builtCall{seq: seq, rec: rec, problem: problem})
+	e.ready.push(seq, rec, problem)
 }
 
 // drain returns once the reader has consumed every record committed before
@@ -383,24 +486,27 @@ func (e *ebpfSource) losses() (lostCalls, lostFaults uint64, err error) {
 // sync hands every call the stopped target completed to the session, in
 // sequence order, and checks that nothing was lost.
 func (e *ebpfSource) sync(s *session) error {
+	t0 := time.Now()
+	backlog := e.rd.AvailableBytes()
 	if err := e.drain(); err != nil {
 		return err
 	}
+	t1 := time.Now()
 	lostCalls, lostFaults, err := e.losses()
 	if err != nil {
 		return err
 	}
 	e.mu.Lock()
 	built := e.ready
-	e.ready, e.spare = e.spare[:0], nil
+	e.ready, e.spare = e.spare, nil
 	for seq, c := range e.calls {
 		// Parts that arrived without the rest of their call.
 		if !c.have {
-			built = append(built, builtCall{seq: seq, lostHeader: true})
+			built.headless = append(built.headless, seq)
 			continue
 		}
 		rec, problem := buildSyscall(c)
-		built = append(built, builtCall{seq: seq, rec: rec, problem: problem})
+		built.push(seq, rec, problem)
 	}
 	e.calls = map[uint64]*pendingCall{}
 	e.faultSet, e.faults = e.faults, map[uint64]uint8{}
@@ -421,35 +527,50 @@ func (e *ebpfSource) sync(s *session) error {
 	if bad > 0 {
 		s.notReplayable(fmt.Sprintf("%d eBPF records did not decode: %v", bad, firstBad))
 	}
+	if s.cur != nil && len(s.cur.syscalls) == 0 && len(built.blocks) == 1 && built.sorted() {
+		s.cur.syscalls = built.adopt()
+	} else if s.cur != nil {
+		s.cur.syscalls = slices.Grow(s.cur.syscalls, built.n)
+	}
+	slices.Sort(built.headless)
+	headless := built.headless
 	// A thread commits its calls in order, so the records of a
-	// single-threaded target arrive sorted; sort only when they did not.
-	if !sort.SliceIsSorted(built, func(i, j int) bool { return built[i].seq < built[j].seq }) {
-		sort.SliceStable(built, func(i, j int) bool { return built[i].seq < built[j].seq })
-	}
-	if s.cur != nil {
-		s.cur.syscalls = slices.Grow(s.cur.syscalls, len(built))
-	}
-	for i := range built {
-		b := &built[i]
-		q := b.seq
-		if q < e.nextSeq {
-			continue // an injected call or one from before the interval
+	// single-threaded target arrive sorted (all sorts them when not).
+	for r := range built.all() {
+		for len(headless) > 0 && headless[0] < r.Seq {
+			e.handOver(s, headless[0], nil, "")
+			headless = headless[1:]
 		}
-		if q > e.nextSeq && s.cur != nil {
-			s.notReplayable(fmt.Sprintf("eBPF syscall log has a gap: calls %d to %d are missing", e.nextSeq, q-1))
-		}
-		e.nextSeq = q + 1
-		if b.lostHeader {
-			s.notReplayable(fmt.Sprintf("eBPF syscall record %d lost its header", q))
-			continue
-		}
-		s.appendSyscall(b.rec, b.problem)
+		e.handOver(s, r.Seq, r, built.problems[r.Seq])
 	}
-	clear(built)
+	for _, q := range headless {
+		e.handOver(s, q, nil, "")
+	}
+	if debugStops {
+		s.logf("ebpf sync: drain %v (%d bytes behind), %d calls handed over in %v", t1.Sub(t0).Round(time.Microsecond), backlog, built.n, time.Since(t1).Round(time.Microsecond))
+	}
+	built.reset()
 	e.mu.Lock()
-	e.spare = built[:0]
+	e.spare = built
 	e.mu.Unlock()
 	return nil
+}
+
+// handOver gives one call to the session, checking the sequence; rec is nil
+// for a call whose header was lost.
+func (e *ebpfSource) handOver(s *session, q uint64, rec *format.Syscall, problem string) {
+	if q < e.nextSeq {
+		return // an injected call or one from before the interval
+	}
+	if q > e.nextSeq && s.cur != nil {
+		s.notReplayable(fmt.Sprintf("eBPF syscall log has a gap: calls %d to %d are missing", e.nextSeq, q-1))
+	}
+	e.nextSeq = q + 1
+	if rec == nil {
+		s.notReplayable(fmt.Sprintf("eBPF syscall record %d lost its header", q))
+		return
+	}
+	s.appendSyscall(*rec, problem)
 }
 
 // buildSyscall turns a collected call into the log record, keeping exactly
@@ -544,8 +665,7 @@ func (e *ebpfSource) opened(s *session) error {
 	}
 	e.mu.Lock()
 	e.calls = map[uint64]*pendingCall{}
-	clear(e.ready)
-	e.ready = e.ready[:0]
+	e.ready.reset()
 	e.faults = map[uint64]uint8{}
 	e.epoch = p.Epoch
 	e.mu.Unlock()
