@@ -14,7 +14,14 @@ $sudo bin/tprec --output "$work" -- "$work/crashy" 2 >/dev/null
 ckpt=$(ls "$work"/tp-*.tpc)
 echo
 echo "== what the checkpoint holds: tpinspect $(basename "$ckpt")"
-$sudo bin/tpinspect "$ckpt" | head -40
+$sudo bin/tpinspect "$ckpt" | sed -n 1,40p
 echo
 echo "== replay: tpreplay $(basename "$ckpt")"
 $sudo bin/tpreplay "$ckpt"
+# Where that is in the source (the binary is here, so gdb can say).
+sym=$($sudo bin/tpreplay "$ckpt" | sed -n 's/.* in \([A-Za-z_][A-Za-z0-9_]*+0x[0-9a-f]*\),.*/\1/p')
+if [ -n "$sym" ] && command -v gdb >/dev/null; then
+	echo
+	echo "== $sym in the source:"
+	gdb -batch -nx -ex "info line *($sym)" -ex "list *($sym),*($sym)" "$work/crashy" 2>/dev/null | sed 's|^|  |'
+fi
