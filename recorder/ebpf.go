@@ -646,12 +646,11 @@ func (bd *builder) build(c *pendingCall) (format.Syscall, string) {
 }
 
 // opened is called when an interval has started, the target still stopped:
-// whatever the ring buffer holds now happened before the interval (or is
-// the recorder's own injected calls) and is dropped; the fault epoch moves on.
+// the fault epoch moves on, and calls from before the interval (and the
+// recorder's own injected ones) will be dropped by their sequence numbers,
+// even those the reader has not consumed yet, so there is no need to wait
+// for it here.
 func (e *ebpfSource) opened(s *session) error {
-	if err := e.drain(); err != nil {
-		return err
-	}
 	var p bpf.TprecTpProc
 	if err := e.objs.Traced.Lookup(uint32(e.pid), &p); err != nil {
 		return fmt.Errorf("read the process's eBPF state: %w", err)
