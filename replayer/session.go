@@ -406,7 +406,7 @@ func (s *Session) Step() (Stop, error) {
 		return Stop{}, err
 	}
 	s.note(cmd, ev)
-	return s.stopFor(ev, true), nil
+	return s.stopFor(s.e, ev, true), nil
 }
 
 // Continue runs until a breakpoint, a watchpoint, a caught syscall, the
@@ -432,7 +432,7 @@ func (s *Session) Continue() (Stop, error) {
 		s.known = false
 	}
 	s.note(cmd, ev)
-	return s.stopFor(ev, false), nil
+	return s.stopFor(s.e, ev, false), nil
 }
 
 // stopsContinue is the stop condition of a forward continue.
@@ -465,7 +465,7 @@ func copySet(m map[uint64]bool) map[uint64]bool {
 }
 
 // stopFor describes ev to the caller.
-func (s *Session) stopFor(ev dEvent, step bool) Stop {
+func (s *Session) stopFor(e *engine, ev dEvent, step bool) Stop {
 	switch ev.kind {
 	case dEnd:
 		return Stop{Reason: StopEnd, Result: ev.res}
@@ -479,7 +479,7 @@ func (s *Session) stopFor(ev dEvent, step bool) Stop {
 		}
 	case dExit:
 		if !step {
-			if w, hit := s.e.outputHitsWatch(); hit && !s.catch.wants(ev.nr) {
+			if w, hit := e.outputHitsWatch(); hit && !s.catch.wants(ev.nr) {
 				return Stop{Reason: StopWatch, Addr: w.Addr, Watch: w}
 			}
 			return Stop{Reason: StopSyscallReturn, Syscall: ev.nr}
@@ -669,9 +669,11 @@ func (e *engine) reach(p Position, user map[uint64]bool, keep []uint64) error {
 		t := d.track[p.Addr]
 		if t.count < p.Arrivals {
 			ev, err = e.exec(execOpts{onEvent: func(ev dEvent) bool {
-				return ev.kind == dArrive && ev.addr == p.Addr && t.count >= p.Arrivals || ev.kind == dExit || ev.kind == dEntry
+				// A trigger landing on p.Addr counts the arrival too.
+				at := ev.kind == dArrive && ev.addr == p.Addr || ev.kind == dWatch && ev.regs.Rip == p.Addr
+				return at && t.count >= p.Arrivals || ev.kind == dExit || ev.kind == dEntry
 			}})
-			if err == nil && ev.kind != dArrive {
+			if err == nil && ev.kind != dArrive && ev.kind != dWatch {
 				err = lost(ev)
 			}
 		}
@@ -698,7 +700,17 @@ func (s *Session) goTo(p Position) error {
 		return err
 	}
 	s.Reexecutions++
-	err = s.tr.Do(func() error { return e.reach(p, s.user, nil) })
+	err = s.tr.Do(func() error {
+		// The session's watchpoints in place from the start keep their
+		// triggers in p's stretch counted, so a forward stop at one is named
+		// right away.
+		if len(p.Watches) == 0 && len(s.watches) > 0 {
+			if err := e.setWatches(s.watches); err != nil {
+				return err
+			}
+		}
+		return e.reach(p, s.user, nil)
+	})
 	if err != nil {
 		_ = s.tr.Do(func() error { s.killEngine(e); return nil })
 		return err
@@ -713,32 +725,40 @@ func (s *Session) ReverseStep() (Stop, error) {
 	if err := s.resolve(); err != nil {
 		return Stop{}, err
 	}
-	p := s.base
+	regs, err := s.Regs()
+	if err != nil {
+		return Stop{}, err
+	}
+	p, ok, err := s.stepBack(s.base, regs.Rip)
+	if err != nil {
+		return Stop{}, err
+	}
+	if !ok {
+		return Stop{Reason: StopHistoryStart}, nil
+	}
+	return Stop{Reason: StopStep}, s.goTo(p)
+}
+
+// stepBack names the point one instruction before p, where the thread stands
+// at rip; ok is false at the start of the window.
+func (s *Session) stepBack(p Position, rip uint64) (Position, bool, error) {
 	switch {
 	case p.Steps > 0:
 		p.Steps--
 		if p.Steps == 0 && p.Addr == 0 && p.WatchHits == 0 && !p.Entry {
 			p = Position{Syscalls: p.Syscalls}
 		}
-		return Stop{Reason: StopStep}, s.goTo(p)
+		return p, true, nil
 	case p.Entry:
 		// Back to the syscall instruction itself, the stretch's last.
-		regs, err := s.Regs()
-		if err != nil {
-			return Stop{}, err
-		}
-		return Stop{Reason: StopStep}, s.goTo(Position{Syscalls: p.Syscalls, Addr: regs.Rip - 2, Arrivals: 1})
+		return Position{Syscalls: p.Syscalls, Addr: rip - 2, Arrivals: 1}, true, nil
 	case p.Addr == 0 && p.WatchHits == 0:
 		if p.Syscalls == 0 {
-			return Stop{Reason: StopHistoryStart}, nil
+			return Position{}, false, nil
 		}
 		// The instruction before a stretch is the syscall that ended the
 		// previous one: the only arrival there in that stretch.
-		regs, err := s.Regs()
-		if err != nil {
-			return Stop{}, err
-		}
-		return Stop{Reason: StopStep}, s.goTo(Position{Syscalls: p.Syscalls - 1, Addr: regs.Rip - 2, Arrivals: 1})
+		return Position{Syscalls: p.Syscalls - 1, Addr: rip - 2, Arrivals: 1}, true, nil
 	}
 	// From the previous landmark (the previous arrival or trigger, or the
 	// stretch start), count the instructions up to here; the point before is
@@ -751,7 +771,7 @@ func (s *Session) ReverseStep() (Stop, error) {
 	}
 	e, err := s.newEngine(nil)
 	if err != nil {
-		return Stop{}, err
+		return Position{}, false, err
 	}
 	s.Reexecutions++
 	n := 0
@@ -790,14 +810,21 @@ func (s *Session) ReverseStep() (Stop, error) {
 		}
 	})
 	if err != nil {
-		return Stop{}, err
+		return Position{}, false, err
 	}
 	mark.Steps = n - 1
-	return Stop{Reason: StopStep}, s.goTo(mark)
+	return mark, true, nil
 }
 
 // ReverseContinue goes back to the last breakpoint, watchpoint trigger or
 // caught syscall before the current point, or to the start of the window.
+//
+// A watchpoint going backwards stops where GDB expects it: at the instruction
+// that made the change, before it ran (the old value still in memory), which
+// is one instruction before the point a forward continue stops at. So a
+// trigger counts when the point after it is not later than the current one,
+// and the stop is the instruction before that point; for memory a replayed
+// syscall wrote, the syscall instruction.
 func (s *Session) ReverseContinue() (Stop, error) {
 	if err := s.resolve(); err != nil {
 		return Stop{}, err
@@ -809,8 +836,12 @@ func (s *Session) ReverseContinue() (Stop, error) {
 		return Stop{}, err
 	}
 	s.Reexecutions++
-	var last *Position
-	var lastStop Stop
+	var (
+		last     *Position
+		lastStop Stop
+		before   bool   // last names the point after a trigger: stop one instruction earlier
+		lastRip  uint64 // where the thread stood at last
+	)
 	err = s.tr.Do(func() error {
 		defer s.killEngine(e)
 		d := e.dbg
@@ -843,12 +874,20 @@ func (s *Session) ReverseContinue() (Stop, error) {
 			}
 			return true
 		}
-		record := func(ev dEvent) {
+		// record keeps ev when it is a stop of a continue; here says ev is
+		// the current point itself, which only a trigger's earlier
+		// instruction is before.
+		record := func(ev dEvent, here bool) {
 			if !stopsContinue(e, cmd)(ev) {
 				return
 			}
+			st := s.stopFor(e, ev, false)
+			if here && st.Reason != StopWatch {
+				return
+			}
 			if p, ok := e.here(ev); ok {
-				last, lastStop = &p, s.stopFor(ev, false)
+				last, lastStop, lastRip = &p, st, ev.regs.Rip
+				before = st.Reason == StopWatch
 			}
 		}
 		if atAnchor() && target.Steps == 0 {
@@ -857,12 +896,10 @@ func (s *Session) ReverseContinue() (Stop, error) {
 		if !atAnchor() {
 			_, err := e.exec(execOpts{onEvent: func(ev dEvent) bool {
 				if atAnchor() {
-					if target.Steps > 0 {
-						record(ev)
-					}
+					record(ev, target.Steps == 0)
 					return true
 				}
-				record(ev)
+				record(ev, false)
 				return false
 			}})
 			if err != nil {
@@ -874,9 +911,7 @@ func (s *Session) ReverseContinue() (Stop, error) {
 			if err != nil {
 				return err
 			}
-			if i < target.Steps-1 {
-				record(ev)
-			}
+			record(ev, i == target.Steps-1)
 		}
 		return nil
 	})
@@ -889,7 +924,17 @@ func (s *Session) ReverseContinue() (Stop, error) {
 		}
 		return Stop{Reason: StopHistoryStart}, nil
 	}
-	if err := s.goTo(*last); err != nil {
+	p := *last
+	if before {
+		var ok bool
+		if p, ok, err = s.stepBack(p, lastRip); err != nil {
+			return Stop{}, err
+		}
+		if !ok {
+			p = Position{}
+		}
+	}
+	if err := s.goTo(p); err != nil {
 		return Stop{}, err
 	}
 	return lastStop, nil

@@ -399,3 +399,96 @@ monitor stats
 		t.Errorf("continue did not reach the recorded SIGSEGV at %s:\n%s%s", m[1], s["cont"], s["crash"])
 	}
 }
+
+var watchValues = regexp.MustCompile(`Old value = (\S+)\s+New value = (\S+)`)
+
+// oldNew returns the values of the watchpoint report in a section.
+func oldNew(t *testing.T, name, sec string) (string, string) {
+	t.Helper()
+	m := watchValues.FindStringSubmatch(sec)
+	if m == nil {
+		t.Errorf("%s: no watchpoint report:\n%s", name, sec)
+		return "", ""
+	}
+	return m[1], m[2]
+}
+
+// A watchpoint going backwards stops where gdb's own reverse execution
+// (`record full`) stops: at the instruction that made the change, before it
+// ran, with the old and new values swapped; a further reverse-continue finds
+// the change before, across the syscalls between them, and stepping forward
+// from there shows the change again as a forward continue did.
+func TestGDBReverseWatch(t *testing.T) {
+	requireRoot(t)
+	needTool(t, "gdb")
+	dir := t.TempDir()
+	src := "testdata/gdbcrash.c"
+	prog := cc(t, src, dir)
+	rec := startTprec(t, "--output", dir, "--", prog, "1200")
+	if err := rec.wait(t, 90*time.Second); err != nil {
+		t.Fatalf("tprec: %v\n%s", err, rec.stderr)
+	}
+	cks := checkpoints(t, dir)
+	if len(cks) != 1 {
+		t.Fatalf("want one checkpoint, got %v\n%s", cks, rec.stderr)
+	}
+	target, _ := gdbTarget(t, cks[0])
+	const walk = `delete
+watch table[3]
+echo @@fwd1\n
+continue
+info symbol $pc
+echo @@fwd2\n
+continue
+info symbol $pc
+echo @@rc1\n
+reverse-continue
+info symbol $pc
+echo @@rc2\n
+reverse-continue
+info symbol $pc
+echo @@stepi\n
+stepi
+info symbol $pc
+echo @@end\n
+`
+	out := runGDB(t, prog, target, "break step_once\ncontinue\n"+walk+"monitor stats\n")
+	t.Logf("gdb on the replay:\n%s", out)
+	s := sections(out)
+	o1, n1 := oldNew(t, "forward 1", s["fwd1"])
+	o2, n2 := oldNew(t, "forward 2", s["fwd2"])
+	if n1 != o2 {
+		t.Errorf("forward changes do not follow each other: %s->%s then %s->%s", o1, n1, o2, n2)
+	}
+	if o, n := oldNew(t, "reverse 1", s["rc1"]); o != n2 || n != o2 {
+		t.Errorf("reverse-continue from the second change shows %s->%s, want %s->%s:\n%s", o, n, n2, o2, s["rc1"])
+	}
+	if o, n := oldNew(t, "reverse 2", s["rc2"]); o != n1 || n != o1 {
+		t.Errorf("the second reverse-continue shows %s->%s, want %s->%s:\n%s", o, n, n1, o1, s["rc2"])
+	}
+	if o, n := oldNew(t, "stepi", s["stepi"]); o != o1 || n != n1 {
+		t.Errorf("stepi over the change shows %s->%s, want %s->%s:\n%s", o, n, o1, n1, s["stepi"])
+	}
+	storeLine := fmt.Sprintf("gdbcrash.c:%d", lineOf(t, src, "table[i] += h >> 7"))
+	for _, k := range []string{"rc1", "rc2"} {
+		if !strings.Contains(s[k], storeLine) {
+			t.Errorf("%s: not at the store, %s:\n%s", k, storeLine, s[k])
+		}
+	}
+	sym := func(sec string) string {
+		m := regexp.MustCompile(`(?m)^step_once \+ \d+ in section`).FindString(sec)
+		return m
+	}
+	if sym(s["fwd1"]) == "" || sym(s["fwd1"]) != sym(s["stepi"]) || sym(s["rc1"]) != sym(s["rc2"]) || sym(s["rc1"]) == sym(s["fwd1"]) {
+		t.Errorf("stop addresses: forward %q %q, reverse %q %q, stepi %q", sym(s["fwd1"]), sym(s["fwd2"]), sym(s["rc1"]), sym(s["rc2"]), sym(s["stepi"]))
+	}
+
+	// gdb's own reverse execution of the same code is the reference.
+	native := runGDB(t, prog, "", "set can-use-hw-watchpoints 0\nbreak step_once if round == 5\nrun 10\nrecord full\n"+walk)
+	ns := sections(native)
+	for _, k := range []string{"fwd1", "rc1", "rc2", "stepi"} {
+		if sym(ns[k]) == "" || sym(ns[k]) != sym(s[k]) {
+			t.Errorf("%s: the replay stops at %q, gdb's record full at %q:\n%s", k, sym(s[k]), sym(ns[k]), native)
+		}
+	}
+}
