@@ -492,3 +492,53 @@ echo @@end\n
 		}
 	}
 }
+
+// A program linked with -z now resolves its library calls at start, so a
+// minimized checkpoint of a later window lacks the dynamic loader's library
+// list (r_debug, link_map): tpreplay gives gdb the list made from the
+// recorded memory map, and gdb finds libc's functions (Debian's libc6 has
+// symbols for them) at a breakpoint and in the backtrace.
+func TestGDBLibrariesOfMinimizedCheckpoint(t *testing.T) {
+	requireRoot(t)
+	needTool(t, "gdb")
+	dir := t.TempDir()
+	prog := filepath.Join(dir, "gdbnow")
+	if b, err := exec.Command("gcc", "-g", "-O1", "-Wl,-z,now", "-o", prog, "testdata/gdbcrash.c").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, b)
+	}
+	rec := startTprec(t, "--output", dir, "--", prog, "1500")
+	if err := rec.wait(t, 90*time.Second); err != nil {
+		t.Fatalf("tprec: %v\n%s", err, rec.stderr)
+	}
+	cks := checkpoints(t, dir)
+	if len(cks) != 1 {
+		t.Fatalf("want one checkpoint, got %v\n%s", cks, rec.stderr)
+	}
+	target, _ := gdbTarget(t, cks[0])
+	out := runGDB(t, prog, target, `break clock_nanosleep
+echo @@stop\n
+continue
+echo @@bt\n
+bt
+echo @@libs\n
+info sharedlibrary
+echo @@rdebug\n
+x/gx &_r_debug
+`)
+	t.Logf("gdb on the replay:\n%s", out)
+	s := sections(out)
+	if !strings.Contains(s["stop"], "clock_nanosleep (") {
+		t.Errorf("no stop at the breakpoint in libc:\n%s", s["stop"])
+	}
+	bt := frames(s["bt"])
+	if len(bt) < 2 || !strings.Contains(bt[0], "clock_nanosleep") || !strings.Contains(s["bt"], "usleep") ||
+		!strings.Contains(bt[len(bt)-1], "main (") || strings.Contains(s["bt"], "??") {
+		t.Errorf("backtrace in libc:\n%s", s["bt"])
+	}
+	if !strings.Contains(s["libs"], "libc.so.6") {
+		t.Errorf("libc not among the libraries:\n%s", s["libs"])
+	}
+	if !strings.Contains(s["rdebug"], "Cannot access memory") {
+		t.Logf("the checkpoint holds r_debug: gdb could have read the library list itself")
+	}
+}

@@ -1,0 +1,42 @@
+package gdb
+
+import (
+	"debug/elf"
+	"strings"
+	"testing"
+
+	"github.com/tprec/tprec/format"
+)
+
+func TestLibrariesFromMaps(t *testing.T) {
+	const libc = "/usr/lib/x86_64-linux-gnu/libc.so.6"
+	f, err := elf.Open(libc)
+	if err != nil {
+		t.Skipf("no %s here: %v", libc, err)
+	}
+	var dyn uint64
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_DYNAMIC {
+			dyn = p.Vaddr
+		}
+	}
+	f.Close()
+	const base = 0x7f0000100000
+	c := &format.Checkpoint{Header: format.Header{ExePath: "/srv/app"}}
+	c.Intervals = []format.Interval{{Maps: []format.Mapping{
+		{Start: 0x555555554000, End: 0x555555555000, Prot: 1, Path: "/srv/app"},
+		{Start: 0x555555555000, End: 0x555555556000, Prot: 5, Offset: 0x1000, Path: "/srv/app"},
+		{Start: base, End: base + 0x28000, Prot: 1, Path: libc},
+		{Start: base + 0x28000, End: base + 0x17d000, Prot: 5, Offset: 0x28000, Path: libc},
+		{Start: 0x7f0000400000, End: 0x7f0000401000, Prot: 1, Path: "/usr/share/locale/data"}, // not executable
+		{Start: 0x7f0000500000, End: 0x7f0000501000, Prot: 5, Path: "[vdso]"},
+	}}}
+	libs := libraries(c)
+	if len(libs) != 1 || libs[0].path != libc || libs[0].lAddr != base || libs[0].lLD != base+dyn {
+		t.Fatalf("libraries: %+v (want %s at %#x, dynamic at %#x)", libs, libc, base, base+dyn)
+	}
+	doc := librariesSVR4(libs)
+	if !strings.Contains(doc, `name="`+libc+`"`) || !strings.Contains(doc, `l_addr="0x7f0000100000"`) {
+		t.Errorf("document:\n%s", doc)
+	}
+}
