@@ -36,7 +36,9 @@ func runGDB(t *testing.T, prog, target, script string) string {
 	if err := os.WriteFile(sf, []byte("set pagination off\nset confirm off\nset width 0\n"+script), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"-batch", "-nx"}
+	// A loaded machine can take longer than gdb's default 2 s to answer the
+	// first packets while tpreplay rebuilds the process.
+	args := []string{"-batch", "-nx", "-ex", "set remotetimeout 30"}
 	if target != "" {
 		args = append(args, "-ex", "target remote "+target)
 	}
@@ -540,5 +542,64 @@ x/gx &_r_debug
 	}
 	if !strings.Contains(s["rdebug"], "Cannot access memory") {
 		t.Logf("the checkpoint holds r_debug: gdb could have read the library list itself")
+	}
+}
+
+// lldb speaks the same remote protocol: `gdb-remote` to tpreplay's server, a
+// breakpoint in libc, the backtrace with libc's and the program's functions.
+// lldb is optional (the CI image does not carry it): the test runs where it
+// is installed.
+func TestLLDBOnReplay(t *testing.T) {
+	requireRoot(t)
+	lldb, err := exec.LookPath("lldb")
+	if err != nil {
+		t.Skip("lldb is not installed")
+	}
+	dir := t.TempDir()
+	prog := filepath.Join(dir, "gdbnow")
+	if b, err := exec.Command("gcc", "-g", "-O1", "-Wl,-z,now", "-o", prog, "testdata/gdbcrash.c").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, b)
+	}
+	rec := startTprec(t, "--output", dir, "--", prog, "1200")
+	if err := rec.wait(t, 90*time.Second); err != nil {
+		t.Fatalf("tprec: %v\n%s", err, rec.stderr)
+	}
+	cks := checkpoints(t, dir)
+	cmd := exec.Command(filepath.Join(tools(t), "tpreplay"), "--gdb", ":0", cks[0])
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	re := regexp.MustCompile(`target remote (127\.0\.0\.1:\d+)`)
+	var got string
+	buf := make([]byte, 4096)
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && !re.MatchString(got); {
+		n, err := stderr.Read(buf)
+		got += string(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	m := re.FindStringSubmatch(got)
+	if m == nil {
+		t.Fatalf("tpreplay did not print its address:\n%s", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, lldb, "-b", "-x",
+		"-o", "gdb-remote "+m[1], "-o", "b clock_nanosleep", "-o", "c", "-o", "bt", "-o", "detach", prog).CombinedOutput()
+	t.Logf("lldb (%v):\n%s", err, out)
+	bt := string(out)
+	if i := strings.LastIndex(bt, "(lldb) bt"); i >= 0 {
+		bt = bt[i:]
+	}
+	for _, want := range []string{"stop reason = breakpoint", "libc.so.6`", "clock_nanosleep", "usleep", "gdbnow`main"} {
+		if !strings.Contains(bt, want) {
+			t.Errorf("lldb's backtrace lacks %q", want)
+		}
 	}
 }
