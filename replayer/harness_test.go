@@ -304,8 +304,8 @@ func (rec *recording) finish(c *format.Checkpoint, pid int, mem *proc.Mem, regs 
 		if mem.ReadAt(page, a) != nil {
 			continue
 		}
-		if nh := format.HashPage(page); nh != h || a == stack {
-			c.End.Digests = append(c.End.Digests, format.PageRef{Addr: a, Hash: nh})
+		if format.HashPage(page) != h || a == stack {
+			c.End.Digests = append(c.End.Digests, format.PageRef{Addr: a, Hash: format.DigestPage(a, page, c.End.Rseq, regs.Rsp)})
 		}
 	}
 	c.Intervals[0].End = time.Now()
