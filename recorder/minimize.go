@@ -31,6 +31,30 @@ func minimize(c *format.Checkpoint, store format.PageSource, logf func(string, .
 	for _, p := range res.Served {
 		keep[p] = true
 	}
+	// The live part of the stack stays whole, touched or not: a debugger
+	// walking the call chain from the end (or from an interval start) needs
+	// the frames of callers the window never returned to. It is small.
+	stacks := 0
+	addStack := func(maps []format.Mapping, rsp uint64) {
+		for _, m := range maps {
+			if m.Path == "[stack]" && rsp >= m.Start && rsp < m.End {
+				for a := rsp &^ (format.PageSize - 1); a < m.End; a += format.PageSize {
+					if !keep[a] {
+						keep[a] = true
+						stacks++
+					}
+				}
+			}
+		}
+	}
+	if n := len(c.Intervals); n > 0 {
+		addStack(c.Intervals[n-1].Maps, c.End.Regs.Rsp)
+	}
+	for _, iv := range c.Intervals {
+		for _, t := range iv.Threads {
+			addStack(iv.Maps, t.Regs.Rsp)
+		}
+	}
 	c.Final = filterPages(c.Final, keep)
 	for i := range c.Intervals {
 		c.Intervals[i].Written = filterPages(c.Intervals[i].Written, keep)
@@ -39,8 +63,8 @@ func minimize(c *format.Checkpoint, store format.PageSource, logf func(string, .
 		c.Syscalls[i].Pages = filterPages(c.Syscalls[i].Pages, keep)
 	}
 	c.Header.FullPages = false
-	c.Header.PageSetNote = fmt.Sprintf("pages touched by a trial replay from interval %d (%d pages, %v)",
-		res.From, len(res.Served), time.Since(t0).Round(time.Millisecond))
+	c.Header.PageSetNote = fmt.Sprintf("pages touched by a trial replay from interval %d (%d pages, %v), and %d more pages of the live stack",
+		res.From, len(res.Served), time.Since(t0).Round(time.Millisecond), stacks)
 }
 
 // filterPages returns a new list with the references whose page is kept.
