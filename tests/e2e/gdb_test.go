@@ -547,14 +547,10 @@ x/gx &_r_debug
 
 // lldb speaks the same remote protocol: `gdb-remote` to tpreplay's server, a
 // breakpoint in libc, the backtrace with libc's and the program's functions.
-// lldb is optional (the CI image does not carry it): the test runs where it
-// is installed.
+// .ci/run installs lldb.
 func TestLLDBOnReplay(t *testing.T) {
 	requireRoot(t)
-	lldb, err := exec.LookPath("lldb")
-	if err != nil {
-		t.Skip("lldb is not installed")
-	}
+	lldb := needTool(t, "lldb")
 	dir := t.TempDir()
 	prog := filepath.Join(dir, "gdbnow")
 	if b, err := exec.Command("gcc", "-g", "-O1", "-Wl,-z,now", "-o", prog, "testdata/gdbcrash.c").CombinedOutput(); err != nil {
