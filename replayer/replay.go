@@ -103,22 +103,7 @@ func Run(ctx context.Context, c *format.Checkpoint, pages format.PageSource, opt
 		e.stub.kill()
 		return nil
 	})
-	err = tr.Do(func() error {
-		var err error
-		if e.stub, err = startStub(e.base); err != nil {
-			return err
-		}
-		if e.mem, err = proc.OpenMem(e.stub.pid); err != nil {
-			return err
-		}
-		if err := e.rebuild(); err != nil {
-			return err
-		}
-		if err := e.installSeccomp(); err != nil {
-			return err
-		}
-		return e.setThread()
-	})
+	err = tr.Do(e.launch)
 	if err != nil {
 		return nil, fmt.Errorf("rebuild process: %w", err)
 	}
@@ -654,3 +639,23 @@ func (e *engine) verified(rip uint64) *Result {
 
 func le32(b []byte) uint32 { return binary.LittleEndian.Uint32(b) }
 func le64(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
+
+// launch starts the stub and turns it into the recorded process at the start
+// of the window: address space, seccomp filter, registers. It runs on the
+// tracer thread.
+func (e *engine) launch() error {
+	var err error
+	if e.stub, err = startStub(e.base); err != nil {
+		return err
+	}
+	if e.mem, err = proc.OpenMem(e.stub.pid); err != nil {
+		return err
+	}
+	if err := e.rebuild(); err != nil {
+		return err
+	}
+	if err := e.installSeccomp(); err != nil {
+		return err
+	}
+	return e.setThread()
+}

@@ -182,20 +182,7 @@ func (s *Session) newEngine(user map[uint64]bool) (*engine, error) {
 	e.dbg.interrupt = s.interrupt
 	e.timeout = 0
 	err = s.tr.Do(func() error {
-		var err error
-		if e.stub, err = startStub(e.base); err != nil {
-			return err
-		}
-		if e.mem, err = proc.OpenMem(e.stub.pid); err != nil {
-			return err
-		}
-		if err := e.rebuild(); err != nil {
-			return err
-		}
-		if err := e.installSeccomp(); err != nil {
-			return err
-		}
-		if err := e.setThread(); err != nil {
+		if err := e.launch(); err != nil {
 			return err
 		}
 		regs, err := proc.GetRegs(e.stub.pid)
