@@ -4,13 +4,19 @@
 # measured in the same invocation. Writes bench-results.txt; BENCHMARKS.md
 # holds the interpretation. Needs root (tprec, strace -p), gcc, python3,
 # redis-server and redis-benchmark (apt-get install redis-server), gdb.
+# MODES picks the recorders to measure (the unrecorded baseline always runs);
+# TPREC another tprec binary (to compare builds); PRIO a prefix for the
+# measured programs, e.g. PRIO="nice -n -20" to shield them from other load.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-5}
 DD_COUNT=${DD_COUNT:-400000}
 INTERVAL=${INTERVAL:-250ms}
 OUT=${OUT:-bench-results.txt}
-TPREC=$PWD/bin/tprec
+TPREC=${TPREC:-$PWD/bin/tprec}
+MODES="none ${MODES:-ebpf ptrace strace}"
+MODES=${MODES/none none/none}
+PRIO=${PRIO:-}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"; [ -n "${REDIS_PID:-}" ] && kill "$REDIS_PID" 2>/dev/null; true' EXIT
 make -s build
@@ -19,7 +25,7 @@ gcc -O2 -o "$WORK/boundary" scripts/bench/boundary.c
 median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 log() { echo "$*" | tee -a "$OUT"; }
 : > "$OUT"
-log "# $(date -u +%FT%TZ) $(uname -r) $(nproc) CPUs, runs=$RUNS, interval=$INTERVAL"
+log "# $(date -u +%FT%TZ) $(uname -r) $(nproc) CPUs, runs=$RUNS, interval=$INTERVAL, modes=$MODES, prio=${PRIO:-none}, load $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # run MODE CMD...: runs CMD unrecorded or under a recorder; the command
 # measures itself (dd reports its own time) so recorder start-up is excluded.
@@ -27,19 +33,19 @@ run() {
 	local mode=$1
 	shift
 	case $mode in
-	none) "$@" ;;
-	ebpf | ptrace) "$TPREC" -q --backend "$mode" --interval "$INTERVAL" -o "$WORK" -- "$@" ;;
-	strace) strace -f -o /dev/null "$@" ;;
+	none) $PRIO "$@" ;;
+	ebpf | ptrace) "$TPREC" -q --backend "$mode" --interval "$INTERVAL" -o "$WORK" -- $PRIO "$@" ;;
+	strace) strace -f -o /dev/null $PRIO "$@" ;;
 	esac
 }
 
 # --- syscall-heavy: dd with 512-byte blocks (2 syscalls per block)
 dd_secs() { run "$1" dd if=/dev/zero of=/dev/null bs=512 count="$DD_COUNT" 2>&1 | awk '/copied/ {for (i=1;i<=NF;i++) if ($i ~ /^s,?$/) print $(i-1)}'; }
 declare -A DD
-for m in none ebpf ptrace strace; do
+for m in $MODES; do
 	DD[$m]=$(for i in $(seq "$RUNS"); do dd_secs "$m"; done | median)
 done
-for m in none ebpf ptrace strace; do
+for m in $MODES; do
 	log "dd bs=512 count=$DD_COUNT $m: $(printf %.3f "${DD[$m]}") s, ratio $(awk -v a="${DD[$m]}" -v b="${DD[none]}" 'BEGIN{printf "%.2f", a/b}'), added per syscall $(awk -v a="${DD[$m]}" -v b="${DD[none]}" -v n="$DD_COUNT" 'BEGIN{printf "%.0f", (a-b)/(2*n)*1e9}') ns"
 done
 
@@ -49,7 +55,7 @@ t=time.perf_counter(); s=0
 for i in range(15000000): s+=i*i
 print(time.perf_counter()-t)'; }
 declare -A PY
-for m in none ebpf ptrace strace; do
+for m in $MODES; do
 	PY[$m]=$(for i in $(seq "$RUNS"); do py_secs "$m"; done | median)
 	log "python3 loop $m: $(printf %.3f "${PY[$m]}") s, ratio $(awk -v a="${PY[$m]}" -v b="${PY[none]}" 'BEGIN{printf "%.3f", a/b}')"
 done
@@ -59,28 +65,40 @@ vdso_ns() { run "$1" python3 -c 'import time
 n=200000; t=time.perf_counter()
 for i in range(n): time.monotonic()
 print((time.perf_counter()-t)/n*1e9)'; }
-for m in none ebpf ptrace; do
+for m in $MODES; do
+	[ "$m" = strace ] && continue
 	log "clock_gettime via python time.monotonic $m: $(for i in $(seq "$RUNS"); do vdso_ns "$m"; done | median | xargs printf %.0f) ns per call"
 done
 
-# --- server: redis-server on loopback, recorded by attaching to it
+# --- server: redis-server on loopback, recorded by attaching to it. Redis 7
+# always starts three background-job threads, which tprec refuses (it records
+# single-threaded processes); scripts/bench/onethread.c keeps it to one
+# thread, for the unrecorded baseline too. A run whose recorder is not
+# recording when the load starts counts as a failure, not as a figure.
+gcc -O2 -shared -fPIC -o "$WORK/onethread.so" scripts/bench/onethread.c
 if command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null; then
 	redis_rps() {
 		local mode=$1 port=6399 rec=
-		redis-server --port $port --save "" --appendonly no --daemonize no >/dev/null 2>&1 &
+		LD_PRELOAD=$WORK/onethread.so $PRIO redis-server --port $port --save "" --appendonly no \
+			--jemalloc-bg-thread no --crash-log-enabled no --daemonize no >/dev/null 2>&1 &
 		REDIS_PID=$!
 		for i in $(seq 50); do redis-cli -p $port ping >/dev/null 2>&1 && break; sleep 0.1; done
 		case $mode in
 		ebpf | ptrace) "$TPREC" -q --backend "$mode" --interval "$INTERVAL" -o "$WORK" --pid $REDIS_PID & rec=$!; sleep 1 ;;
 		strace) strace -f -p $REDIS_PID -o /dev/null & rec=$!; sleep 1 ;;
 		esac
-		redis-benchmark -p $port -n 100000 -c 10 -t set,get -q 2>/dev/null | awk '/requests per second/ {for (i=1;i<=NF;i++) if ($i ~ /^[0-9.]+$/) {s+=$i; n++; break}} END {printf "%.0f\n", s/n}'
+		if [ -n "$rec" ] && ! kill -0 $rec 2>/dev/null; then
+			echo "redis: the $mode recorder exited before the load started" >&2
+			echo nan
+		else
+			redis-benchmark -p $port -n 100000 -c 10 -t set,get -q 2>/dev/null | awk '/requests per second/ {for (i=1;i<=NF;i++) if ($i ~ /^[0-9.]+$/) {s+=$i; n++; break}} END {printf "%.0f\n", s/n}'
+		fi
 		[ -n "$rec" ] && kill -INT $rec 2>/dev/null && wait $rec 2>/dev/null || true
 		kill $REDIS_PID 2>/dev/null; wait $REDIS_PID 2>/dev/null || true
 		REDIS_PID=
 	}
 	declare -A RD
-	for m in none ebpf ptrace strace; do
+	for m in $MODES; do
 		RD[$m]=$(for i in $(seq "$RUNS"); do redis_rps "$m"; done | median)
 		log "redis-benchmark set+get $m: ${RD[$m]} req/s, slowdown $(awk -v a="${RD[$m]}" -v b="${RD[none]}" 'BEGIN{printf "%.3f", b/a}')"
 	done
@@ -90,7 +108,8 @@ fi
 
 # --- interval boundary as seen by the target, and written-page rate
 for mb in 10 100 1024; do
-	for m in ebpf ptrace; do
+	for m in $MODES; do
+		[ "$m" = strace ] && continue
 		r=$(run "$m" "$WORK/boundary" "$mb" 3)
 		log "boundary ${mb} MB resident $m: $r"
 	done
