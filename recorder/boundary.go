@@ -169,6 +169,7 @@ func (s *session) closeIntervalSnap(now time.Time) (snap *pageSnapshot, err erro
 	if err := s.src.sync(s); err != nil {
 		s.notReplayable("syscall log incomplete: " + err.Error())
 	}
+	s.resolveMmaps()
 	clk.mark("sync")
 	s.cur = nil
 	iv.meta.End = now

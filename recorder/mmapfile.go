@@ -8,6 +8,7 @@ import (
 
 	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/proc"
+	"github.com/tprec/tprec/syscalls"
 	"golang.org/x/sys/unix"
 )
 
@@ -24,29 +25,87 @@ type mappedFile struct {
 // noteMmap opens the file of a successful file-backed mmap. At a ptrace
 // syscall-exit stop the descriptor is still the one mapped. A source that
 // delivers records later (eBPF, at the next boundary) may find the
-// descriptor closed or, worse, reused for another file: it takes the file of
-// the mapping itself (map_files), checked against the mapping's device and
-// inode, or marks the interval not replayable.
+// descriptor closed or reused for another file, and the address reused by a
+// later mapping: its mmaps are resolved once the interval's log is complete
+// (resolveMmaps).
 func (s *session) noteMmap(rec *format.Syscall) {
-	if rec.Nr != unix.SYS_MMAP || rec.Ret < 0 || rec.Args[3]&unix.MAP_ANONYMOUS != 0 || int32(rec.Args[4]) < 0 {
+	if !fileMmap(rec) {
 		return
 	}
-	start, length := uint64(rec.Ret), rec.Args[1]
-	var f *os.File
-	var err error
-	if _, atExit := s.src.(ptraceSource); atExit {
-		f, err = os.Open(fmt.Sprintf("/proc/%d/fd/%d", s.pid, int32(rec.Args[4])))
-	} else {
-		f, err = s.mapFile(start, rec.Args[5])
+	if _, atExit := s.src.(ptraceSource); !atExit {
+		s.cur.pendingMmaps = append(s.cur.pendingMmaps, len(s.cur.syscalls))
+		return
 	}
+	f, err := os.Open(fmt.Sprintf("/proc/%d/fd/%d", s.pid, int32(rec.Args[4])))
 	if err != nil {
 		s.notReplayable(fmt.Sprintf("mmap at seq %d: cannot open the mapped file: %v", rec.Seq, err))
 		return
 	}
+	s.addMappedFile(rec, f)
+}
+
+func fileMmap(rec *format.Syscall) bool {
+	return rec.Nr == unix.SYS_MMAP && rec.Ret >= 0 && rec.Args[3]&unix.MAP_ANONYMOUS == 0 && int32(rec.Args[4]) >= 0
+}
+
+func (s *session) addMappedFile(rec *format.Syscall, f *os.File) {
 	if s.cur.files == nil {
 		s.cur.files = map[uint64]*mappedFile{}
 	}
-	s.cur.files[rec.Seq] = &mappedFile{f: f, start: start, length: length, offset: rec.Args[5]}
+	s.cur.files[rec.Seq] = &mappedFile{f: f, start: uint64(rec.Ret), length: rec.Args[1], offset: rec.Args[5]}
+}
+
+// resolveMmaps opens the files of the mmaps a late source delivered, with the
+// interval's log complete and the target stopped. A mapping is taken from
+// /proc/PID/map_files only if no later call of the log mapped, unmapped or
+// moved memory over it (then what is there now is its own); otherwise its
+// content cannot be known and the interval is not replayable.
+func (s *session) resolveMmaps() {
+	iv := s.cur
+	if iv == nil {
+		return
+	}
+	for _, i := range iv.pendingMmaps {
+		rec := &iv.syscalls[i]
+		start := uint64(rec.Ret)
+		end := start + (rec.Args[1]+format.PageSize-1)&^(format.PageSize-1)
+		var err error
+		for _, later := range iv.syscalls[i+1:] {
+			if lo, hi, ok := changesMemory(&later); ok && lo < end && hi > start {
+				err = fmt.Errorf("the mapping was changed by %s at seq %d before the recorder saw it", syscalls.Name(later.Nr), later.Seq)
+				break
+			}
+		}
+		var f *os.File
+		if err == nil {
+			f, err = s.mapFile(start, rec.Args[5])
+		}
+		if err != nil {
+			s.notReplayable(fmt.Sprintf("mmap at seq %d: cannot open the mapped file: %v", rec.Seq, err))
+			continue
+		}
+		s.addMappedFile(rec, f)
+	}
+	iv.pendingMmaps = nil
+}
+
+// changesMemory returns the range a successful call mapped, unmapped or moved.
+func changesMemory(rec *format.Syscall) (lo, hi uint64, ok bool) {
+	if rec.Ret < 0 {
+		return 0, 0, false
+	}
+	pg := func(n uint64) uint64 { return (n + format.PageSize - 1) &^ (format.PageSize - 1) }
+	switch rec.Nr {
+	case unix.SYS_MMAP:
+		return uint64(rec.Ret), uint64(rec.Ret) + pg(rec.Args[1]), true
+	case unix.SYS_MUNMAP:
+		return rec.Args[0], rec.Args[0] + pg(rec.Args[1]), true
+	case unix.SYS_MREMAP:
+		// Both the old range and the new one.
+		lo, hi := min(rec.Args[0], uint64(rec.Ret)), max(rec.Args[0]+pg(rec.Args[1]), uint64(rec.Ret)+pg(rec.Args[2]))
+		return lo, hi, true
+	}
+	return 0, 0, false
 }
 
 // mapFile opens the file mapped at addr (file offset off there) through

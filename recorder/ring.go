@@ -15,7 +15,10 @@ type interval struct {
 	signals  []format.SignalEvent
 	logBytes int64                  // memory held by the syscall log
 	files    map[uint64]*mappedFile // by seq: files mapped during the interval
-	lost     uint64                 // events the syscall log source lost in it
+	// pendingMmaps are positions in syscalls of file mmaps a late source
+	// delivered, to resolve once the interval's log is complete.
+	pendingMmaps []int
+	lost         uint64 // events the syscall log source lost in it
 }
 
 // pageRun is a run of consecutive present pages [start, end).
