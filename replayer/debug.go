@@ -2,11 +2,9 @@ package replayer
 
 import (
 	"fmt"
-	"sort"
 	"sync/atomic"
 
 	"github.com/tprec/tprec/proc"
-	"github.com/tprec/tprec/syscalls"
 
 	"golang.org/x/sys/unix"
 )
@@ -99,27 +97,6 @@ func (t *int3Table) hide(buf []byte, addr uint64) {
 			buf[a-addr] = b.orig
 		}
 	}
-}
-
-// rewritten takes note that [addr, addr+n) was just written by the replayer
-// (a syscall's output): the bytes there are the new originals.
-func (t *int3Table) rewritten(mem *proc.Mem, addr uint64, n int) error {
-	for a, b := range t.at {
-		if a < addr || a >= addr+uint64(n) {
-			continue
-		}
-		var cur [1]byte
-		if err := mem.ReadAt(cur[:], a); err != nil {
-			return err
-		}
-		b.orig = cur[0]
-		if !b.lifted {
-			if err := mem.WriteAt([]byte{0xcc}, a); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 // forget drops the int3s whose byte is no longer 0xcc: an address-space call
@@ -599,17 +576,4 @@ func (e *engine) outputHitsWatch() (Watch, bool) {
 		}
 	}
 	return Watch{}, false
-}
-
-// syscallName names nr for messages.
-func syscallName(nr int) string { return syscalls.Name(nr) }
-
-// sortedAddrs returns the keys of m in order.
-func sortedAddrs(m map[uint64]bool) []uint64 {
-	out := make([]uint64, 0, len(m))
-	for a := range m {
-		out = append(out, a)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
 }
