@@ -117,8 +117,9 @@ const DeadStack = 8 << 20
 // without the program depending on them: the rseq area rs (the kernel
 // rewrites its cpu_id after a migration, outside any syscall), and the dead
 // part of the stack, from rsp-DeadStack up to the 128-byte red zone under rsp
-// (leftovers of calls that have returned; the program writes before it reads
-// there, and what a call left depends on paths like lazy symbol binding).
+// (leftovers of calls that have returned, which the program writes before it
+// reads; they were seen to differ between a recording under load and its
+// replay while every register and every live byte agreed).
 func DigestPage(addr uint64, data []byte, rs Rseq, rsp uint64) Hash {
 	masked := data
 	zero := func(lo, hi uint64) {
