@@ -39,7 +39,9 @@ bench: build
 
 fuzz:
 	$(GO) test ./format -run '^$$' -fuzz FuzzDecode -fuzztime 60s
+	$(GO) test ./format -run '^$$' -fuzz FuzzSectionPayload -fuzztime 60s
 	$(GO) test ./recorder -run '^$$' -fuzz FuzzDecodeRecord -fuzztime 30s
+	$(GO) test ./replayer/gdb -run '^$$' -fuzz FuzzPacket -fuzztime 30s
 
 clean:
 	rm -rf $(BIN)
