@@ -42,6 +42,7 @@ fuzz:
 	$(GO) test ./format -run '^$$' -fuzz FuzzSectionPayload -fuzztime 60s
 	$(GO) test ./recorder -run '^$$' -fuzz FuzzDecodeRecord -fuzztime 30s
 	$(GO) test ./replayer/gdb -run '^$$' -fuzz FuzzPacket -fuzztime 30s
+	$(GO) test ./syscalls -run '^$$' -fuzz FuzzOutputs -fuzztime 30s
 
 clean:
 	rm -rf $(BIN)
