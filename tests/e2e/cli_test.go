@@ -176,15 +176,8 @@ func TestDumpOnExit(t *testing.T) {
 	if err := os.Truncate(in, 3<<30); err != nil {
 		t.Fatal(err)
 	}
-	rec := startTprec(t, "--on-exit", "--output", dir, "--", "/usr/bin/sha256sum", in)
-	if err := rec.wait(t, 120*time.Second); err != nil {
-		t.Fatalf("tprec: %v\n%s", err, rec.stderr)
-	}
-	cks := checkpoints(t, dir)
-	if len(cks) != 1 {
-		t.Fatalf("want one checkpoint, got %v\n%s", cks, rec.stderr)
-	}
-	out := replay(t, cks[0])
+	ck := recordOne(t, dir, "--on-exit", "--output", dir, "--", "/usr/bin/sha256sum", in)
+	out := replay(t, ck)
 	if !strings.Contains(out, "exit status 0") {
 		t.Fatalf("replay does not report the exit:\n%s", out)
 	}
@@ -265,20 +258,13 @@ func TestReplayFromEveryInterval(t *testing.T) {
 	requireRoot(t)
 	dir := t.TempDir()
 	prog := cc(t, "../../examples/crashy.c", dir)
-	rec := startTprec(t, "--output", dir, "--", prog, "2.5")
-	if err := rec.wait(t, 60*time.Second); err != nil {
-		t.Fatalf("tprec: %v\n%s", err, rec.stderr)
-	}
-	cks := checkpoints(t, dir)
-	if len(cks) != 1 {
-		t.Fatalf("want one checkpoint, got %v", cks)
-	}
-	idx := intervalsOf(t, cks[0])
+	ck := recordOne(t, dir, "--output", dir, "--", prog, "2.5")
+	idx := intervalsOf(t, ck)
 	if len(idx) < 4 {
 		t.Fatalf("only %d replayable intervals: %v", len(idx), idx)
 	}
 	for _, k := range idx {
-		out := replay(t, cks[0], "--from", fmt.Sprint(k))
+		out := replay(t, ck, "--from", fmt.Sprint(k))
 		want := fmt.Sprintf("%d intervals,", len(idx)-indexOf(idx, k))
 		if !strings.Contains(out, want) {
 			t.Errorf("--from %d: %q does not say %q", k, out, want)

@@ -121,15 +121,8 @@ func TestGDBOnCrashReplay(t *testing.T) {
 	dir := t.TempDir()
 	src := "testdata/gdbcrash.c"
 	prog := cc(t, src, dir)
-	rec := startTprec(t, "--output", dir, "--", prog, "1500")
-	if err := rec.wait(t, 90*time.Second); err != nil {
-		t.Fatalf("tprec: %v\n%s", err, rec.stderr)
-	}
-	cks := checkpoints(t, dir)
-	if len(cks) != 1 {
-		t.Fatalf("want one checkpoint, got %v\n%s", cks, rec.stderr)
-	}
-	target, wire := gdbTarget(t, cks[0])
+	ck := recordOne(t, dir, "--output", dir, "--", prog, "1500")
+	target, wire := gdbTarget(t, ck)
 	crashLine := lineOf(t, src, "r->next is NULL")
 	script := `break step_once
 continue
@@ -426,15 +419,8 @@ func TestGDBReverseWatch(t *testing.T) {
 	dir := t.TempDir()
 	src := "testdata/gdbcrash.c"
 	prog := cc(t, src, dir)
-	rec := startTprec(t, "--output", dir, "--", prog, "1200")
-	if err := rec.wait(t, 90*time.Second); err != nil {
-		t.Fatalf("tprec: %v\n%s", err, rec.stderr)
-	}
-	cks := checkpoints(t, dir)
-	if len(cks) != 1 {
-		t.Fatalf("want one checkpoint, got %v\n%s", cks, rec.stderr)
-	}
-	target, _ := gdbTarget(t, cks[0])
+	ck := recordOne(t, dir, "--output", dir, "--", prog, "1200")
+	target, _ := gdbTarget(t, ck)
 	const walk = `delete
 watch table[3]
 echo @@fwd1\n
@@ -508,15 +494,8 @@ func TestGDBLibrariesOfMinimizedCheckpoint(t *testing.T) {
 	if b, err := exec.Command("gcc", "-g", "-O1", "-Wl,-z,now", "-o", prog, "testdata/gdbcrash.c").CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, b)
 	}
-	rec := startTprec(t, "--output", dir, "--", prog, "1500")
-	if err := rec.wait(t, 90*time.Second); err != nil {
-		t.Fatalf("tprec: %v\n%s", err, rec.stderr)
-	}
-	cks := checkpoints(t, dir)
-	if len(cks) != 1 {
-		t.Fatalf("want one checkpoint, got %v\n%s", cks, rec.stderr)
-	}
-	target, _ := gdbTarget(t, cks[0])
+	ck := recordOne(t, dir, "--output", dir, "--", prog, "1500")
+	target, _ := gdbTarget(t, ck)
 	out := runGDB(t, prog, target, `break clock_nanosleep
 echo @@stop\n
 continue

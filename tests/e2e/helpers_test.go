@@ -219,3 +219,18 @@ func keepFailed(t *testing.T, ckpt string) {
 		t.Logf("kept the checkpoint as %s", dst)
 	}
 }
+
+// recordOne runs tprec with args (which write into dir) until it exits and
+// returns the one checkpoint it wrote there.
+func recordOne(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	rec := startTprec(t, args...)
+	if err := rec.wait(t, 120*time.Second); err != nil {
+		t.Fatalf("tprec: %v\n%s", err, rec.stderr)
+	}
+	cks := checkpoints(t, dir)
+	if len(cks) != 1 {
+		t.Fatalf("want one checkpoint, got %v\n%s", cks, rec.stderr)
+	}
+	return cks[0]
+}

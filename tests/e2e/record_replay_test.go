@@ -60,15 +60,8 @@ func TestDemoCrashLaunched(t *testing.T) {
 func testDemoCrashLaunched(t *testing.T, backend string) {
 	dir := t.TempDir()
 	prog := cc(t, "../../examples/crashy.c", dir)
-	rec := startTprec(t, "--backend", backend, "--output", dir, "--", prog, "1.5")
-	if err := rec.wait(t, 60*time.Second); err != nil {
-		t.Fatalf("tprec: %v\n%s", err, rec.stderr)
-	}
-	cks := checkpoints(t, dir)
-	if len(cks) != 1 {
-		t.Fatalf("want one checkpoint, got %v\n%s", cks, rec.stderr)
-	}
-	out := replay(t, cks[0])
+	ck := recordOne(t, dir, "--backend", backend, "--output", dir, "--", prog, "1.5")
+	out := replay(t, ck)
 	if !strings.Contains(out, "SIGSEGV") {
 		t.Fatalf("replay does not name SIGSEGV:\n%s", out)
 	}
@@ -273,14 +266,7 @@ func TestReplayNeverTouchesHost(t *testing.T) {
 	if err := os.Mkdir(work, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	rec := startTprec(t, "--output", dir, "--", prog, work, "1.5")
-	if err := rec.wait(t, 60*time.Second); err != nil {
-		t.Fatalf("tprec: %v\n%s", err, rec.stderr)
-	}
-	cks := checkpoints(t, dir)
-	if len(cks) != 1 {
-		t.Fatalf("want one checkpoint, got %v\n%s", cks, rec.stderr)
-	}
+	ck := recordOne(t, dir, "--output", dir, "--", prog, work, "1.5")
 	// Leave a file where the program creates and unlinks its files: a replay
 	// that really ran open(O_TRUNC) or unlink would change or remove it.
 	sentinel := filepath.Join(work, "round-0.txt")
@@ -289,7 +275,7 @@ func TestReplayNeverTouchesHost(t *testing.T) {
 	}
 	before := listDir(t, work)
 	outDir := filepath.Join(dir, "replay-out")
-	replay(t, cks[0], "--output-dir", outDir)
+	replay(t, ck, "--output-dir", outDir)
 	if after := listDir(t, work); after != before {
 		t.Fatalf("replay changed the host directory:\nbefore %s\nafter  %s", before, after)
 	}
