@@ -95,11 +95,21 @@ func encodeSyscalls(z *lz4.Compressor, calls []Syscall) []byte {
 	return e.b
 }
 
-func (d *dec) uvarint(what string) uint64 {
+func (d *dec) uvarint(what string) uint64 { return d.varint(what, binary.Uvarint) }
+
+// svarint reads a zig-zag varint (a signed difference), as raw bits.
+func (d *dec) svarint(what string) uint64 {
+	return d.varint(what, func(b []byte) (uint64, int) {
+		v, n := binary.Varint(b)
+		return uint64(v), n
+	})
+}
+
+func (d *dec) varint(what string, read func([]byte) (uint64, int)) uint64 {
 	if d.fail != nil {
 		return 0
 	}
-	v, n := binary.Uvarint(d.b[d.off:])
+	v, n := read(d.b[d.off:])
 	switch {
 	case n == 0:
 		d.failf("%s: varint truncated", what)
@@ -110,23 +120,6 @@ func (d *dec) uvarint(what string) uint64 {
 	}
 	d.off += n
 	return v
-}
-
-func (d *dec) svarint(what string) uint64 {
-	if d.fail != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b[d.off:])
-	switch {
-	case n == 0:
-		d.failf("%s: varint truncated", what)
-		return 0
-	case n < 0:
-		d.failf("%s: varint overflows 64 bits", what)
-		return 0
-	}
-	d.off += n
-	return uint64(v)
 }
 
 // ucount reads a uvarint element count and checks that count elements of at
