@@ -13,7 +13,6 @@ import (
 	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/proc"
 	"github.com/tprec/tprec/syscalls"
-	"golang.org/x/sys/unix"
 )
 
 // maxDigests bounds the page digests kept in the end state.
@@ -54,7 +53,7 @@ func (s *session) dump(end format.EndState, reason string) error {
 			s.logf("write checkpoint %s: %v", path, err)
 		}
 		if dsh != nil {
-			s.retireDumpShadow(dsh)
+			s.retire(dsh)
 		}
 	}
 	if dsh == nil {
@@ -67,16 +66,6 @@ func (s *session) dump(end format.EndState, reason string) error {
 		work()
 	}()
 	return nil
-}
-
-// retireDumpShadow kills a dump shadow. The tracer thread collects its exit
-// and the target reaps it at the next boundary (reapZombie).
-func (s *session) retireDumpShadow(d *shadow) {
-	d.pm.Close()
-	unix.Kill(d.pid, unix.SIGKILL)
-	s.mu.Lock()
-	s.deadShadows = append(s.deadShadows, d.pid)
-	s.mu.Unlock()
 }
 
 // collect assembles the checkpoint in memory, while the target is stopped:

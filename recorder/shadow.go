@@ -86,11 +86,16 @@ func (s *session) killShadow() {
 // 1 GB here), which the target would otherwise spend stopped; it dies while
 // the target runs, and a later boundary collects it (reapZombie).
 func (s *session) retireShadow() {
-	sh := s.shadow
-	if sh == nil {
-		return
+	if sh := s.shadow; sh != nil {
+		s.shadow = nil
+		s.retire(sh)
 	}
-	s.shadow = nil
+}
+
+// retire kills a shadow (the interval's, or a dump shadow from the
+// background) without waiting; the tracer thread collects its exit and the
+// target reaps it at a later boundary (reapZombie).
+func (s *session) retire(sh *shadow) {
 	sh.pm.Close()
 	unix.Kill(sh.pid, unix.SIGKILL)
 	s.mu.Lock()
