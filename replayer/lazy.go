@@ -68,6 +68,21 @@ func (e *engine) touch(addr uint64, n int) error {
 	return nil
 }
 
+// lazyIn reports whether an output buffer lies on a page not served yet.
+func (e *engine) lazyIn(outs []format.OutBuf) bool {
+	if len(e.lazy) == 0 {
+		return false
+	}
+	for _, o := range outs {
+		for p := pageDown(o.Addr); p < o.Addr+uint64(len(o.Data)); p += pageSize {
+			if _, ok := e.lazy[p]; ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // servedPages lists the served page addresses in order.
 func (e *engine) servedPages() []uint64 {
 	out := make([]uint64, 0, len(e.served))

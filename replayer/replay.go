@@ -186,6 +186,13 @@ type engine struct {
 	// realFault: the end is a synchronous fault the program raises itself.
 	realFault bool
 	stopReq   atomic.Int32
+	// emu: the stub was resumed with PTRACE_SYSEMU, so the syscall stop is
+	// an entry the kernel will skip, with no exit stop: the engine completes
+	// the call at its entry. Run uses it when the next record is emulated.
+	emu bool
+	// skipExit: the last stop was a SYSEMU entry; resumed with anything but
+	// PTRACE_SYSEMU, the kernel still reports that skipped call's exit.
+	skipExit bool
 }
 
 // prepare checks that c can be replayed here and plans the run.
@@ -396,12 +403,34 @@ type trapIntercept func(regs proc.Regs, sig int, info []byte) bool
 func (e *engine) advance(req int, intercept trapIntercept) (event, error) {
 	pid := e.stub.pid
 	ev := event{next: unix.PTRACE_SYSCALL}
+	// An emulated call costs one stop instead of two when the stub runs
+	// under PTRACE_SYSEMU: the kernel stops at the entry and skips the call
+	// whatever the tracer does, so it is used only when the next record is
+	// one replay emulates (a diverging call is reported at that entry all
+	// the same). A debugger sees entries and exits, so Session does not.
+	e.emu = false
+	skipExit := e.skipExit
+	e.skipExit = false
+	if req == unix.PTRACE_SYSCALL && intercept == nil && e.dbg == nil && e.pend == nil && e.next < len(e.log) {
+		if d, ok := syscalls.Lookup(e.log[e.next].Nr); ok && d.Kind == syscalls.Emulate {
+			req, e.emu = unix.PTRACE_SYSEMU, true
+		}
+	}
 	if err := proc.Resume(req, pid, 0); err != nil {
 		return ev, fmt.Errorf("resume replay: %w", err)
 	}
 	st, err := proc.Wait(pid)
 	if err != nil {
 		return ev, err
+	}
+	if skipExit && req != unix.PTRACE_SYSEMU && st.SyscallStop() {
+		// The exit of a call completed at its SYSEMU entry: nothing to do.
+		if err := proc.Resume(req, pid, 0); err != nil {
+			return ev, fmt.Errorf("resume replay: %w", err)
+		}
+		if st, err = proc.Wait(pid); err != nil {
+			return ev, err
+		}
 	}
 	if st.Exited() {
 		e.stub.reaped = true
@@ -417,6 +446,12 @@ func (e *engine) advance(req int, intercept trapIntercept) (event, error) {
 	}
 	ev.regs = regs
 	switch {
+	case st.SyscallStop() && e.emu:
+		// Under SYSEMU every syscall stop is an entry.
+		nr := int(regs.OrigRax)
+		ev.kind, ev.nr = evEntry, nr
+		ev.res, err = e.onEntry(regs, nr, [6]uint64{regs.Rdi, regs.Rsi, regs.Rdx, regs.R10, regs.R8, regs.R9})
+		return ev, err
 	case st.SyscallStop():
 		info, err := proc.GetSyscallInfo(pid)
 		if err != nil {
@@ -562,6 +597,20 @@ func (e *engine) onEntry(regs proc.Regs, nr int, args [6]uint64) (*Result, error
 	default:
 		return nil, fmt.Errorf("syscall #%d: %s cannot be replayed", rec.Seq, d.Name)
 	}
+	if e.emu {
+		if p.real || p.rewrote {
+			return nil, fmt.Errorf("syscall #%d: %s stopped under SYSEMU but must run for real", rec.Seq, d.Name)
+		}
+		if !e.lazyIn(rec.Out) {
+			// PTRACE_SYSEMU: the kernel skips this call and never stops at
+			// its exit; complete it now.
+			e.skipExit = true
+			return e.complete(p, regs)
+		}
+		// Serving a lazy page injects an mprotect, which cannot start from
+		// a syscall-entry stop: resumed with PTRACE_SYSCALL, the skipped
+		// call stops at its exit, where the usual path completes it.
+	}
 	if !p.real {
 		regs.OrigRax = ^uint64(0) // skip: the kernel returns -ENOSYS, replaced at the exit
 	}
@@ -588,6 +637,14 @@ func (e *engine) onExit(regs proc.Regs) (*Result, error) {
 				describeRet(p.want), describeRet(got))
 		}
 	}
+	return e.complete(p, regs)
+}
+
+// complete gives the program the recorded result and outputs of p's call,
+// at its exit stop (or at its entry under PTRACE_SYSEMU), and moves on to
+// the next record.
+func (e *engine) complete(p *pending, regs proc.Regs) (*Result, error) {
+	rec := p.rec
 	if rec.Nr != unix.SYS_RT_SIGRETURN {
 		regs.Rax = uint64(rec.Ret)
 		if p.rewrote {

@@ -17,6 +17,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -27,6 +28,16 @@ import (
 )
 
 func main() {
+	// TPREPLAY_CPUPROFILE=file writes a Go CPU profile of the replay (for
+	// the figures in BENCHMARKS.md).
+	if path := os.Getenv("TPREPLAY_CPUPROFILE"); path != "" {
+		if f, err := os.Create(path); err == nil && pprof.StartCPUProfile(f) == nil {
+			code := run(os.Args, os.Stdout, os.Stderr)
+			pprof.StopCPUProfile()
+			f.Close()
+			os.Exit(code)
+		}
+	}
 	os.Exit(run(os.Args, os.Stdout, os.Stderr))
 }
 
