@@ -22,16 +22,21 @@ const (
 	VersionMajor = 2
 	// VersionMinor changes when fields are appended at the end of a section
 	// payload or new sections appear; older readers skip what they do not know.
-	VersionMinor = 0
+	// Version 2.1 compresses with zstd (FlagZstd).
+	VersionMinor = 1
 
 	fileHeaderSize    = 16
 	sectionHeaderSize = 16
 	trailerSize       = 32
 	dirEntrySize      = 16
 
-	// requiredFlags are the file-header flag bits a reader must understand;
-	// versions 1.0 and 2.0 define none, so any set bit among them is rejected.
+	// requiredFlags are the file-header flag bits a reader must understand:
+	// any set bit among them that this reader does not know is rejected.
 	requiredFlags = 0x0000ffff
+	// FlagZstd (version 2.1): compressed chunks and page blocks are zstd
+	// frames; without it they are lz4 blocks.
+	FlagZstd   = 1 << 0
+	knownFlags = FlagZstd
 )
 
 // Section types. A type with criticalBit set cannot be skipped by a reader that

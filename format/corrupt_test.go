@@ -136,7 +136,7 @@ func TestVersionAndFlags(t *testing.T) {
 	mod := append([]byte(nil), b...)
 	binary.LittleEndian.PutUint16(mod[8:], VersionMajor+1)
 	_, err := decodeBytes(mod)
-	if fe := mustFormatError(t, err, "next major version"); !strings.Contains(fe.Msg, fmt.Sprintf("version %d.0 is not supported", VersionMajor+1)) {
+	if fe := mustFormatError(t, err, "next major version"); !strings.Contains(fe.Msg, fmt.Sprintf("version %d.%d is not supported", VersionMajor+1, VersionMinor)) {
 		t.Errorf("next major version: %v", err)
 	}
 	// A version 1 header on a version 2 file: the syscall log does not
@@ -145,8 +145,9 @@ func TestVersionAndFlags(t *testing.T) {
 	binary.LittleEndian.PutUint16(mod[8:], 1)
 	_, err = decodeBytes(mod)
 	mustFormatError(t, err, "version 2 content under a version 1 header")
+	// A flag this build does not know.
 	mod = append([]byte(nil), b...)
-	binary.LittleEndian.PutUint32(mod[12:], 1)
+	binary.LittleEndian.PutUint32(mod[12:], FlagZstd|1<<7)
 	_, err = decodeBytes(mod)
 	if fe := mustFormatError(t, err, "flags"); !strings.Contains(fe.Msg, "features") {
 		t.Errorf("flags: %v", err)
@@ -210,7 +211,7 @@ func TestHostileCounts(t *testing.T) {
 		{"signals", SecSignals, cat(u32(2), make([]byte, 300)), "does not fit"},
 		{"packed size", SecSyscalls, cat(u64(1<<50), u32(packChunk)), "impossible"},
 		{"packed chunk", SecSyscalls, cat(u64(1<<20), u32(1<<30)), "chunk size"},
-		{"lz4 garbage", SecSyscalls, cat(u64(8192), u32(8192), u32(100), bytes.Repeat([]byte{0xff}, 100)), "decompress"},
+		{"zstd garbage", SecSyscalls, cat(u64(8192), u32(8192), u32(100), bytes.Repeat([]byte{0xff}, 100)), "decompress"},
 		{"blocks", SecPages, u32(math.MaxUint32), "does not fit"},
 		{"block range", SecPages, cat(u32(1), u64(20), u32(1<<20), u32(PageSize)), "outside"},
 		{"index", SecPageIdx, u32(1 << 28), "does not fit"},

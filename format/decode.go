@@ -185,7 +185,7 @@ func (f *File) decodeBlocks(s *rawSection) error {
 			bad = fmt.Sprintf("block %d (%d bytes at %d) lies outside the page data", i, comp, off)
 		case raw == 0 || raw%PageSize != 0 || raw > maxBlockRaw:
 			bad = fmt.Sprintf("block %d length %d is not a whole number of pages up to %d", i, raw, maxBlockRaw)
-		case comp == 0 || comp > raw || uint64(comp)*lz4MaxRatio < uint64(raw):
+		case comp == 0 || comp > raw || uint64(comp)*f.codec.maxRatio() < uint64(raw):
 			bad = fmt.Sprintf("block %d of %d bytes cannot hold %d bytes", i, comp, raw)
 		}
 		if bad != "" {

@@ -10,8 +10,6 @@ import (
 	"sort"
 	"sync"
 	"syscall"
-
-	"github.com/pierrec/lz4/v4"
 )
 
 // File is an open checkpoint file. Checkpoint holds everything but page
@@ -25,6 +23,7 @@ type File struct {
 	size     int64
 	major    uint16
 	minor    uint16
+	codec    *codec // how chunks and page blocks are compressed (file-header flags)
 	sections []SectionStats
 	index    []indexEntry // sorted by hash
 	blocks   []blockEntry
@@ -188,9 +187,9 @@ func (f *File) block(n int) ([]byte, error) {
 	data := make([]byte, b.raw)
 	if b.comp == b.raw {
 		copy(data, comp)
-	} else if got, err := lz4.UncompressBlock(comp, data); err != nil || got != int(b.raw) {
+	} else if err := f.codec.decompress(comp, data); err != nil {
 		return nil, &FormatError{Section: "PAGES", Offset: b.off,
-			Msg: fmt.Sprintf("block %d does not decompress to %d bytes: %s", n, b.raw, errOr(err, fmt.Sprintf("got %d", got)))}
+			Msg: fmt.Sprintf("block %d does not decompress to %d bytes: %v", n, b.raw, err)}
 	}
 	if len(f.cache) < blockCacheSize {
 		f.cache = append(f.cache, cachedBlock{})
@@ -274,9 +273,10 @@ func Decode(r io.ReaderAt, size int64) (*File, error) {
 	if f.major != VersionMajor && f.major != 1 {
 		return nil, &FormatError{Section: secFileHeader, Offset: 8, Msg: fmt.Sprintf("format version %d.%d is not supported: this build reads versions 1.x and %d.x", f.major, f.minor, VersionMajor)}
 	}
-	if flags&requiredFlags != 0 {
-		return nil, &FormatError{Section: secFileHeader, Offset: 12, Msg: fmt.Sprintf("file needs features this build lacks (flags %#x)", flags&requiredFlags)}
+	if flags&requiredFlags&^knownFlags != 0 {
+		return nil, &FormatError{Section: secFileHeader, Offset: 12, Msg: fmt.Sprintf("file needs features this build lacks (flags %#x)", flags&requiredFlags&^knownFlags)}
 	}
+	f.codec = &codec{zstd: flags&FlagZstd != 0}
 
 	// Trailer: where the directory is, and a check of the file's framing.
 	tOff := size - trailerSize
@@ -410,7 +410,7 @@ func Decode(r io.ReaderAt, size int64) (*File, error) {
 		{SecInterval, func(d *dec) { c.Intervals = decodeIntervals(d) }},
 		{SecFinal, func(d *dec) { c.Final = d.pageRefs("final page") }},
 		{SecSyscalls, func(d *dec) {
-			b := unpack(d)
+			b := unpack(d, f.codec)
 			if d.fail != nil {
 				return
 			}

@@ -2,8 +2,6 @@ package format
 
 import (
 	"encoding/binary"
-
-	"github.com/pierrec/lz4/v4"
 )
 
 // The syscall log (SYSCL) of version 2 is a stream of varints (FORMAT.md,
@@ -40,7 +38,7 @@ func (e *enc) uvarint(v uint64) { e.b = binary.AppendUvarint(e.b, v) }
 // svarint stores a difference: zigzag, then uvarint (binary.AppendVarint).
 func (e *enc) svarint(v uint64) { e.b = binary.AppendVarint(e.b, int64(v)) }
 
-func encodeSyscalls(z *lz4.Compressor, calls []Syscall) []byte {
+func encodeSyscalls(z *codec, calls []Syscall) []byte {
 	var raw enc
 	raw.uvarint(uint64(len(calls)))
 	var seq, tid uint64

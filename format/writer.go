@@ -10,8 +10,6 @@ import (
 	"path/filepath"
 	"sort"
 	"syscall"
-
-	"github.com/pierrec/lz4/v4"
 )
 
 // section is one section ready to be framed: its type and its payload.
@@ -104,16 +102,16 @@ func buildSections(c *Checkpoint, pages PageSource) ([]section, error) {
 	if p := checkModel(c, nil); p != nil {
 		return nil, fmt.Errorf("encode checkpoint: %s: %s", SectionName(p.sec), p.msg)
 	}
-	var z lz4.Compressor
+	z := newWriterCodec()
 	secs := []section{
 		{SecHeader, encodeHeader(&c.Header)},
 		{SecInterval, encodeIntervals(c.Intervals)},
 		{SecFinal, encodeFinal(c.Final)},
-		{SecSyscalls, encodeSyscalls(&z, c.Syscalls)},
+		{SecSyscalls, encodeSyscalls(z, c.Syscalls)},
 		{SecSignals, encodeSignals(c.Signals)},
 		{SecEnd, encodeEnd(&c.End)},
 	}
-	idx, store, err := encodePages(&z, c, pages)
+	idx, store, err := encodePages(z, c, pages)
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +124,7 @@ func writeSections(w io.Writer, secs []section) error {
 	hdr.b = append(hdr.b, Magic...)
 	hdr.u16(VersionMajor)
 	hdr.u16(VersionMinor)
-	hdr.u32(0) // flags: none defined in version 2.0
+	hdr.u32(FlagZstd)
 	chain := crc(hdr.b)
 	if _, err := w.Write(hdr.b); err != nil {
 		return err
@@ -311,7 +309,7 @@ func storedOrder(c *Checkpoint) []Hash {
 }
 
 // encodePages builds the PGIDX and PAGES payloads.
-func encodePages(z *lz4.Compressor, c *Checkpoint, pages PageSource) (idx, store []byte, err error) {
+func encodePages(z *codec, c *Checkpoint, pages PageSource) (idx, store []byte, err error) {
 	order := storedOrder(c)
 	if len(order) > 0 && pages == nil {
 		return nil, nil, fmt.Errorf("encode checkpoint: %d pages referenced and no page source", len(order))
@@ -344,7 +342,7 @@ func encodePages(z *lz4.Compressor, c *Checkpoint, pages PageSource) (idx, store
 			slots = append(slots, slot{h, uint32(b), uint32(len(raw))})
 			raw = append(raw, p...)
 		}
-		stored := compressLZ4(z, raw)
+		stored := z.compress(raw)
 		if stored == nil {
 			stored = raw
 		}
