@@ -27,7 +27,8 @@ const maxDigests = 256
 // Minimizing and writing happen in the background for the former.
 func (s *session) dump(end format.EndState, reason string) error {
 	t0 := time.Now()
-	c, store, err := s.collect(end, reason, t0)
+	clk := newStepClock()
+	c, store, assemble, err := s.collect(end, reason, t0, clk)
 	if err != nil {
 		return err
 	}
@@ -47,7 +48,10 @@ func (s *session) dump(end format.EndState, reason string) error {
 	name := fmt.Sprintf("tp-%d-%s.tpc", s.pid, t0.UTC().Format("20060102T150405.000Z"))
 	path := filepath.Join(s.o.OutputDir, name)
 	held := time.Since(t0)
+	clk.mark("dump shadow")
+	clk.log(s, "dump")
 	work := func() {
+		assemble()
 		src := &liveSource{pid: live, store: store}
 		if err := s.finish(path, c, src, t0, held); err != nil {
 			s.logf("write checkpoint %s: %v", path, err)
@@ -68,18 +72,26 @@ func (s *session) dump(end format.EndState, reason string) error {
 	return nil
 }
 
-// collect assembles the checkpoint in memory, while the target is stopped:
-// the intervals, the syscall log, the end state and the list of pages a start
-// state may need (present at the start of the oldest interval, or now). The
-// final content of those pages is not read here: their references name the
-// live source (liveHash) until finish reads what is kept.
-func (s *session) collect(end format.EndState, reason string, t0 time.Time) (*format.Checkpoint, *format.MemStore, error) {
+// collect gathers, while the target is stopped, what only the stopped target
+// can give: the end state, the list of pages a start state may need (present
+// at the start of the oldest interval, or now), the content of files mapped in
+// the window, and which retained intervals and saved pages the checkpoint
+// covers. The final content of those pages is not read here: their references
+// name the live source (liveHash) until finish reads what is kept. The
+// returned assemble copies the syscall log and decompresses the saved pages
+// into the checkpoint; it needs no process and runs after the target is
+// released (hundreds of milliseconds for a few hundred thousand calls), and
+// may run while the session goes on recording: it reads only intervals and
+// pages that are no longer changed, by pointer, so the ring dropping them
+// meanwhile does not matter.
+func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk *stepClock) (*format.Checkpoint, *format.MemStore, func(), error) {
 	if err := s.closeInterval(t0); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	ivs := s.ring.intervals
+	clk.mark("close interval")
+	ivs := append([]*interval(nil), s.ring.intervals...)
 	if len(ivs) == 0 {
-		return nil, nil, errors.New("nothing recorded yet")
+		return nil, nil, nil, errors.New("nothing recorded yet")
 	}
 	// A file holds at most format.MaxSyscalls records: keep the newest
 	// intervals that fit (always the last one, which ends at the failure).
@@ -94,7 +106,7 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time) (*fo
 	}
 	var err error
 	if end.XState, err = proc.GetXState(s.pid); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	end.Regs, _ = normalize(end.Regs)
 	end.LastSeq = s.seq
@@ -102,12 +114,13 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time) (*fo
 
 	maps, err := proc.ReadMaps(s.pid)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	now, err := s.presentPages(maps)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
+	clk.mark("maps+present")
 	addrs := unionPages(ivs[0].present, now)
 	store := format.NewMemStore()
 	final := make([]format.PageRef, len(addrs))
@@ -115,25 +128,53 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time) (*fo
 		final[i] = format.PageRef{Addr: a, Hash: liveHash(a)}
 	}
 	c := &format.Checkpoint{Header: s.hdr, Final: final, End: end}
+	saved := map[format.Hash]*blob{}
+	filePages := map[uint64][]format.PageRef{}
 	for _, iv := range ivs {
 		for _, p := range iv.meta.Written {
-			data, err := s.ring.page(p.Hash)
-			if err != nil {
-				return nil, nil, err
+			if p.Hash == format.ZeroHash || saved[p.Hash] != nil {
+				continue
 			}
-			store.PutHashed(p.Hash, data)
+			b, ok := s.ring.pages[p.Hash]
+			if !ok {
+				return nil, nil, nil, fmt.Errorf("page %x not in the ring", p.Hash)
+			}
+			saved[p.Hash] = b
+		}
+		// The ring closes an interval's files when it drops it.
+		for seq, m := range iv.files {
+			filePages[seq] = m.pages(addrs, store)
 		}
 		c.Intervals = append(c.Intervals, iv.meta)
 		c.Header.Lost += iv.lost
-		for _, rec := range iv.syscalls {
-			if m := iv.files[rec.Seq]; m != nil {
-				rec.Pages = m.pages(addrs, store)
-			}
-			clearUnusedArgs(&rec)
-			c.Syscalls = append(c.Syscalls, rec)
-		}
 		c.Signals = append(c.Signals, iv.signals...)
 	}
+	n := 0
+	for _, iv := range ivs {
+		n += len(iv.syscalls)
+	}
+	assemble := func() {
+		for h, b := range saved {
+			data, err := b.page()
+			if err != nil {
+				// Left out: the writer then names the missing page.
+				s.logf("saved page %x: %v", h, err)
+				continue
+			}
+			store.PutHashed(h, data)
+		}
+		c.Syscalls = make([]format.Syscall, 0, n)
+		for _, iv := range ivs {
+			for _, rec := range iv.syscalls {
+				if p, ok := filePages[rec.Seq]; ok {
+					rec.Pages = p
+				}
+				clearUnusedArgs(&rec)
+				c.Syscalls = append(c.Syscalls, rec)
+			}
+		}
+	}
+	clk.mark(fmt.Sprintf("files and saved pages (%d pages, %d syscalls)", len(saved), n))
 	// The stack page and the pages the last interval wrote tell a matching
 	// end from a loop iteration with the same registers.
 	c.End.Digests = []format.PageRef{{Addr: end.Regs.Rsp &^ (format.PageSize - 1)}}
@@ -143,7 +184,7 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time) (*fo
 	c.Header.DumpTime = time.Now()
 	c.Header.Reason = reason
 	c.Header.FullPages = true
-	return c, store, nil
+	return c, store, assemble, nil
 }
 
 // finish reads the end digests, minimizes the checkpoint (unless
