@@ -14,7 +14,7 @@ import (
 // an event stop.
 func (s *session) boundary() error {
 	now := time.Now()
-	snap, err := s.closeIntervalSnap(now)
+	snap, err := s.closeIntervalSnap(now, true)
 	if err != nil {
 		return err
 	}
@@ -24,6 +24,15 @@ func (s *session) boundary() error {
 		s.logf("boundary: close %v, open %v", t1.Sub(now), time.Since(t1))
 	}
 	return err
+}
+
+// runDeferred does the work a boundary left for after the target resumed.
+func (s *session) runDeferred() {
+	for len(s.deferred) > 0 {
+		fn := s.deferred[0]
+		s.deferred = s.deferred[1:]
+		fn()
+	}
 }
 
 // stepClock times the steps of a boundary; with TPREC_DEBUG the durations
@@ -154,17 +163,25 @@ func (s *session) openIntervalFrom(now time.Time, snap *pageSnapshot) error {
 // closeInterval saves the originals of the pages written during the current
 // interval from its shadow, kills the shadow and moves the interval to the ring.
 func (s *session) closeInterval(now time.Time) error {
-	_, err := s.closeIntervalSnap(now)
+	_, err := s.closeIntervalSnap(now, false)
 	return err
 }
 
 // closeIntervalSnap closes the interval and returns the target's pagemap it
 // read to do so (nil when it read none), for the interval that opens next.
-func (s *session) closeIntervalSnap(now time.Time) (snap *pageSnapshot, err error) {
+// What needs the target stopped happens now: the syscall log, the pagemap and
+// the written set. Reading the originals of the written pages from the
+// interval's shadow, hashing and compressing them (tens of milliseconds for a
+// server that rewrites 2,000 pages an interval) needs only the shadow, which
+// nothing changes: with later, that part and the ring push wait in
+// s.deferred until the target runs again (runDeferred, right after the stop
+// is handled, before the next one).
+func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapshot, err error) {
 	iv := s.cur
 	if iv == nil {
 		return nil, nil
 	}
+	s.runDeferred() // the previous interval is in the ring before this one
 	clk := newStepClock()
 	if err := s.src.sync(s); err != nil {
 		s.notReplayable("syscall log incomplete: " + err.Error())
@@ -173,56 +190,74 @@ func (s *session) closeIntervalSnap(now time.Time) (snap *pageSnapshot, err erro
 	clk.mark("sync")
 	s.cur = nil
 	iv.meta.End = now
-	defer func() {
+	sh := s.shadow
+	s.shadow = nil
+	finish := func() {
 		s.ring.push(iv)
 		clk.mark("push")
-		s.retireShadow()
+		if sh != nil {
+			s.retire(sh)
+		}
 		clk.mark("kill")
 		clk.log(s, "close")
-	}()
-	if s.shadow == nil {
+	}
+	if sh == nil {
+		finish()
 		return nil, s.markLost(iv, "no shadow for this interval")
+	}
+	fail := func(err error) error {
+		finish()
+		return s.markLost(iv, err.Error())
 	}
 	maps, err := proc.ReadMaps(s.pid)
 	if err != nil {
-		return nil, s.markLost(iv, err.Error())
+		return nil, fail(err)
 	}
 	if snap, err = s.readSnapshot(maps); err != nil {
-		return nil, s.markLost(iv, err.Error())
+		return nil, fail(err)
 	}
 	clk.mark("maps+pagemap")
-	written, err := s.writtenPages(iv.meta.Maps, snap)
+	written, err := s.writtenPages(iv.meta.Maps, snap, sh)
 	if err != nil {
-		return snap, s.markLost(iv, err.Error())
+		return snap, fail(err)
 	}
 	clk.mark(fmt.Sprintf("pagemap (%d written)", len(written)))
 	s.src.checkWritten(s, iv.meta.Maps, written)
-	buf := make([]byte, len(written)*format.PageSize)
-	if err := proc.ReadPages(s.shadow.pid, written, buf); err != nil {
-		// Read one by one; a page the shadow cannot give (beyond the end of a
-		// file mapping, for instance) is left out and replay reports it if used.
-		for i, a := range written {
-			if _, err := proc.ReadBytes(s.shadow.pid, a, buf[i*format.PageSize:(i+1)*format.PageSize]); err != nil {
-				written[i] = 0
-			}
-		}
-	}
-	clk.mark("read")
-	for i, a := range written {
-		if a != 0 {
-			s.ring.addPage(iv, a, buf[i*format.PageSize:(i+1)*format.PageSize])
-		}
-	}
 	// Pages the stack grew into during the interval (no syscall made them:
 	// the kernel extends [stack] on a fault below it) started as zeros.
 	// The shadow's map does not cover them, so the comparison above cannot
 	// see them; without their zero originals a replay from this interval
 	// would find them holding their final content.
-	zero := make([]byte, format.PageSize)
-	for _, a := range grownStack(iv.meta.Maps, snap) {
-		s.ring.addPage(iv, a, zero)
+	grown := grownStack(iv.meta.Maps, snap)
+	save := func() {
+		buf := make([]byte, len(written)*format.PageSize)
+		if err := proc.ReadPages(sh.pid, written, buf); err != nil {
+			// Read one by one; a page the shadow cannot give (beyond the end of a
+			// file mapping, for instance) is left out and replay reports it if used.
+			for i, a := range written {
+				if _, err := proc.ReadBytes(sh.pid, a, buf[i*format.PageSize:(i+1)*format.PageSize]); err != nil {
+					written[i] = 0
+				}
+			}
+		}
+		clk.mark("read")
+		for i, a := range written {
+			if a != 0 {
+				s.ring.addPage(iv, a, buf[i*format.PageSize:(i+1)*format.PageSize])
+			}
+		}
+		zero := make([]byte, format.PageSize)
+		for _, a := range grown {
+			s.ring.addPage(iv, a, zero)
+		}
+		clk.mark("store")
+		finish()
 	}
-	clk.mark("store")
+	if later {
+		s.deferred = append(s.deferred, save)
+	} else {
+		save()
+	}
 	return snap, nil
 }
 
@@ -357,19 +392,19 @@ func (p *pageSnapshot) present() []pageRun {
 // copy_present_page), and with the previous shadow still dying during the
 // fork that happened here to pages that were not exclusive before it; the
 // target then writes such a page in place.
-func (s *session) writtenPages(maps []format.Mapping, now *pageSnapshot) ([]uint64, error) {
+func (s *session) writtenPages(maps []format.Mapping, now *pageSnapshot, sh *shadow) ([]uint64, error) {
 	var out []uint64
 	for _, m := range maps {
 		if m.Shared || proc.Special(m) {
 			continue
 		}
 		t := now.rangeOf(m.Start, m.End)
-		sh, err := s.shadow.pm.Range(m.Start, m.End)
+		shEnts, err := sh.pm.Range(m.Start, m.End)
 		if err != nil {
 			return nil, err
 		}
 		for i := range t {
-			if pageWritten(t[i], sh[i]) {
+			if pageWritten(t[i], shEnts[i]) {
 				out = append(out, m.Start+uint64(i)*format.PageSize)
 			}
 		}

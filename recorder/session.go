@@ -64,6 +64,9 @@ type session struct {
 	src         source
 	shadow      *shadow
 	zombie      int // killed shadow the target still has to reap
+	// deferred is work a boundary leaves for after the target resumes
+	// (runDeferred): saving the closed interval's originals.
+	deferred    []func()
 	want        struct{ boundary, dump bool }
 	gone        bool
 	exitStatus  unix.WaitStatus
@@ -318,6 +321,7 @@ func (s *session) drain() error {
 		if err := s.handle(st); err != nil {
 			return err
 		}
+		s.runDeferred()
 		if s.gone || s.state == stateStopped {
 			return nil
 		}
