@@ -97,7 +97,7 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 	// intervals that fit (always the last one, which ends at the failure).
 	total := 0
 	for i := len(ivs) - 1; i >= 0; i-- {
-		total += len(ivs[i].syscalls)
+		total += ivs[i].syscalls.len()
 		if total > format.MaxSyscalls && i < len(ivs)-1 {
 			s.logf("checkpoint keeps the last %d intervals: the older ones would exceed %d syscall records", len(ivs)-1-i, format.MaxSyscalls)
 			ivs = ivs[i+1:]
@@ -151,7 +151,7 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 	}
 	n := 0
 	for _, iv := range ivs {
-		n += len(iv.syscalls)
+		n += iv.syscalls.len()
 	}
 	assemble := func() {
 		for h, b := range saved {
@@ -165,7 +165,8 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 		}
 		c.Syscalls = make([]format.Syscall, 0, n)
 		for _, iv := range ivs {
-			for _, rec := range iv.syscalls {
+			for r := range iv.syscalls.all() {
+				rec := *r
 				if p, ok := filePages[rec.Seq]; ok {
 					rec.Pages = p
 				}

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/tprec/tprec/bpf"
 	"github.com/tprec/tprec/format"
+	"github.com/tprec/tprec/proc"
 	"github.com/tprec/tprec/syscalls"
 )
 
@@ -61,17 +61,15 @@ type ebpfSource struct {
 
 	mu        sync.Mutex
 	calls     map[uint64]*pendingCall // by sequence number, until complete
-	ready     *callQueue              // complete calls, built by the reader
+	log       *openLog                // the open interval's log, nil between intervals
 	rec       record                  // the reader's decoded record, reused
 	bld       builder                 // the reader's record builder
-	spare     *callQueue              // the other queue, handed over at sync
 	faults    map[uint64]uint8        // page -> TP_FAULT_* flags, current epoch
 	badRecs   int                     // records that did not decode
 	firstBad  error
 	readerErr error
 
 	epoch    uint64
-	nextSeq  uint64 // first sequence number not yet handed over
 	baseline bpf.TprecTpCounters
 	misses   uint64 // recursion misses of the programs, last read
 
@@ -93,117 +91,59 @@ type pendingCall struct {
 	items []item
 }
 
-// callQueue holds the calls whose records are complete, turned into log
-// records by the reader goroutine while the target runs, so that a boundary
-// only hands them over. rec.Seq holds the eBPF sequence number until then.
-// Calls are kept in fixed-size blocks: appending never moves what is there,
-// and the blocks serve again after the handover.
-//
-// The first block is sized from the previous interval and handed to the
-// session whole (adopt): the session's log then starts in memory the reader
-// already touched while the target ran, instead of being copied into fresh
-// memory while the target is stopped.
-type callQueue struct {
-	blocks   [][]format.Syscall
-	free     [][]format.Syscall
-	n        int
-	hint     int               // capacity of the next first block
-	adopted  bool              // the first block now belongs to the session
-	problems map[uint64]string // by sequence number: why a call's outputs are missing
-	headless []uint64          // calls whose parts arrived without their header
+// openLog is the syscall log of the open interval. The reader goroutine
+// appends each call as its record completes, numbered and checked, while the
+// target runs; a boundary only takes the log (sync), so the stop costs the
+// same whatever the number of calls. Calls of a single-threaded target
+// complete in sequence order (every part of a call is committed before the
+// next call starts), so appending keeps the order; a call whose parts did
+// not all arrive leaves a gap, which makes the interval not replayable.
+type openLog struct {
+	calls  callLog
+	firstQ uint64 // eBPF sequence number of the interval's first call
+	nextQ  uint64 // next eBPF sequence number expected
+	delta  uint64 // log sequence number = eBPF sequence number - delta
+	reason string // first reason the interval cannot be replayed
+	mmaps  []int  // positions in calls of file mmaps, resolved at the boundary
+	// memCalls are the positions of every call that mapped, unmapped or
+	// moved memory: what resolveMmaps looks through after a file mmap.
+	memCalls []int
+	// restartOf is the call the interval started in, if the kernel resumes
+	// it through restart_syscall (session.restartOf at the open).
+	restartOf *proc.SyscallInfo
 }
 
-const queueBlock = 4096
-
-func newCallQueue() *callQueue { return &callQueue{problems: map[uint64]string{}} }
-
-func (q *callQueue) push(seq uint64, rec format.Syscall, problem string) {
-	if len(q.blocks) == 0 {
-		q.blocks = append(q.blocks, make([]format.Syscall, 0, max(q.hint, queueBlock)))
-	} else if b := q.blocks[len(q.blocks)-1]; len(b) == cap(b) {
-		if n := len(q.free); n > 0 {
-			b, q.free = q.free[n-1], q.free[:n-1]
-		} else {
-			b = make([]format.Syscall, 0, queueBlock)
-		}
-		q.blocks = append(q.blocks, b)
-	}
-	rec.Seq = seq
-	last := &q.blocks[len(q.blocks)-1]
-	*last = append(*last, rec)
-	q.n++
-	if problem != "" {
-		q.problems[seq] = problem
+func (l *openLog) fail(why string) {
+	if l.reason == "" {
+		l.reason = why
 	}
 }
 
-// sorted reports whether the calls came in sequence order.
-func (q *callQueue) sorted() bool {
-	var prev uint64
-	for _, b := range q.blocks {
-		for i := range b {
-			if b[i].Seq < prev {
-				return false
-			}
-			prev = b[i].Seq
-		}
+// add appends the call with eBPF sequence number q.
+func (l *openLog) add(q uint64, rec format.Syscall, problem string) {
+	if q < l.nextQ {
+		return // from before the interval, or the recorder's own injected call
 	}
-	return true
-}
-
-// adopt returns the first block, empty, for the session's log to grow in
-// place: the calls are in order, and the log takes each call (by value)
-// before it writes to the same index or an earlier one.
-func (q *callQueue) adopt() []format.Syscall {
-	q.adopted = true
-	return q.blocks[0][:0]
-}
-
-// all returns the calls in sequence order: as they came, unless a call was
-// completed late (a record split in parts), then sorted.
-func (q *callQueue) all() func(yield func(*format.Syscall) bool) {
-	sorted := q.sorted()
-	return func(yield func(*format.Syscall) bool) {
-		if sorted {
-			for _, b := range q.blocks {
-				for i := range b {
-					if !yield(&b[i]) {
-						return
-					}
-				}
-			}
-			return
-		}
-		flat := make([]*format.Syscall, 0, q.n)
-		for _, b := range q.blocks {
-			for i := range b {
-				flat = append(flat, &b[i])
-			}
-		}
-		sort.SliceStable(flat, func(i, j int) bool { return flat[i].Seq < flat[j].Seq })
-		for _, r := range flat {
-			if !yield(r) {
-				return
-			}
-		}
+	if q > l.nextQ {
+		l.fail(fmt.Sprintf("eBPF syscall log has a gap: calls %d to %d are missing", l.nextQ-l.delta, q-1-l.delta))
 	}
-}
-
-// reset empties the queue, keeping its blocks but an adopted one.
-func (q *callQueue) reset() {
-	if q.n > 0 {
-		q.hint = q.n + q.n/4
+	l.nextQ = q + 1
+	rec.Seq = q - l.delta
+	if rec.Nr == unix.SYS_RESTART_SYSCALL && l.restartOf != nil {
+		// The interrupted call was in progress when the interval began.
+		rec.Nr, rec.Args = int(l.restartOf.Nr), l.restartOf.Args
 	}
-	for i, b := range q.blocks {
-		if i == 0 && (q.adopted || cap(b) != queueBlock) {
-			continue // the session's now, or sized for one interval only
-		}
-		clear(b)
-		q.free = append(q.free, b[:0])
+	l.restartOf = nil
+	if why := replayProblem(&rec, problem); why != "" {
+		l.fail(why)
 	}
-	q.blocks, q.n, q.adopted = q.blocks[:0], 0, false
-	clear(q.problems)
-	q.headless = q.headless[:0]
+	if fileMmap(&rec) {
+		l.mmaps = append(l.mmaps, l.calls.len())
+	}
+	if _, _, ok := changesMemory(&rec); ok {
+		l.memCalls = append(l.memCalls, l.calls.len())
+	}
+	l.calls.append(rec)
 }
 
 // newEBPFSource loads and attaches the programs and starts recording the
@@ -232,7 +172,7 @@ func newEBPFSource(pid int, ringbufSize int, logf func(string, ...any)) (*ebpfSo
 		return nil, fmt.Errorf("%w: %w", ErrEBPFUnavailable, err)
 	}
 	e := &ebpfSource{pid: pid, logf: logf, flushed: make(chan error, 1), done: make(chan struct{}),
-		calls: map[uint64]*pendingCall{}, faults: map[uint64]uint8{}, ready: newCallQueue(), spare: newCallQueue()}
+		calls: map[uint64]*pendingCall{}, faults: map[uint64]uint8{}}
 	if err := spec.LoadAndAssign(&e.objs, nil); err != nil {
 		return nil, loadError(err)
 	}
@@ -366,7 +306,9 @@ func (e *ebpfSource) consume(b []byte) {
 			// buildSyscall copies what it keeps.
 			c := pendingCall{hdr: *r.syscall, have: true, end: true, last: true, parts: 1, items: r.items}
 			rec, problem := e.bld.build(&c)
-			e.ready.push(seq, rec, problem)
+			if e.log != nil {
+				e.log.add(seq, rec, problem)
+			}
 			return
 		}
 		c := e.call(seq)
@@ -419,7 +361,9 @@ func (e *ebpfSource) complete(seq uint64, c *pendingCall) {
 	}
 	delete(e.calls, seq)
 	rec, problem := e.bld.build(c)
-	e.ready.push(seq, rec, problem)
+	if e.log != nil {
+		e.log.add(seq, rec, problem)
+	}
 }
 
 // drain returns once the reader has consumed every record committed before
@@ -497,16 +441,20 @@ func (e *ebpfSource) sync(s *session) error {
 		return err
 	}
 	e.mu.Lock()
-	built := e.ready
-	e.ready, e.spare = e.spare, nil
-	for seq, c := range e.calls {
-		// Parts that arrived without the rest of their call.
-		if !c.have {
-			built.headless = append(built.headless, seq)
-			continue
+	l := e.log
+	e.log = nil
+	if l != nil {
+		// Calls still in parts lost their last part, or their header.
+		for seq, c := range e.calls {
+			if seq < l.firstQ {
+				continue
+			}
+			if c.have {
+				l.fail(fmt.Sprintf("eBPF syscall record %d is incomplete: a part was lost", seq-l.delta))
+			} else {
+				l.fail(fmt.Sprintf("eBPF syscall record %d lost its header", seq-l.delta))
+			}
 		}
-		rec, problem := buildSyscall(c)
-		built.push(seq, rec, problem)
 	}
 	e.calls = map[uint64]*pendingCall{}
 	e.faultSet, e.faults = e.faults, map[uint64]uint8{}
@@ -527,57 +475,25 @@ func (e *ebpfSource) sync(s *session) error {
 	if bad > 0 {
 		s.notReplayable(fmt.Sprintf("%d eBPF records did not decode: %v", bad, firstBad))
 	}
-	if s.cur != nil && len(s.cur.syscalls) == 0 && len(built.blocks) == 1 && built.sorted() {
-		s.cur.syscalls = built.adopt()
-	} else if s.cur != nil {
-		s.cur.syscalls = slices.Grow(s.cur.syscalls, built.n)
-	}
-	slices.Sort(built.headless)
-	headless := built.headless
-	// A thread commits its calls in order, so the records of a
-	// single-threaded target arrive sorted (all sorts them when not).
-	for r := range built.all() {
-		for len(headless) > 0 && headless[0] < r.Seq {
-			e.handOver(s, headless[0], nil, "")
-			headless = headless[1:]
+	if l != nil && s.cur != nil {
+		// The interval's log is the reader's: nothing else appends to it.
+		s.cur.syscalls = l.calls
+		s.cur.pendingMmaps, s.cur.memCalls = l.mmaps, l.memCalls
+		if l.reason != "" {
+			s.notReplayable(l.reason)
 		}
-		e.handOver(s, r.Seq, r, built.problems[r.Seq])
-	}
-	for _, q := range headless {
-		e.handOver(s, q, nil, "")
+		if l.nextQ > l.firstQ {
+			s.seq = l.nextQ - 1 - l.delta
+		}
 	}
 	if debugStops {
-		s.logf("ebpf sync: drain %v (%d bytes behind), %d calls handed over in %v", t1.Sub(t0).Round(time.Microsecond), backlog, built.n, time.Since(t1).Round(time.Microsecond))
+		n := 0
+		if l != nil {
+			n = l.calls.len()
+		}
+		s.logf("ebpf sync: drain %v (%d bytes behind), %d calls taken over in %v", t1.Sub(t0).Round(time.Microsecond), backlog, n, time.Since(t1).Round(time.Microsecond))
 	}
-	built.reset()
-	e.mu.Lock()
-	e.spare = built
-	e.mu.Unlock()
 	return nil
-}
-
-// handOver gives one call to the session, checking the sequence; rec is nil
-// for a call whose header was lost.
-func (e *ebpfSource) handOver(s *session, q uint64, rec *format.Syscall, problem string) {
-	if q < e.nextSeq {
-		return // an injected call or one from before the interval
-	}
-	if q > e.nextSeq && s.cur != nil {
-		s.notReplayable(fmt.Sprintf("eBPF syscall log has a gap: calls %d to %d are missing", e.nextSeq, q-1))
-	}
-	e.nextSeq = q + 1
-	if rec == nil {
-		s.notReplayable(fmt.Sprintf("eBPF syscall record %d lost its header", q))
-		return
-	}
-	s.appendSyscall(*rec, problem)
-}
-
-// buildSyscall turns a collected call into the log record, keeping exactly
-// the ranges syscalls.Outputs names, served from the captured memory.
-func buildSyscall(c *pendingCall) (format.Syscall, string) {
-	var b builder
-	return b.build(c)
 }
 
 // builder builds log records for the reader, reusing its index of the
@@ -662,13 +578,17 @@ func (e *ebpfSource) opened(s *session) error {
 	if _, _, err := e.losses(); err != nil {
 		return err
 	}
+	l := &openLog{firstQ: p.Seq + 1, nextQ: p.Seq + 1, restartOf: s.restartOf}
+	s.restartOf = nil
+	if s.cur != nil {
+		l.delta = l.firstQ - s.cur.meta.FirstSeq
+	}
 	e.mu.Lock()
 	e.calls = map[uint64]*pendingCall{}
-	e.ready.reset()
 	e.faults = map[uint64]uint8{}
 	e.epoch = p.Epoch
+	e.log = l
 	e.mu.Unlock()
-	e.nextSeq = p.Seq + 1
 	return nil
 }
 

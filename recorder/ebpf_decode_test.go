@@ -3,9 +3,12 @@ package recorder
 import (
 	"bytes"
 	"encoding/binary"
+	"strings"
 	"testing"
 
 	"github.com/tprec/tprec/bpf"
+	"github.com/tprec/tprec/format"
+	"github.com/tprec/tprec/proc"
 	"github.com/tprec/tprec/syscalls"
 	"golang.org/x/sys/unix"
 )
@@ -159,5 +162,42 @@ func TestDecodeStopsAtEndItem(t *testing.T) {
 	r, err := decodeRecord(raw)
 	if err != nil || len(r.items) != 1 || r.items[0].addr != 0x1000 || len(r.items[0].data) != 16 {
 		t.Fatalf("decoded %+v, %v", r.items, err)
+	}
+}
+
+// buildSyscall turns a collected call into the log record with a fresh
+// builder, as the reader does.
+func buildSyscall(c *pendingCall) (format.Syscall, string) {
+	var b builder
+	return b.build(c)
+}
+
+// The open interval's log numbers calls from the interval's first sequence
+// number, drops the recorder's own earlier calls, and turns a gap or an
+// unsupported call into the reason the interval is not replayable.
+func TestOpenLog(t *testing.T) {
+	l := &openLog{firstQ: 100, nextQ: 100, delta: 100 - 7}
+	get := format.Syscall{Nr: unix.SYS_GETPID}
+	l.add(99, get, "")  // injected at the boundary: dropped
+	l.add(100, get, "") // seq 7
+	l.add(101, get, "") // seq 8
+	if l.calls.len() != 2 || l.calls.at(0).Seq != 7 || l.calls.at(1).Seq != 8 || l.reason != "" {
+		t.Fatalf("calls %+v, reason %q", l.calls, l.reason)
+	}
+	l.add(104, get, "")
+	if l.calls.at(2).Seq != 11 || !strings.Contains(l.reason, "calls 9 to 10 are missing") {
+		t.Errorf("after a gap: seq %d, reason %q", l.calls.at(2).Seq, l.reason)
+	}
+	l2 := &openLog{firstQ: 1, nextQ: 1}
+	l2.add(1, format.Syscall{Nr: unix.SYS_MMAP, Ret: 0x7000, Args: [6]uint64{0, 4096, 1, unix.MAP_PRIVATE, 3, 0}}, "")
+	l2.add(2, format.Syscall{Nr: 100000}, "")
+	if len(l2.mmaps) != 1 || l2.mmaps[0] != 0 || !strings.Contains(l2.reason, "not in the syscall table") {
+		t.Errorf("mmaps %v, reason %q", l2.mmaps, l2.reason)
+	}
+	l3 := &openLog{firstQ: 5, nextQ: 5, delta: 4, restartOf: &proc.SyscallInfo{Nr: unix.SYS_NANOSLEEP, Args: [6]uint64{0x10, 0x20}}}
+	l3.add(5, format.Syscall{Nr: unix.SYS_RESTART_SYSCALL}, "")
+	l3.add(6, format.Syscall{Nr: unix.SYS_RESTART_SYSCALL}, "")
+	if c0, c1 := l3.calls.at(0), l3.calls.at(1); c0.Nr != unix.SYS_NANOSLEEP || c0.Args[0] != 0x10 || c1.Nr != unix.SYS_RESTART_SYSCALL {
+		t.Errorf("restart_syscall: %+v %+v", c0, c1)
 	}
 }

@@ -32,10 +32,6 @@ func (s *session) noteMmap(rec *format.Syscall) {
 	if !fileMmap(rec) {
 		return
 	}
-	if _, atExit := s.src.(ptraceSource); !atExit {
-		s.cur.pendingMmaps = append(s.cur.pendingMmaps, len(s.cur.syscalls))
-		return
-	}
 	f, err := os.Open(fmt.Sprintf("/proc/%d/fd/%d", s.pid, int32(rec.Args[4])))
 	if err != nil {
 		s.notReplayable(fmt.Sprintf("mmap at seq %d: cannot open the mapped file: %v", rec.Seq, err))
@@ -66,12 +62,16 @@ func (s *session) resolveMmaps() {
 		return
 	}
 	for _, i := range iv.pendingMmaps {
-		rec := &iv.syscalls[i]
+		rec := iv.syscalls.at(i)
 		start := uint64(rec.Ret)
 		end := start + (rec.Args[1]+format.PageSize-1)&^(format.PageSize-1)
 		var err error
-		for _, later := range iv.syscalls[i+1:] {
-			if lo, hi, ok := changesMemory(&later); ok && lo < end && hi > start {
+		for _, j := range iv.memCalls {
+			later := iv.syscalls.at(j)
+			if j <= i {
+				continue
+			}
+			if lo, hi, ok := changesMemory(later); ok && lo < end && hi > start {
 				err = fmt.Errorf("the mapping was changed by %s at seq %d before the recorder saw it", syscalls.Name(later.Nr), later.Seq)
 				break
 			}

@@ -11,13 +11,14 @@ import (
 type interval struct {
 	meta     format.Interval
 	present  []pageRun // pages present in memory at the interval start
-	syscalls []format.Syscall
+	syscalls callLog
 	signals  []format.SignalEvent
 	logBytes int64                  // memory held by the syscall log
 	files    map[uint64]*mappedFile // by seq: files mapped during the interval
 	// pendingMmaps are positions in syscalls of file mmaps a late source
 	// delivered, to resolve once the interval's log is complete.
 	pendingMmaps []int
+	memCalls     []int  // positions in syscalls of the calls that changed the memory map
 	lost         uint64 // events the syscall log source lost in it
 }
 
@@ -105,7 +106,7 @@ func (b *blob) page() ([]byte, error) {
 // push appends a closed interval and drops the oldest ones beyond the limits.
 // The newest interval is never dropped.
 func (r *ring) push(iv *interval) {
-	for _, s := range iv.syscalls {
+	for s := range iv.syscalls.all() {
 		iv.logBytes += 96
 		for _, o := range s.Out {
 			iv.logBytes += int64(len(o.Data))

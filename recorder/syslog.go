@@ -57,21 +57,69 @@ func (s *session) appendSyscall(rec format.Syscall, problem string) {
 		rec.Nr, rec.Args = int(s.restartOf.Nr), s.restartOf.Args
 	}
 	s.restartOf = nil
+	if why := replayProblem(&rec, problem); why != "" {
+		s.notReplayable(why)
+	}
+	s.noteMmap(&rec)
+	s.cur.syscalls.append(rec)
+}
+
+// replayProblem says why a logged call makes its interval not replayable:
+// a call outside the table, one replay cannot do, an argument form it does
+// not support, or a problem the source met building the record.
+func replayProblem(rec *format.Syscall, problem string) string {
 	d, ok := syscalls.Lookup(rec.Nr)
 	switch {
 	case !ok:
-		s.notReplayable(fmt.Sprintf("syscall %s (%d) at seq %d is not in the syscall table", syscalls.Name(rec.Nr), rec.Nr, rec.Seq))
+		return fmt.Sprintf("syscall %s (%d) at seq %d is not in the syscall table", syscalls.Name(rec.Nr), rec.Nr, rec.Seq)
 	case d.Kind == syscalls.Unsupported:
-		s.notReplayable(fmt.Sprintf("syscall %s at seq %d cannot be replayed: %s", d.Name, rec.Seq, d.Note))
-	default:
-		if ok, why := syscalls.Check(d, rec.Args); !ok {
-			s.notReplayable(fmt.Sprintf("seq %d cannot be replayed: %s", rec.Seq, why))
-		} else if problem != "" {
-			s.notReplayable(fmt.Sprintf("syscall %s at seq %d: %s", d.Name, rec.Seq, problem))
+		return fmt.Sprintf("syscall %s at seq %d cannot be replayed: %s", d.Name, rec.Seq, d.Note)
+	}
+	if ok, why := syscalls.Check(d, rec.Args); !ok {
+		return fmt.Sprintf("seq %d cannot be replayed: %s", rec.Seq, why)
+	}
+	if problem != "" {
+		return fmt.Sprintf("syscall %s at seq %d: %s", d.Name, rec.Seq, problem)
+	}
+	return ""
+}
+
+// callLog is an interval's syscall log, kept in blocks of logBlock calls:
+// appending never moves a call, so a log of a million calls (a quarter
+// second of a syscall-heavy program) grows without copying what it holds,
+// and one allocation serves thousands of calls.
+type callLog struct {
+	blocks [][]format.Syscall
+	n      int
+}
+
+const logBlock = 4096
+
+func (l *callLog) append(rec format.Syscall) {
+	if k := len(l.blocks); k == 0 || len(l.blocks[k-1]) == logBlock {
+		l.blocks = append(l.blocks, make([]format.Syscall, 0, logBlock))
+	}
+	b := &l.blocks[len(l.blocks)-1]
+	*b = append(*b, rec)
+	l.n++
+}
+
+func (l *callLog) len() int { return l.n }
+
+// at returns the i-th call.
+func (l *callLog) at(i int) *format.Syscall { return &l.blocks[i/logBlock][i%logBlock] }
+
+// all yields the calls in order.
+func (l *callLog) all() func(yield func(*format.Syscall) bool) {
+	return func(yield func(*format.Syscall) bool) {
+		for _, b := range l.blocks {
+			for i := range b {
+				if !yield(&b[i]) {
+					return
+				}
+			}
 		}
 	}
-	s.noteMmap(&rec)
-	s.cur.syscalls = append(s.cur.syscalls, rec)
 }
 
 // logPtraceSyscall builds the record of a call seen at its entry and exit
