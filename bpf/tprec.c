@@ -554,6 +554,33 @@ static __always_inline int send_small(struct call_ctx *c, __u32 tid, __u32 tgid,
 	return 1;
 }
 
+/*
+ * A file mapping's content must be taken while the mapping (or the
+ * descriptor) still exists: a loader maps ld.so.cache and unmaps it within
+ * microseconds, long before the next boundary. After a successful mmap of a
+ * file, the thread is sent SIGURG (default action: ignore), which the
+ * recorder, tracing it, intercepts at its signal-delivery stop, right after
+ * the call returns, to open the file; it then suppresses the signal. marks
+ * counts the signals sent, so the recorder tells them from a SIGURG of the
+ * program's own. None is sent when SIGURG is blocked or already pending: a
+ * signal of the program's would merge with it (standard signals do not
+ * queue), and a blocked one would arrive too late to matter.
+ */
+#define TP_SIGURG 23
+static __always_inline void mark_mmap(struct tp_proc *p, struct call_ctx *call)
+{
+	if (!(p->flags & TP_PROC_MARK_MMAPS) || call->nr != 9 /* mmap */ || call->ret < 0 ||
+	    (call->args[3] & 0x20 /* MAP_ANONYMOUS */) || (int)call->args[4] < 0)
+		return;
+	struct task_struct *t = bpf_get_current_task_btf();
+	__u64 bit = 1ULL << (TP_SIGURG - 1);
+	__u64 busy = t->blocked.sig[0] | t->pending.signal.sig[0] | t->signal->shared_pending.signal.sig[0];
+	if (busy & bit)
+		return;
+	if (bpf_send_signal_thread(TP_SIGURG) == 0)
+		__sync_fetch_and_add(&p->marks, 1);
+}
+
 SEC("tp_btf/sys_exit")
 int BPF_PROG(tp_sys_exit, struct pt_regs *regs, long ret)
 {
@@ -597,6 +624,7 @@ int BPF_PROG(tp_sys_exit, struct pt_regs *regs, long ret)
 		return 0;
 	}
 	__u64 seq = __sync_fetch_and_add(&p->seq, 1) + 1;
+	mark_mmap(p, &call);
 
 	int outs = call.nr == TP_NR_RESTART ? -1 : tp_outputs(&call);
 	int nout = outs < 0 ? -1 : (int)((__u32)outs >> 8), first = outs & 255;
@@ -743,7 +771,8 @@ int BPF_PROG(tp_fork, struct task_struct *parent, struct task_struct *child)
 	struct tp_proc *p = bpf_map_lookup_elem(&traced, &ptgid);
 	if (!p || !(p->flags & TP_PROC_FOLLOW_FORK))
 		return 0;
-	struct tp_proc c = {.epoch = p->epoch, .flags = p->flags};
+	/* Only the recorded process is stopped at its file mmaps. */
+	struct tp_proc c = {.epoch = p->epoch, .flags = p->flags & ~TP_PROC_MARK_MMAPS};
 	bpf_map_update_elem(&traced, &ctgid, &c, BPF_NOEXIST);
 	return 0;
 }

@@ -96,13 +96,14 @@ type TprecTpProc struct {
 	Seq   uint64
 	Epoch uint64
 	Flags uint32
-	Pad   uint32
+	Marks uint32
 }
 
 type TprecTpProcFlags uint32
 
 const (
 	TprecTpProcFlagsTP_PROC_FOLLOW_FORK TprecTpProcFlags = 1
+	TprecTpProcFlagsTP_PROC_MARK_MMAPS  TprecTpProcFlags = 2
 )
 
 type TprecTpRecFlags uint32

@@ -2,6 +2,7 @@ package recorder
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -223,6 +224,7 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 	}
 	clk.mark(fmt.Sprintf("pagemap (%d written)", len(written)))
 	s.src.checkWritten(s, iv.meta.Maps, written)
+	written = mergePages(written, vanishedPages(iv.meta.Maps, iv.present, snap.maps))
 	// Pages the stack grew into during the interval (no syscall made them:
 	// the kernel extends [stack] on a fault below it) started as zeros.
 	// The shadow's map does not cover them, so the comparison above cannot
@@ -259,6 +261,83 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 		save()
 	}
 	return snap, nil
+}
+
+// vanishedPages lists the pages of mappings that existed at the interval
+// start and are gone at its end, or now hold something else (unmapped,
+// replaced by another mapping, moved): those present at the start, and for a
+// file mapping of at most maxMappedAll bytes all its pages (a page the
+// program first touches later in the window is read from the file). Nothing
+// wrote them, but nothing can give their start content at the dump either:
+// the final state no longer has them. The shadow still does, so they are
+// saved as originals like written pages (a program that maps a file, reads
+// it and unmaps it in a loop has such a mapping at most interval starts).
+func vanishedPages(start []format.Mapping, present []pageRun, now []format.Mapping) []uint64 {
+	gone := func(a uint64) bool {
+		was := mappingAt(start, a)
+		is := mappingAt(now, a)
+		return was != nil && recorded(*was) && (is == nil || !sameBacking(*was, *is, a))
+	}
+	var out []uint64
+	for _, r := range present {
+		for a := r.start; a < r.end; a += format.PageSize {
+			if gone(a) {
+				out = append(out, a)
+			}
+		}
+	}
+	for _, m := range start {
+		if m.Inode == 0 || m.End-m.Start > maxMappedAll || !recorded(m) {
+			continue
+		}
+		for a := m.Start; a < m.End; a += format.PageSize {
+			if gone(a) {
+				out = append(out, a)
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// mappingAt returns the mapping of a sorted list that holds addr.
+func mappingAt(maps []format.Mapping, addr uint64) *format.Mapping {
+	i := sort.Search(len(maps), func(i int) bool { return maps[i].End > addr })
+	if i < len(maps) && maps[i].Start <= addr {
+		return &maps[i]
+	}
+	return nil
+}
+
+// sameBacking reports whether addr is backed by the same thing in both
+// mappings: the same file at the same offset (or the same kind of anonymous
+// memory), shared or private alike.
+func sameBacking(a, b format.Mapping, addr uint64) bool {
+	return a.Path == b.Path && a.Inode == b.Inode && a.Dev == b.Dev && a.Shared == b.Shared &&
+		a.Offset+(addr-a.Start) == b.Offset+(addr-b.Start)
+}
+
+// mergePages merges two ascending page lists, without duplicates.
+func mergePages(a, b []uint64) []uint64 {
+	if len(b) == 0 {
+		return a
+	}
+	out := make([]uint64, 0, len(a)+len(b))
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		switch {
+		case j == len(b) || i < len(a) && a[i] < b[j]:
+			out = append(out, a[i])
+			i++
+		case i == len(a) || b[j] < a[i]:
+			out = append(out, b[j])
+			j++
+		default:
+			out = append(out, a[i])
+			i, j = i+1, j+1
+		}
+	}
+	return out
 }
 
 // grownStack lists the present pages of the current [stack] mapping below
@@ -459,6 +538,7 @@ func (s *session) abandonIntervals() {
 	}
 	s.cur = nil
 	s.ring.reset()
+	s.dropMarked()
 }
 
 // threadRseq reads a thread's rseq registration; the zero value if it has none

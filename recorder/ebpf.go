@@ -70,6 +70,7 @@ type ebpfSource struct {
 	readerErr error
 
 	epoch    uint64
+	marks    uint32 // SIGURGs of file mmaps taken (ownSignal), against tp_proc.marks
 	baseline bpf.TprecTpCounters
 	misses   uint64 // recursion misses of the programs, last read
 
@@ -205,7 +206,7 @@ func newEBPFSource(pid int, ringbufSize int, logf func(string, ...any)) (*ebpfSo
 		return nil, fmt.Errorf("%w: ring buffer reader: %w", ErrEBPFUnavailable, err)
 	}
 	go e.read()
-	if err := e.objs.Traced.Update(uint32(pid), bpf.TprecTpProc{}, ebpf.UpdateAny); err != nil {
+	if err := e.objs.Traced.Update(uint32(pid), bpf.TprecTpProc{Flags: uint32(bpf.TprecTpProcFlagsTP_PROC_MARK_MMAPS)}, ebpf.UpdateAny); err != nil {
 		e.close()
 		return nil, fmt.Errorf("%w: trace process %d: %w", ErrEBPFUnavailable, pid, err)
 	}
@@ -590,6 +591,21 @@ func (e *ebpfSource) opened(s *session) error {
 	e.log = l
 	e.mu.Unlock()
 	return nil
+}
+
+// ownSignal reports whether a SIGURG stop is the programs' own signal after
+// a file mmap (mark_mmap in bpf/tprec.c): the programs count the ones they
+// send, and every one sent and not yet seen here is the recorder's.
+func (e *ebpfSource) ownSignal(sig int) bool {
+	if sig != int(unix.SIGURG) {
+		return false
+	}
+	var p bpf.TprecTpProc
+	if err := e.objs.Traced.Lookup(uint32(e.pid), &p); err != nil || p.Marks == e.marks {
+		return false
+	}
+	e.marks++
+	return true
 }
 
 // checkWritten compares the pages the fault stream saw written in the closed

@@ -51,6 +51,43 @@ func (s *session) addMappedFile(rec *format.Syscall, f *os.File) {
 	s.cur.files[rec.Seq] = &mappedFile{f: f, start: uint64(rec.Ret), length: rec.Args[1], offset: rec.Args[5]}
 }
 
+// openMarkedMmap runs at the signal-delivery stop the eBPF programs cause
+// right after a file mmap returns (ownSignal): the registers still hold the
+// call's arguments and result, and the descriptor is still the one mapped.
+// The file is opened now and matched with the call's record when the
+// interval's log is complete (resolveMmaps), so a mapping the program
+// removes before the boundary keeps its content.
+func (s *session) openMarkedMmap() {
+	regs, err := proc.GetRegs(s.pid)
+	if err != nil || int64(regs.Rax) < 0 {
+		return
+	}
+	f, err := os.Open(fmt.Sprintf("/proc/%d/fd/%d", s.pid, int32(regs.R8)))
+	if err != nil {
+		return // resolveMmaps tries /proc/PID/map_files, and says why if it cannot
+	}
+	s.marked = append(s.marked, &mappedFile{f: f, start: regs.Rax, length: regs.Rsi, offset: regs.R9})
+}
+
+// takeMarked returns the file opened at the mark of the mmap rec, if any.
+func (s *session) takeMarked(rec *format.Syscall) *os.File {
+	for i, m := range s.marked {
+		if m.start == uint64(rec.Ret) && m.length == rec.Args[1] && m.offset == rec.Args[5] {
+			s.marked = append(s.marked[:i], s.marked[i+1:]...)
+			return m.f
+		}
+	}
+	return nil
+}
+
+// dropMarked closes the files of marks no logged call claimed.
+func (s *session) dropMarked() {
+	for _, m := range s.marked {
+		m.f.Close()
+	}
+	s.marked = nil
+}
+
 // resolveMmaps opens the files of the mmaps a late source delivered, with the
 // interval's log complete and the target stopped. A mapping is taken from
 // /proc/PID/map_files only if no later call of the log mapped, unmapped or
@@ -61,8 +98,13 @@ func (s *session) resolveMmaps() {
 	if iv == nil {
 		return
 	}
+	defer s.dropMarked()
 	for _, i := range iv.pendingMmaps {
 		rec := iv.syscalls.at(i)
+		if f := s.takeMarked(rec); f != nil {
+			s.addMappedFile(rec, f)
+			continue
+		}
 		start := uint64(rec.Ret)
 		end := start + (rec.Args[1]+format.PageSize-1)&^(format.PageSize-1)
 		var err error

@@ -2,6 +2,7 @@ package recorder
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand"
 	"testing"
 
@@ -123,5 +124,30 @@ func TestUnionPages(t *testing.T) {
 		if got[i] != want[i] {
 			t.Fatalf("got %x", got)
 		}
+	}
+}
+
+// Pages of a mapping gone at the interval end are saved: the present ones,
+// and every page of a small file mapping; a mapping still there with the
+// same backing (even split by mprotect) is not.
+func TestVanishedPages(t *testing.T) {
+	const pg = format.PageSize
+	start := []format.Mapping{
+		{Start: 0x10000, End: 0x14000, Prot: format.ProtRead, Shared: true, Inode: 7, Dev: "fd:01", Path: "/data"},
+		{Start: 0x20000, End: 0x22000, Prot: format.ProtRead | format.ProtWrite},
+		{Start: 0x30000, End: 0x34000, Prot: format.ProtRead, Inode: 9, Path: "/lib.so"},
+	}
+	now := []format.Mapping{
+		{Start: 0x30000, End: 0x32000, Prot: format.ProtRead, Inode: 9, Path: "/lib.so"},
+		{Start: 0x32000, End: 0x34000, Prot: format.ProtRead | format.ProtExec, Inode: 9, Path: "/lib.so", Offset: 0x2000},
+	}
+	present := []pageRun{{0x10000, 0x10000 + pg}, {0x20000, 0x22000}, {0x30000, 0x34000}}
+	got := vanishedPages(start, present, now)
+	want := []uint64{0x10000, 0x11000, 0x12000, 0x13000, 0x20000, 0x21000}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("vanished %x, want %x", got, want)
+	}
+	if got := mergePages([]uint64{1, 3, 5}, []uint64{2, 3, 6}); fmt.Sprint(got) != "[1 2 3 5 6]" {
+		t.Errorf("merge: %v", got)
 	}
 }

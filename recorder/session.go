@@ -66,7 +66,10 @@ type session struct {
 	zombie      int // killed shadow the target still has to reap
 	// deferred is work a boundary leaves for after the target resumes
 	// (runDeferred): saving the closed interval's originals.
-	deferred    []func()
+	deferred []func()
+	// marked are files opened at the eBPF programs' signal after a file
+	// mmap, waiting for their call's record (resolveMmaps).
+	marked      []*mappedFile
 	want        struct{ boundary, dump bool }
 	gone        bool
 	exitStatus  unix.WaitStatus
@@ -492,6 +495,10 @@ func (s *session) onSignal(sig int) error {
 			delete(s.execOrphans, int(int32(le32(info[16:]))))
 			return proc.Resume(s.src.resumeRequest(), s.pid, 0)
 		}
+	}
+	if s.src.ownSignal(sig) {
+		s.openMarkedMmap()
+		return proc.Resume(s.src.resumeRequest(), s.pid, 0)
 	}
 	if s.state == stateRecording && fatalSignals[unix.Signal(sig)] {
 		regs, err := proc.GetRegs(s.pid)

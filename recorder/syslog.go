@@ -19,8 +19,11 @@ type source interface {
 	// stop: PTRACE_SYSCALL when the source needs syscall stops, else PTRACE_CONT.
 	resumeRequest() int
 	// sync is called with the target stopped, before an interval closes: it
-	// must append every syscall completed so far with s.appendSyscall.
+	// must put every syscall completed so far into the interval's log.
 	sync(s *session) error
+	// ownSignal reports whether a signal stop is one the source caused
+	// (then the session handles it and suppresses the signal).
+	ownSignal(sig int) bool
 	// opened is called when an interval has started, the target still
 	// stopped (after the recorder's own injected calls).
 	opened(s *session) error
@@ -37,6 +40,7 @@ func (ptraceSource) name() string                                      { return 
 func (ptraceSource) resumeRequest() int                                { return unix.PTRACE_SYSCALL }
 func (ptraceSource) sync(s *session) error                             { return nil }
 func (ptraceSource) opened(s *session) error                           { return nil }
+func (ptraceSource) ownSignal(sig int) bool                            { return false }
 func (ptraceSource) close()                                            {}
 func (ptraceSource) checkWritten(*session, []format.Mapping, []uint64) {}
 
