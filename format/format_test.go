@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -315,5 +316,21 @@ func TestSyscallLogExtremes(t *testing.T) {
 	defer f.Close()
 	if err := sameCheckpoint(c, f.Checkpoint); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The recorder's packed logs decode to the calls it packed.
+func TestPackSyscalls(t *testing.T) {
+	c, _ := richCheckpoint(3, 2, 200, 10)
+	b := PackSyscalls(c.Syscalls)
+	got, err := UnpackSyscalls(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, c.Syscalls) {
+		t.Fatalf("unpacked calls differ")
+	}
+	if _, err := UnpackSyscalls(b[:len(b)/2]); err == nil {
+		t.Error("a truncated packed log decoded")
 	}
 }

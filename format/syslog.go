@@ -39,7 +39,16 @@ func (e *enc) uvarint(v uint64) { e.b = binary.AppendUvarint(e.b, v) }
 func (e *enc) svarint(v uint64) { e.b = binary.AppendVarint(e.b, int64(v)) }
 
 func encodeSyscalls(z *codec, calls []Syscall) []byte {
-	var raw enc
+	// Sized up front: a log of hundreds of megabytes of outputs would
+	// otherwise be copied over and over as it grows.
+	size := 10
+	for i := range calls {
+		size += 24 + 40*len(calls[i].Pages)
+		for _, o := range calls[i].Out {
+			size += 12 + len(o.Data)
+		}
+	}
+	raw := enc{b: make([]byte, 0, size)}
 	raw.uvarint(uint64(len(calls)))
 	var seq, tid uint64
 	prev := map[int]*syscallPrev{}
@@ -206,4 +215,29 @@ func decodeSyscalls(d *dec) []Syscall {
 		}
 	}
 	return out
+}
+
+// PackSyscalls encodes calls as a SYSCL payload compressed with lz4 (fast
+// enough to run while recording): the recorder keeps the logs of older
+// intervals packed when its ring runs short of memory. UnpackSyscalls
+// reverses it.
+func PackSyscalls(calls []Syscall) []byte {
+	return encodeSyscalls(&codec{}, calls)
+}
+
+// UnpackSyscalls decodes what PackSyscalls encoded.
+func UnpackSyscalls(b []byte) ([]Syscall, error) {
+	c := &codec{}
+	d := &dec{b: b, sec: "SYSCL"}
+	raw := unpack(d, c)
+	if d.fail != nil {
+		return nil, d.fail
+	}
+	d2 := &dec{b: raw, base: -1, sec: "SYSCL"}
+	calls := decodeSyscalls(d2)
+	d2.end(VersionMinor)
+	if d2.fail != nil {
+		return nil, d2.fail
+	}
+	return calls, nil
 }

@@ -51,9 +51,12 @@ func (s *session) dump(end format.EndState, reason string) error {
 	clk.mark("dump shadow")
 	clk.log(s, "dump")
 	work := func() {
-		assemble()
 		src := &liveSource{pid: live, store: store}
-		if err := s.finish(path, c, src, t0, held); err != nil {
+		err := assemble()
+		if err == nil {
+			err = s.finish(path, c, src, t0, held)
+		}
+		if err != nil {
 			s.logf("write checkpoint %s: %v", path, err)
 		}
 		if dsh != nil {
@@ -84,7 +87,7 @@ func (s *session) dump(end format.EndState, reason string) error {
 // may run while the session goes on recording: it reads only intervals and
 // pages that are no longer changed, by pointer, so the ring dropping them
 // meanwhile does not matter.
-func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk *stepClock) (*format.Checkpoint, *format.MemStore, func(), error) {
+func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk *stepClock) (*format.Checkpoint, *format.MemStore, func() error, error) {
 	if err := s.closeInterval(t0); err != nil {
 		return nil, nil, nil, err
 	}
@@ -97,7 +100,7 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 	// intervals that fit (always the last one, which ends at the failure).
 	total := 0
 	for i := len(ivs) - 1; i >= 0; i-- {
-		total += ivs[i].syscalls.len()
+		total += ivs[i].calls()
 		if total > format.MaxSyscalls && i < len(ivs)-1 {
 			s.logf("checkpoint keeps the last %d intervals: the older ones would exceed %d syscall records", len(ivs)-1-i, format.MaxSyscalls)
 			ivs = ivs[i+1:]
@@ -150,10 +153,12 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 		c.Signals = append(c.Signals, iv.signals...)
 	}
 	n := 0
-	for _, iv := range ivs {
-		n += iv.syscalls.len()
+	views := make([]logView, len(ivs))
+	for i, iv := range ivs {
+		n += iv.calls()
+		views[i] = iv.view()
 	}
-	assemble := func() {
+	assemble := func() error {
 		for h, b := range saved {
 			data, err := b.page()
 			if err != nil {
@@ -164,16 +169,20 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 			store.PutHashed(h, data)
 		}
 		c.Syscalls = make([]format.Syscall, 0, n)
-		for _, iv := range ivs {
-			for r := range iv.syscalls.all() {
+		for _, v := range views {
+			err := v.each(func(r *format.Syscall) {
 				rec := *r
 				if p, ok := filePages[rec.Seq]; ok {
 					rec.Pages = p
 				}
 				clearUnusedArgs(&rec)
 				c.Syscalls = append(c.Syscalls, rec)
+			})
+			if err != nil {
+				return err // a bug: better no checkpoint than a wrong one
 			}
 		}
+		return nil
 	}
 	clk.mark(fmt.Sprintf("files and saved pages (%d pages, %d syscalls)", len(saved), n))
 	// The stack page and the pages the last interval wrote tell a matching

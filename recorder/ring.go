@@ -12,9 +12,15 @@ type interval struct {
 	meta     format.Interval
 	present  []pageRun // pages present in memory at the interval start
 	syscalls callLog
-	signals  []format.SignalEvent
-	logBytes int64                  // memory held by the syscall log
-	files    map[uint64]*mappedFile // by seq: files mapped during the interval
+	// packed is the log encoded and lz4-compressed (format.PackSyscalls)
+	// when the ring ran short of memory; syscalls is then empty and ncalls
+	// says how many calls it holds.
+	packed    []byte
+	ncalls    int
+	packTried bool
+	signals   []format.SignalEvent
+	logBytes  int64                  // memory held by the syscall log
+	files     map[uint64]*mappedFile // by seq: files mapped during the interval
 	// pendingMmaps are positions in syscalls of file mmaps a late source
 	// delivered, to resolve once the interval's log is complete.
 	pendingMmaps []int
@@ -114,9 +120,92 @@ func (r *ring) push(iv *interval) {
 	}
 	r.bytes += iv.logBytes
 	r.intervals = append(r.intervals, iv)
-	for len(r.intervals) > 1 && (len(r.intervals) > r.keep || r.bytes > r.maxBytes) {
+	for len(r.intervals) > 1 && len(r.intervals) > r.keep {
 		r.drop()
 	}
+	// Over the memory budget, older logs are packed before any interval is
+	// dropped: the buffers that read(2) returned are most of a log and
+	// usually compress several times (a program reading text files can
+	// keep several times more history).
+	for r.bytes > r.maxBytes {
+		if old := r.unpacked(); old != nil {
+			r.pack(old)
+			continue
+		}
+		if len(r.intervals) <= 1 {
+			break
+		}
+		r.drop()
+	}
+}
+
+// unpacked returns the oldest interval whose log was not packed yet.
+func (r *ring) unpacked() *interval {
+	for _, iv := range r.intervals {
+		if !iv.packTried {
+			return iv
+		}
+	}
+	return nil
+}
+
+// pack replaces iv's log by its packed form when that is smaller. A log
+// larger than the whole budget is left alone: packing it would take the
+// session seconds (700 MB a quarter second from a loop reading a 20 KB file)
+// for an interval the ring could not keep anyway.
+func (r *ring) pack(iv *interval) {
+	iv.packTried = true
+	if iv.logBytes > r.maxBytes {
+		return
+	}
+	calls := make([]format.Syscall, 0, iv.syscalls.len())
+	for c := range iv.syscalls.all() {
+		calls = append(calls, *c)
+	}
+	b := format.PackSyscalls(calls)
+	if int64(len(b)) >= iv.logBytes {
+		return
+	}
+	iv.packed, iv.ncalls = b, len(calls)
+	iv.syscalls = callLog{}
+	r.bytes += int64(len(b)) - iv.logBytes
+	iv.logBytes = int64(len(b))
+}
+
+// calls returns how many calls the interval's log holds.
+func (iv *interval) calls() int {
+	if iv.packed != nil {
+		return iv.ncalls
+	}
+	return iv.syscalls.len()
+}
+
+// logView is an interval's log as a dump sees it: taken while the target is
+// stopped, read later (the ring may pack or drop the interval meanwhile, which
+// replaces its fields but changes nothing they pointed to).
+type logView struct {
+	calls  callLog
+	packed []byte
+}
+
+func (iv *interval) view() logView { return logView{iv.syscalls, iv.packed} }
+
+// each calls fn with every call of the log, in order.
+func (v logView) each(fn func(*format.Syscall)) error {
+	if v.packed != nil {
+		calls, err := format.UnpackSyscalls(v.packed)
+		if err != nil {
+			return fmt.Errorf("unpack a syscall log of the ring: %w", err)
+		}
+		for i := range calls {
+			fn(&calls[i])
+		}
+		return nil
+	}
+	for c := range v.calls.all() {
+		fn(c)
+	}
+	return nil
 }
 
 func (r *ring) drop() {

@@ -151,3 +151,48 @@ func TestVanishedPages(t *testing.T) {
 		t.Errorf("merge: %v", got)
 	}
 }
+
+// Over the memory budget the ring packs older logs before it drops any
+// interval, and a packed log reads back whole.
+func TestRingPacksLogsBeforeDropping(t *testing.T) {
+	text := bytes.Repeat([]byte("GET /index.html HTTP/1.1\r\nHost: example\r\n\r\n"), 90) // ~4 KB
+	mk := func(i int) *interval {
+		iv := &interval{meta: format.Interval{Index: i, FirstSeq: uint64(i*100 + 1)}}
+		for k := 0; k < 100; k++ {
+			iv.syscalls.append(format.Syscall{Seq: uint64(i*100 + k + 1), Tid: 1, Nr: unix.SYS_READ,
+				Args: [6]uint64{3, 0x1000, 4096}, Ret: int64(len(text)),
+				Out: []format.OutBuf{{Addr: 0x1000, Data: text}}})
+		}
+		return iv
+	}
+	// Each log holds ~410 KB unpacked; the budget fits about two of them.
+	r := newRing(100, 900<<10)
+	for i := 0; i < 6; i++ {
+		r.push(mk(i))
+	}
+	if len(r.intervals) != 6 {
+		t.Fatalf("ring dropped intervals instead of packing their logs: %d left", len(r.intervals))
+	}
+	if r.bytes > r.maxBytes {
+		t.Fatalf("ring holds %d bytes, budget %d", r.bytes, r.maxBytes)
+	}
+	packed := 0
+	for _, iv := range r.intervals {
+		if iv.packed != nil {
+			packed++
+		}
+		n := 0
+		err := iv.view().each(func(s *format.Syscall) {
+			if s.Seq != iv.meta.FirstSeq+uint64(n) || !bytes.Equal(s.Out[0].Data, text) {
+				t.Fatalf("interval %d call %d: %+v", iv.meta.Index, n, s.Seq)
+			}
+			n++
+		})
+		if err != nil || n != 100 || iv.calls() != 100 {
+			t.Fatalf("interval %d: %d calls read back, %v", iv.meta.Index, n, err)
+		}
+	}
+	if packed == 0 {
+		t.Fatal("no log was packed")
+	}
+}
