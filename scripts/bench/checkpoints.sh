@@ -174,7 +174,7 @@ def t(s):  # RFC 3339 with up to 9 fractional digits
     return base.timestamp() + float(m.group(2) or 0)
 j = json.load(sys.stdin)
 w = t(j["process"]["dump"]) - t(j["intervals"][0]["start"])
-m = re.search(r", ([^,()]+)\)$", j["process"].get("page_set_note", ""))
+m = re.search(r"pages, ([^,()]+)\)", j["process"].get("page_set_note", ""))
 print("%.3f" % w, m.group(1) if m else "0s")')
 	local rline load replay verified=yes
 	rline=$("$BIN/tpreplay" --time "$f" 2>&1 >/dev/null | grep 'timing:' || true)
