@@ -581,6 +581,21 @@ static __always_inline void mark_mmap(struct tp_proc *p, struct call_ctx *call)
 		__sync_fetch_and_add(&p->marks, 1);
 }
 
+/* A call with nothing to copy: its header alone, reserved in the ring buffer
+ * in place. */
+static __always_inline void send_header(struct call_ctx *call, __u32 tid, __u32 tgid, __u64 seq, __u64 ip)
+{
+	struct tp_syscall *h = bpf_ringbuf_reserve(&events, sizeof(*h), 0);
+	if (!h) {
+		struct tp_counters *c = counters_get();
+		if (c)
+			c->lost_records++;
+		return;
+	}
+	fill_header(h, call, tid, tgid, seq, ip);
+	bpf_ringbuf_submit(h, wakeup_flags());
+}
+
 SEC("tp_btf/sys_exit")
 int BPF_PROG(tp_sys_exit, struct pt_regs *regs, long ret)
 {
@@ -632,16 +647,7 @@ int BPF_PROG(tp_sys_exit, struct pt_regs *regs, long ret)
 	if (call.nr >= 0 && call.nr <= TP_MAX_SYSNUM && first < TP_MAX_OUTS)
 		o = &tp_outs[call.nr][first];
 	if (nout == 0) {
-		/* Header only: reserved in the ring buffer in place. */
-		struct tp_syscall *h = bpf_ringbuf_reserve(&events, sizeof(*h), 0);
-		if (!h) {
-			struct tp_counters *c = counters_get();
-			if (c)
-				c->lost_records++;
-			return 0;
-		}
-		fill_header(h, &call, tid, tgid, seq, regs->ip);
-		bpf_ringbuf_submit(h, wakeup_flags());
+		send_header(&call, tid, tgid, seq, regs->ip);
 		return 0;
 	}
 	if (nout == 1 && o && o->kind == TP_OUT_PLAIN && o->size != TP_SIZE_ARGPTR) {
@@ -649,15 +655,7 @@ int BPF_PROG(tp_sys_exit, struct pt_regs *regs, long ret)
 		 * epoll_wait's few events): no scratch copy, no loops. */
 		__u64 ptr = arg_of(&call, o->arg), n = plain_len(&call, o);
 		if (n == 0) {
-			struct tp_syscall *h = bpf_ringbuf_reserve(&events, sizeof(*h), 0);
-			if (!h) {
-				struct tp_counters *c = counters_get();
-				if (c)
-					c->lost_records++;
-				return 0;
-			}
-			fill_header(h, &call, tid, tgid, seq, regs->ip);
-			bpf_ringbuf_submit(h, wakeup_flags());
+			send_header(&call, tid, tgid, seq, regs->ip);
 			return 0;
 		}
 		if (n <= TP_SMALL && send_small(&call, tid, tgid, seq, regs->ip, ptr, n, TP_SMALL))

@@ -22,12 +22,11 @@ type mappedFile struct {
 	offset uint64 // file offset of start
 }
 
-// noteMmap opens the file of a successful file-backed mmap. At a ptrace
-// syscall-exit stop the descriptor is still the one mapped. A source that
-// delivers records later (eBPF, at the next boundary) may find the
-// descriptor closed or reused for another file, and the address reused by a
-// later mapping: its mmaps are resolved once the interval's log is complete
-// (resolveMmaps).
+// noteMmap opens the file of a successful file-backed mmap, at its ptrace
+// syscall-exit stop, where the descriptor is still the one mapped. The eBPF
+// source sees calls later: its file mmaps are opened at the programs' signal
+// right after the call (openMarkedMmap) and matched with their records once
+// the interval's log is complete (resolveMmaps).
 func (s *session) noteMmap(rec *format.Syscall) {
 	if !fileMmap(rec) {
 		return

@@ -227,24 +227,33 @@ func TestCrashIsDeliveredUnchanged(t *testing.T) {
 	}
 }
 
-// intervalsOf lists the interval indexes of a checkpoint (tpinspect --json).
-func intervalsOf(t *testing.T, ckpt string) []int {
+// intervalInfo is one interval as tpinspect --json describes it.
+type intervalInfo struct {
+	Index      int  `json:"index"`
+	Replayable bool `json:"replayable"`
+}
+
+// intervalsIn lists a checkpoint's intervals (tpinspect --json).
+func intervalsIn(t *testing.T, ckpt string) []intervalInfo {
 	t.Helper()
 	out, code := runTool(t, "tpinspect", "--json", ckpt)
 	if code != 0 {
 		t.Fatalf("tpinspect --json: exit %d: %s", code, out)
 	}
 	var v struct {
-		Intervals []struct {
-			Index      int  `json:"index"`
-			Replayable bool `json:"replayable"`
-		} `json:"intervals"`
+		Intervals []intervalInfo `json:"intervals"`
 	}
 	if err := json.Unmarshal([]byte(out), &v); err != nil {
 		t.Fatalf("tpinspect --json: %v", err)
 	}
+	return v.Intervals
+}
+
+// intervalsOf lists the indexes of a checkpoint's replayable intervals.
+func intervalsOf(t *testing.T, ckpt string) []int {
+	t.Helper()
 	var idx []int
-	for _, iv := range v.Intervals {
+	for _, iv := range intervalsIn(t, ckpt) {
 		if iv.Replayable {
 			idx = append(idx, iv.Index)
 		}
