@@ -140,6 +140,16 @@ func (s *session) openIntervalFrom(now time.Time, snap *pageSnapshot) error {
 		},
 		present: present,
 	}
+	for _, m := range maps {
+		if m.Path == "[uprobes]" {
+			// The kernel maps it once a uprobe has run in the process: a
+			// probe's breakpoint then sits in the code the checkpoint
+			// holds, and on eBPF the exits of its trampoline calls look
+			// like rt_sigreturn.
+			iv.meta.Replayable = false
+			iv.meta.Reason = "uprobes have run in the process (it has an [uprobes] mapping): their breakpoints sit in its code"
+		}
+	}
 	s.nextIndex++
 	err = s.withSignalsBlocked(func() error {
 		s.reapZombie(false)
@@ -224,7 +234,7 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 	}
 	clk.mark(fmt.Sprintf("pagemap (%d written)", len(written)))
 	s.src.checkWritten(s, iv.meta.Maps, written)
-	written = mergePages(written, vanishedPages(iv.meta.Maps, iv.present, snap.maps))
+	written = mergePages(written, vanishedPages(iv.meta.Maps, iv.present, snap.maps, iv.remapped()))
 	// Pages the stack grew into during the interval (no syscall made them:
 	// the kernel extends [stack] on a fault below it) started as zeros.
 	// The shadow's map does not cover them, so the comparison above cannot
@@ -265,18 +275,31 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 
 // vanishedPages lists the pages of mappings that existed at the interval
 // start and are gone at its end, or now hold something else (unmapped,
-// replaced by another mapping, moved): those present at the start, and for a
-// file mapping of at most maxMappedAll bytes all its pages (a page the
-// program first touches later in the window is read from the file). Nothing
-// wrote them, but nothing can give their start content at the dump either:
-// the final state no longer has them. The shadow still does, so they are
-// saved as originals like written pages (a program that maps a file, reads
-// it and unmaps it in a loop has such a mapping at most interval starts).
-func vanishedPages(start []format.Mapping, present []pageRun, now []format.Mapping) []uint64 {
+// replaced by another mapping, moved), or were unmapped or replaced during
+// the interval (remapped: the ranges its calls mapped, unmapped or moved),
+// even if the same file is mapped there again at the end: those present at
+// the start, and for a file mapping of at most maxMappedAll bytes all its
+// pages (a page the program first touches later in the window is read from
+// the file). Nothing wrote them, but nothing can give their start content at
+// the dump either: the final state may no longer have them. The shadow still
+// does, so they are saved as originals like written pages (a program that
+// maps a file, reads it and unmaps it in a loop has such a mapping at most
+// interval starts).
+func vanishedPages(start []format.Mapping, present []pageRun, now []format.Mapping, remapped []span) []uint64 {
 	gone := func(a uint64) bool {
 		was := mappingAt(start, a)
-		is := mappingAt(now, a)
-		return was != nil && recorded(*was) && (is == nil || !sameBacking(*was, *is, a))
+		if was == nil || !recorded(*was) {
+			return false
+		}
+		if is := mappingAt(now, a); is == nil || !sameBacking(*was, *is, a) {
+			return true
+		}
+		for _, r := range remapped {
+			if r.overlaps(a, a+format.PageSize) {
+				return true
+			}
+		}
+		return false
 	}
 	var out []uint64
 	for _, r := range present {

@@ -112,7 +112,7 @@ func (s *session) resolveMmaps() {
 			if j <= i {
 				continue
 			}
-			if lo, hi, ok := changesMemory(later); ok && lo < end && hi > start {
+			if r, n := changesMemory(later); n > 0 && (r[0].overlaps(start, end) || n > 1 && r[1].overlaps(start, end)) {
 				err = fmt.Errorf("the mapping was changed by %s at seq %d before the recorder saw it", syscalls.Name(later.Nr), later.Seq)
 				break
 			}
@@ -130,23 +130,41 @@ func (s *session) resolveMmaps() {
 	iv.pendingMmaps = nil
 }
 
-// changesMemory returns the range a successful call mapped, unmapped or moved.
-func changesMemory(rec *format.Syscall) (lo, hi uint64, ok bool) {
+// changesMemory returns the ranges a successful call mapped, unmapped or
+// moved: one range, or for mremap the old one and the new one.
+func changesMemory(rec *format.Syscall) (r [2]span, n int) {
 	if rec.Ret < 0 {
-		return 0, 0, false
+		return r, 0
 	}
 	pg := func(n uint64) uint64 { return (n + format.PageSize - 1) &^ (format.PageSize - 1) }
 	switch rec.Nr {
 	case unix.SYS_MMAP:
-		return uint64(rec.Ret), uint64(rec.Ret) + pg(rec.Args[1]), true
+		r[0] = span{uint64(rec.Ret), uint64(rec.Ret) + pg(rec.Args[1])}
+		return r, 1
 	case unix.SYS_MUNMAP:
-		return rec.Args[0], rec.Args[0] + pg(rec.Args[1]), true
+		r[0] = span{rec.Args[0], rec.Args[0] + pg(rec.Args[1])}
+		return r, 1
 	case unix.SYS_MREMAP:
-		// Both the old range and the new one.
-		lo, hi := min(rec.Args[0], uint64(rec.Ret)), max(rec.Args[0]+pg(rec.Args[1]), uint64(rec.Ret)+pg(rec.Args[2]))
-		return lo, hi, true
+		r[0] = span{rec.Args[0], rec.Args[0] + pg(rec.Args[1])}
+		r[1] = span{uint64(rec.Ret), uint64(rec.Ret) + pg(rec.Args[2])}
+		return r, 2
 	}
-	return 0, 0, false
+	return r, 0
+}
+
+// span is an address range [lo, hi).
+type span struct{ lo, hi uint64 }
+
+func (a span) overlaps(lo, hi uint64) bool { return a.lo < hi && lo < a.hi }
+
+// remapped lists the ranges the interval's calls mapped, unmapped or moved.
+func (iv *interval) remapped() []span {
+	var out []span
+	for _, j := range iv.memCalls {
+		r, n := changesMemory(iv.syscalls.at(j))
+		out = append(out, r[:n]...)
+	}
+	return out
 }
 
 // mapFile opens the file mapped at addr (file offset off there) through

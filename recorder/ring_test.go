@@ -142,10 +142,22 @@ func TestVanishedPages(t *testing.T) {
 		{Start: 0x32000, End: 0x34000, Prot: format.ProtRead | format.ProtExec, Inode: 9, Path: "/lib.so", Offset: 0x2000},
 	}
 	present := []pageRun{{0x10000, 0x10000 + pg}, {0x20000, 0x22000}, {0x30000, 0x34000}}
-	got := vanishedPages(start, present, now)
+	got := vanishedPages(start, present, now, nil)
 	want := []uint64{0x10000, 0x11000, 0x12000, 0x13000, 0x20000, 0x21000}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("vanished %x, want %x", got, want)
+	}
+	// The same file mapped again at the same place by the end, after an
+	// munmap in the interval: its start content is saved all the same; an
+	// unrelated mapping next to the munmapped range is not.
+	again := append([]format.Mapping{start[0]}, now...)
+	got = vanishedPages(start, present, again, []span{{0x10000, 0x14000}})
+	want = []uint64{0x10000, 0x11000, 0x12000, 0x13000, 0x20000, 0x21000}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("remapped: vanished %x, want %x", got, want)
+	}
+	if got = vanishedPages(start, present, again, nil); fmt.Sprintf("%x", got) != "[20000 21000]" {
+		t.Errorf("remapped, without the munmap: vanished %x, want [20000 21000]", got)
 	}
 	if got := mergePages([]uint64{1, 3, 5}, []uint64{2, 3, 6}); fmt.Sprint(got) != "[1 2 3 5 6]" {
 		t.Errorf("merge: %v", got)
