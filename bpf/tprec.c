@@ -53,13 +53,17 @@ struct tp_entry {
 	__u64 args[6];
 };
 
-/* Arguments of the call each thread is in, by tid. */
+/* Bit tgid % 64 of word tgid / 64 is set for every traced process. The
+ * programs run for every task of the machine; for almost all of them this
+ * test, an array lookup the verifier inlines, is the only work. Pids stay
+ * below PID_MAX_LIMIT (include/linux/threads.h: 4M on 64-bit). */
+#define TP_PID_LIMIT (4U << 20)
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, TP_PID_LIMIT / 64);
 	__type(key, __u32);
-	__type(value, struct tp_entry);
-} entries SEC(".maps");
+	__type(value, __u64);
+} traced_bits SEC(".maps");
 
 /* The last call of each thread that returned -ERESTART_RESTARTBLOCK: what
  * restart_syscall finishes. */
@@ -131,6 +135,21 @@ const enum tp_item_kind *unused_item_kind __attribute__((unused));
 const enum tp_rec_flags *unused_rec_flags __attribute__((unused));
 const enum tp_fault_flags *unused_fault_flags __attribute__((unused));
 const enum tp_proc_flags *unused_proc_flags __attribute__((unused));
+
+static __always_inline int maybe_traced(__u32 tgid)
+{
+	__u32 i = tgid / 64;
+	__u64 *w = bpf_map_lookup_elem(&traced_bits, &i);
+	return !w || ((*w >> (tgid & 63)) & 1);
+}
+
+/* traced_proc returns the state of a traced process, or NULL. */
+static __always_inline struct tp_proc *traced_proc(__u32 tgid)
+{
+	if (!maybe_traced(tgid))
+		return NULL;
+	return bpf_map_lookup_elem(&traced, &tgid);
+}
 
 static __always_inline struct tp_scratch *scratch_get(void)
 {
@@ -432,46 +451,6 @@ static __always_inline int restarting(long ret)
 	return ret == -512 || ret == -513 || ret == -514 || ret == -516;
 }
 
-/* Calls whose registers at sys_exit no longer say what was called:
- * rt_sigreturn restores the interrupted context (orig_ax becomes -1,
- * arch/x86/kernel/signal_64.c), a successful execve starts the new program
- * with fresh registers, uretprobe and uprobe (the kernel's own trampolines)
- * restore registers and set orig_ax to -1. Only these keep their entry; for
- * every other call sys_exit reads the number and the arguments from the
- * registers, which the kernel leaves as the program set them. */
-static __always_inline int needs_entry(long nr)
-{
-	switch (nr) {
-	case 15:  /* rt_sigreturn */
-	case 59:  /* execve */
-	case 322: /* execveat */
-	case 335: /* uretprobe */
-	case 336: /* uprobe */
-		return 1;
-	}
-	return 0;
-}
-
-SEC("tp_btf/sys_enter")
-int BPF_PROG(tp_sys_enter, struct pt_regs *regs, long id)
-{
-	if (!needs_entry(id))
-		return 0;
-	__u64 pt = bpf_get_current_pid_tgid();
-	__u32 tgid = pt >> 32, tid = (__u32)pt;
-	if (!bpf_map_lookup_elem(&traced, &tgid))
-		return 0;
-	struct tp_entry e = {.nr = id};
-	e.args[0] = regs->di;
-	e.args[1] = regs->si;
-	e.args[2] = regs->dx;
-	e.args[3] = regs->r10;
-	e.args[4] = regs->r8;
-	e.args[5] = regs->r9;
-	bpf_map_update_elem(&entries, &tid, &e, BPF_ANY);
-	return 0;
-}
-
 /* tp_outputs counts the outputs the call can have written that the record
  * must carry: those the table declares for it (on failure, only those marked
  * OnError) at a non-null address. It returns the count times 256 plus the
@@ -601,21 +580,21 @@ int BPF_PROG(tp_sys_exit, struct pt_regs *regs, long ret)
 {
 	__u64 pt = bpf_get_current_pid_tgid();
 	__u32 tgid = pt >> 32, tid = (__u32)pt;
-	struct tp_proc *p = bpf_map_lookup_elem(&traced, &tgid);
+	struct tp_proc *p = traced_proc(tgid);
 	if (!p)
 		return 0;
+	/* The registers still hold the number and the arguments of the call
+	 * (the kernel leaves them as the program set them), except after
+	 * rt_sigreturn, which restores the interrupted context and sets orig_ax
+	 * to -1 (arch/x86/kernel/signal_64.c), and a successful execve, which
+	 * starts the new program with cleared registers: the number stays, and
+	 * an exec is recorded only to say the interval cannot be replayed.
+	 * uretprobe and uprobe, the kernel's own trampolines, also leave -1;
+	 * they run only in a process with uprobes attached, which the recorder
+	 * refuses to replay from. */
 	struct call_ctx call = {.nr = (long)regs->orig_ax, .ret = ret};
-	if (call.nr < 0 || needs_entry(call.nr)) {
-		struct tp_entry *e = bpf_map_lookup_elem(&entries, &tid);
-		if (!e) {
-			struct tp_counters *c = counters_get();
-			if (c)
-				c->no_entry++;
-			return 0;
-		}
-		call.nr = e->nr;
-		__builtin_memcpy(call.args, e->args, sizeof(call.args));
-		bpf_map_delete_elem(&entries, &tid);
+	if (call.nr == -1) {
+		call.nr = 15; /* rt_sigreturn */
 	} else {
 		/* The child of clone or fork leaves the call it never entered
 		 * (kernel/entry: ret_from_fork ends in syscall_exit_to_user_mode)
@@ -715,7 +694,7 @@ static __always_inline void on_fault(__u64 addr, __u64 ip, __u64 err, __u8 kerne
 		return;
 	__u64 pt = bpf_get_current_pid_tgid();
 	__u32 tgid = pt >> 32;
-	struct tp_proc *p = bpf_map_lookup_elem(&traced, &tgid);
+	struct tp_proc *p = traced_proc(tgid);
 	if (!p)
 		return;
 	__u64 epoch = p->epoch, w = (err & TP_PF_WRITE) ? 1 : 0;
@@ -766,12 +745,17 @@ int BPF_PROG(tp_fork, struct task_struct *parent, struct task_struct *child)
 	__u32 ptgid = parent->tgid, ctgid = child->tgid;
 	if (ptgid == ctgid)
 		return 0; /* a new thread: the tgid is already there */
-	struct tp_proc *p = bpf_map_lookup_elem(&traced, &ptgid);
+	struct tp_proc *p = traced_proc(ptgid);
 	if (!p || !(p->flags & TP_PROC_FOLLOW_FORK))
 		return 0;
 	/* Only the recorded process is stopped at its file mmaps. */
 	struct tp_proc c = {.epoch = p->epoch, .flags = p->flags & ~TP_PROC_MARK_MMAPS};
-	bpf_map_update_elem(&traced, &ctgid, &c, BPF_NOEXIST);
+	if (bpf_map_update_elem(&traced, &ctgid, &c, BPF_NOEXIST))
+		return 0;
+	__u32 i = ctgid / 64;
+	__u64 *w = bpf_map_lookup_elem(&traced_bits, &i);
+	if (w)
+		__sync_fetch_and_or(w, 1ULL << (ctgid & 63));
 	return 0;
 }
 
@@ -780,12 +764,16 @@ SEC("tp_btf/sched_process_exit")
 int BPF_PROG(tp_exit, struct task_struct *task)
 {
 	__u32 tid = task->pid, tgid = task->tgid;
-	if (!bpf_map_lookup_elem(&traced, &tgid))
+	if (!traced_proc(tgid))
 		return 0;
-	bpf_map_delete_elem(&entries, &tid);
 	bpf_map_delete_elem(&restarts, &tid);
 	/* kernel/exit.c: do_exit drops signal->live before this tracepoint. */
-	if (BPF_CORE_READ(task, signal, live.counter) == 0)
+	if (BPF_CORE_READ(task, signal, live.counter) == 0) {
 		bpf_map_delete_elem(&traced, &tgid);
+		__u32 i = tgid / 64;
+		__u64 *w = bpf_map_lookup_elem(&traced_bits, &i);
+		if (w)
+			__sync_fetch_and_and(w, ~(1ULL << (tgid & 63)));
+	}
 	return 0;
 }

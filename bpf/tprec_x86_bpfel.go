@@ -132,17 +132,16 @@ type TprecTpSyscall struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	TprecMapCounters         = "counters"
-	TprecMapEntries          = "entries"
 	TprecMapEvents           = "events"
 	TprecMapPages            = "pages"
 	TprecMapRestarts         = "restarts"
 	TprecMapScratch          = "scratch"
 	TprecMapTraced           = "traced"
+	TprecMapTracedBits       = "traced_bits"
 	TprecProgTpExit          = "tp_exit"
 	TprecProgTpFaultKernel   = "tp_fault_kernel"
 	TprecProgTpFaultUser     = "tp_fault_user"
 	TprecProgTpFork          = "tp_fork"
-	TprecProgTpSysEnter      = "tp_sys_enter"
 	TprecProgTpSysExit       = "tp_sys_exit"
 	TprecVarMaxCapture       = "max_capture"
 	TprecVarTpOuts           = "tp_outs"
@@ -203,7 +202,6 @@ type TprecProgramSpecs struct {
 	TpFaultKernel *ebpf.ProgramSpec `ebpf:"tp_fault_kernel"`
 	TpFaultUser   *ebpf.ProgramSpec `ebpf:"tp_fault_user"`
 	TpFork        *ebpf.ProgramSpec `ebpf:"tp_fork"`
-	TpSysEnter    *ebpf.ProgramSpec `ebpf:"tp_sys_enter"`
 	TpSysExit     *ebpf.ProgramSpec `ebpf:"tp_sys_exit"`
 }
 
@@ -211,13 +209,13 @@ type TprecProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type TprecMapSpecs struct {
-	Counters *ebpf.MapSpec `ebpf:"counters"`
-	Entries  *ebpf.MapSpec `ebpf:"entries"`
-	Events   *ebpf.MapSpec `ebpf:"events"`
-	Pages    *ebpf.MapSpec `ebpf:"pages"`
-	Restarts *ebpf.MapSpec `ebpf:"restarts"`
-	Scratch  *ebpf.MapSpec `ebpf:"scratch"`
-	Traced   *ebpf.MapSpec `ebpf:"traced"`
+	Counters   *ebpf.MapSpec `ebpf:"counters"`
+	Events     *ebpf.MapSpec `ebpf:"events"`
+	Pages      *ebpf.MapSpec `ebpf:"pages"`
+	Restarts   *ebpf.MapSpec `ebpf:"restarts"`
+	Scratch    *ebpf.MapSpec `ebpf:"scratch"`
+	Traced     *ebpf.MapSpec `ebpf:"traced"`
+	TracedBits *ebpf.MapSpec `ebpf:"traced_bits"`
 }
 
 // TprecVariableSpecs contains global variables before they are loaded into the kernel.
@@ -257,24 +255,24 @@ func (o *TprecObjects) Close() error {
 //
 // It can be passed to LoadTprecObjects or ebpf.CollectionSpec.LoadAndAssign.
 type TprecMaps struct {
-	Counters *ebpf.Map `ebpf:"counters"`
-	Entries  *ebpf.Map `ebpf:"entries"`
-	Events   *ebpf.Map `ebpf:"events"`
-	Pages    *ebpf.Map `ebpf:"pages"`
-	Restarts *ebpf.Map `ebpf:"restarts"`
-	Scratch  *ebpf.Map `ebpf:"scratch"`
-	Traced   *ebpf.Map `ebpf:"traced"`
+	Counters   *ebpf.Map `ebpf:"counters"`
+	Events     *ebpf.Map `ebpf:"events"`
+	Pages      *ebpf.Map `ebpf:"pages"`
+	Restarts   *ebpf.Map `ebpf:"restarts"`
+	Scratch    *ebpf.Map `ebpf:"scratch"`
+	Traced     *ebpf.Map `ebpf:"traced"`
+	TracedBits *ebpf.Map `ebpf:"traced_bits"`
 }
 
 func (m *TprecMaps) Close() error {
 	return _TprecClose(
 		m.Counters,
-		m.Entries,
 		m.Events,
 		m.Pages,
 		m.Restarts,
 		m.Scratch,
 		m.Traced,
+		m.TracedBits,
 	)
 }
 
@@ -303,7 +301,6 @@ type TprecPrograms struct {
 	TpFaultKernel *ebpf.Program `ebpf:"tp_fault_kernel"`
 	TpFaultUser   *ebpf.Program `ebpf:"tp_fault_user"`
 	TpFork        *ebpf.Program `ebpf:"tp_fork"`
-	TpSysEnter    *ebpf.Program `ebpf:"tp_sys_enter"`
 	TpSysExit     *ebpf.Program `ebpf:"tp_sys_exit"`
 }
 
@@ -313,7 +310,6 @@ func (p *TprecPrograms) Close() error {
 		p.TpFaultKernel,
 		p.TpFaultUser,
 		p.TpFork,
-		p.TpSysEnter,
 		p.TpSysExit,
 	)
 }

@@ -6,15 +6,16 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
@@ -50,14 +51,16 @@ type ebpfSource struct {
 	pid   int
 	objs  bpf.TprecObjects
 	links []link.Link
-	rd    *ringbuf.Reader
+	ring  *ringReader
 	logf  func(string, ...any)
 
 	stats   io.Closer // run-time statistics, with TPREC_DEBUG=bpfstats
 	profile *os.File  // CPU profile of the recorder, with TPREC_CPUPROFILE
 
-	flushed chan error    // one value per Flush, from the reader
-	done    chan struct{} // closed when the reader returns
+	flushReq chan struct{} // a drain asks the reader to empty the ring
+	flushed  chan error    // one value per request, from the reader
+	stop     atomic.Bool   // the reader returns at its next look
+	done     chan struct{} // closed when the reader returns
 
 	mu        sync.Mutex
 	calls     map[uint64]*pendingCall // by sequence number, until complete
@@ -141,7 +144,7 @@ func (l *openLog) add(q uint64, rec format.Syscall, problem string) {
 	if fileMmap(&rec) {
 		l.mmaps = append(l.mmaps, l.calls.len())
 	}
-	if _, _, ok := changesMemory(&rec); ok {
+	if _, n := changesMemory(&rec); n > 0 {
 		l.memCalls = append(l.memCalls, l.calls.len())
 	}
 	l.calls.append(rec)
@@ -172,12 +175,12 @@ func newEBPFSource(pid int, ringbufSize int, logf func(string, ...any)) (*ebpfSo
 	if err := spec.Variables["max_capture"].Set(uint32(MaxCapture)); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrEBPFUnavailable, err)
 	}
-	e := &ebpfSource{pid: pid, logf: logf, flushed: make(chan error, 1), done: make(chan struct{}),
+	e := &ebpfSource{pid: pid, logf: logf, flushReq: make(chan struct{}, 1), flushed: make(chan error, 1), done: make(chan struct{}),
 		calls: map[uint64]*pendingCall{}, faults: map[uint64]uint8{}}
 	if err := spec.LoadAndAssign(&e.objs, nil); err != nil {
 		return nil, loadError(err)
 	}
-	for _, p := range []*ebpf.Program{e.objs.TpSysEnter, e.objs.TpSysExit, e.objs.TpFaultUser, e.objs.TpFaultKernel, e.objs.TpFork, e.objs.TpExit} {
+	for _, p := range []*ebpf.Program{e.objs.TpSysExit, e.objs.TpFaultUser, e.objs.TpFaultKernel, e.objs.TpFork, e.objs.TpExit} {
 		l, err := link.AttachTracing(link.TracingOptions{Program: p, AttachType: ebpf.AttachTraceRawTp})
 		if err != nil {
 			e.closeObjects()
@@ -200,7 +203,7 @@ func newEBPFSource(pid int, ringbufSize int, logf func(string, ...any)) (*ebpfSo
 			logf("bpf run-time statistics unavailable: %v", err)
 		}
 	}
-	e.rd, err = ringbuf.NewReader(e.objs.Events)
+	e.ring, err = newRingReader(e.objs.Events.FD(), int(e.objs.Events.MaxEntries()))
 	if err != nil {
 		e.closeObjects()
 		return nil, fmt.Errorf("%w: ring buffer reader: %w", ErrEBPFUnavailable, err)
@@ -210,7 +213,29 @@ func newEBPFSource(pid int, ringbufSize int, logf func(string, ...any)) (*ebpfSo
 		e.close()
 		return nil, fmt.Errorf("%w: trace process %d: %w", ErrEBPFUnavailable, pid, err)
 	}
+	if err := e.markTraced(pid, true); err != nil {
+		e.close()
+		return nil, fmt.Errorf("%w: trace process %d: %w", ErrEBPFUnavailable, pid, err)
+	}
 	return e, nil
+}
+
+// markTraced sets or clears the bit of tgid in traced_bits, the programs'
+// first filter. The read-modify-write is not atomic against the fork
+// program, which sets a child's bit in the same word; it runs before the
+// target has children and once it is no longer recorded.
+func (e *ebpfSource) markTraced(tgid int, on bool) error {
+	i := uint32(tgid / 64)
+	var w uint64
+	if err := e.objs.TracedBits.Lookup(i, &w); err != nil {
+		return fmt.Errorf("pid %d beyond the traced bitmap: %w", tgid, err)
+	}
+	if on {
+		w |= 1 << (tgid % 64)
+	} else {
+		w &^= 1 << (tgid % 64)
+	}
+	return e.objs.TracedBits.Update(i, w, ebpf.UpdateExist)
 }
 
 // ringbufPages rounds a size up to a power-of-two number of pages, as the
@@ -243,45 +268,75 @@ func (e *ebpfSource) name() string       { return "ebpf" }
 func (e *ebpfSource) resumeRequest() int { return unix.PTRACE_CONT }
 
 // read is the reader goroutine: it decodes every record into e.calls and
-// e.faults, and answers each Flush once the ring buffer is empty.
+// e.faults, and answers each drain request once the ring buffer is empty.
+// It takes e.mu for a bounded batch of records at a time, so a boundary
+// waits for at most one batch.
 func (e *ebpfSource) read() {
 	defer close(e.done)
-	var rec ringbuf.Record
-	e.rd.SetDeadline(time.Now().Add(pollPeriod))
-	for {
-		err := e.rd.ReadInto(&rec)
-		switch {
-		case err == nil:
-			e.consume(rec.RawSample)
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			// The programs send without waking the reader: look again soon.
-			e.rd.SetDeadline(time.Now().Add(pollPeriod))
-		case errors.Is(err, ringbuf.ErrFlushed):
-			e.flushed <- nil
-		case errors.Is(err, ringbuf.ErrClosed), errors.Is(err, os.ErrClosed):
-			return
+	const batch = 1024
+	for !e.stop.Load() {
+		asked := false
+		select {
+		case <-e.flushReq:
+			asked = true
 		default:
+		}
+		err := e.drainRing(batch, asked)
+		if asked {
+			e.flushed <- err
+		}
+		if err != nil {
 			e.mu.Lock()
 			e.readerErr = err
 			e.mu.Unlock()
-			select {
-			case e.flushed <- err:
-			default:
-			}
 			return
+		}
+		if !asked {
+			// The programs send without waking the reader (unless the
+			// ring is more than half full): look again soon.
+			if err := e.ring.wait(pollPeriod); err != nil {
+				e.mu.Lock()
+				e.readerErr = err
+				e.mu.Unlock()
+				return
+			}
 		}
 	}
 }
 
-// consume files one raw record. Records of other processes (followed
-// children) are dropped: only the target is recorded. A call whose record is
-// complete is built at once (most calls fit in one part and never enter the
-// pending map), so the work per call is done while the target runs.
+// drainRing consumes every committed record, batch records per hold of e.mu.
+// With all, it also waits for records still being written (another
+// process's call in flight), up to a second: a drain must see everything.
+func (e *ebpfSource) drainRing(batch int, all bool) error {
+	deadline := time.Now().Add(time.Second)
+	for {
+		e.mu.Lock()
+		n, err := e.ring.drain(batch, e.consume)
+		e.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if n == batch {
+			continue
+		}
+		if !all || e.ring.pending() == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("a ring buffer record stayed uncommitted for a second")
+		}
+		runtime.Gosched()
+	}
+}
+
+// consume files one raw record, with e.mu held. Records of other processes
+// (followed children) are dropped: only the target is recorded. A call whose
+// record is complete is built at once (most calls fit in one part and never
+// enter the pending map), so the work per call is done while the target
+// runs. b aliases the ring buffer: whatever is kept is copied.
 func (e *ebpfSource) consume(b []byte) {
 	r := &e.rec
 	err := r.decode(b)
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	if err != nil {
 		e.badRecs++
 		if e.firstBad == nil {
@@ -370,9 +425,11 @@ func (e *ebpfSource) complete(seq uint64, c *pendingCall) {
 // drain returns once the reader has consumed every record committed before
 // the call. The target is stopped, so nothing new of it can arrive.
 func (e *ebpfSource) drain() error {
-	if err := e.rd.Flush(); err != nil {
-		return fmt.Errorf("flush ring buffer: %w", err)
+	select {
+	case e.flushReq <- struct{}{}:
+	default: // a request is already waiting
 	}
+	e.ring.poke()
 	select {
 	case err := <-e.flushed:
 		return err
@@ -407,7 +464,7 @@ func (e *ebpfSource) counters() (bpf.TprecTpCounters, error) {
 // missed as surely as one without room in the ring buffer.
 func (e *ebpfSource) recursionMisses() uint64 {
 	var n uint64
-	for _, p := range []*ebpf.Program{e.objs.TpSysEnter, e.objs.TpSysExit, e.objs.TpFaultUser, e.objs.TpFaultKernel} {
+	for _, p := range []*ebpf.Program{e.objs.TpSysExit, e.objs.TpFaultUser, e.objs.TpFaultKernel} {
 		if st, err := p.Stats(); err == nil {
 			n += st.RecursionMisses
 		}
@@ -432,7 +489,7 @@ func (e *ebpfSource) losses() (lostCalls, lostFaults uint64, err error) {
 // sequence order, and checks that nothing was lost.
 func (e *ebpfSource) sync(s *session) error {
 	t0 := time.Now()
-	backlog := e.rd.AvailableBytes()
+	backlog := e.ring.pending()
 	if err := e.drain(); err != nil {
 		return err
 	}
@@ -657,11 +714,14 @@ func compareWritten(maps []format.Mapping, written []uint64, faults map[uint64]u
 }
 
 func (e *ebpfSource) close() {
-	if e.rd != nil {
+	if e.ring != nil {
 		e.objs.Traced.Delete(uint32(e.pid))
-		e.rd.Close()
+		e.markTraced(e.pid, false)
+		e.stop.Store(true)
+		e.ring.poke()
 		<-e.done
-		e.rd = nil
+		e.ring.close()
+		e.ring = nil
 	}
 	if e.check.intervals > 0 {
 		e.logf("fault stream vs pagemap over %d intervals: %d written pages agree, %d only in pagemap (writes without a fault), %d only in faults",
@@ -672,7 +732,7 @@ func (e *ebpfSource) close() {
 
 // logStats logs what each program cost, with TPREC_DEBUG=bpfstats.
 func (e *ebpfSource) logStats() {
-	for _, p := range []*ebpf.Program{e.objs.TpSysEnter, e.objs.TpSysExit, e.objs.TpFaultUser, e.objs.TpFaultKernel, e.objs.TpFork, e.objs.TpExit} {
+	for _, p := range []*ebpf.Program{e.objs.TpSysExit, e.objs.TpFaultUser, e.objs.TpFaultKernel, e.objs.TpFork, e.objs.TpExit} {
 		if p == nil {
 			continue
 		}

@@ -221,12 +221,25 @@ func TestEBPFTracedMapFollowsForkAndExit(t *testing.T) {
 	if err := e.objs.Traced.Lookup(uint32(child), &cp); err != nil {
 		t.Fatalf("child %d not in the traced map: %v", child, err)
 	}
+	bit := func(pid int) bool {
+		var w uint64
+		if err := e.objs.TracedBits.Lookup(uint32(pid/64), &w); err != nil {
+			t.Fatal(err)
+		}
+		return w&(1<<(pid%64)) != 0
+	}
+	if !bit(child) || !bit(cmd.Process.Pid) {
+		t.Errorf("traced bits: child %d %v, parent %d %v; want both set", child, bit(child), cmd.Process.Pid, bit(cmd.Process.Pid))
+	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatal(err)
 	}
 	for _, pid := range []int{child, cmd.Process.Pid} {
 		if err := e.objs.Traced.Lookup(uint32(pid), &cp); !errors.Is(err, ebpf.ErrKeyNotExist) {
 			t.Errorf("exited process %d still in the traced map (%v)", pid, err)
+		}
+		if bit(pid) {
+			t.Errorf("exited process %d still has its traced bit", pid)
 		}
 	}
 }
