@@ -5,8 +5,11 @@
 # holds the interpretation. Needs root (tprec, strace -p), gcc, python3,
 # redis-server and redis-benchmark (apt-get install redis-server), gdb.
 # MODES picks the recorders to measure (the unrecorded baseline always runs);
+# ebpf-idle runs the workload unrecorded while tprec's programs are attached
+# for another, idle process: what every other process of the machine pays;
 # TPREC another tprec binary (to compare builds); PRIO a prefix for the
 # measured programs, e.g. PRIO="nice -n -20" to shield them from other load.
+# The modes take turns within each round of runs (interleaved).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-5}
@@ -14,11 +17,12 @@ DD_COUNT=${DD_COUNT:-400000}
 INTERVAL=${INTERVAL:-250ms}
 OUT=${OUT:-bench-results.txt}
 TPREC=${TPREC:-$PWD/bin/tprec}
-MODES="none ${MODES:-ebpf ptrace strace}"
+MODES="none ${MODES:-ebpf ebpf-idle ptrace strace}"
 MODES=${MODES/none none/none}
 PRIO=${PRIO:-}
 WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"; [ -n "${REDIS_PID:-}" ] && kill "$REDIS_PID" 2>/dev/null; true' EXIT
+IDLE=
+trap 'rm -rf "$WORK"; [ -n "${REDIS_PID:-}" ] && kill "$REDIS_PID" 2>/dev/null; [ -n "$IDLE" ] && kill "$IDLE" 2>/dev/null; true' EXIT
 make -s build
 gcc -O2 -o "$WORK/boundary" scripts/bench/boundary.c
 
@@ -26,6 +30,27 @@ median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else prin
 log() { echo "$*" | tee -a "$OUT"; }
 : > "$OUT"
 log "# $(date -u +%FT%TZ) $(uname -r) $(nproc) CPUs, runs=$RUNS, interval=$INTERVAL, modes=$MODES, prio=${PRIO:-none}, load $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# idle_start: tprec recording an idle process (its programs run for every
+# task of the machine); returns once it records. idle_stop ends it.
+idle_start() {
+	"$TPREC" --backend ebpf --interval "$INTERVAL" -o "$WORK" -- sleep 3600 2>"$WORK/idle.log" &
+	IDLE=$!
+	for _ in $(seq 200); do
+		grep -q 'recording process' "$WORK/idle.log" && return 0
+		sleep 0.05
+	done
+	echo "ebpf-idle: tprec did not start recording: $(cat "$WORK/idle.log")" >&2
+	return 1
+}
+# (tprec detaches on SIGINT and waits for the command it launched.)
+idle_stop() {
+	kill -INT "$IDLE" 2>/dev/null
+	sleep 0.2
+	pkill -P "$IDLE" sleep 2>/dev/null
+	wait "$IDLE" 2>/dev/null || true
+	IDLE=
+}
 
 # run MODE CMD...: runs CMD unrecorded or under a recorder; the command
 # measures itself (dd reports its own time) so recorder start-up is excluded.
@@ -35,16 +60,28 @@ run() {
 	case $mode in
 	none) $PRIO "$@" ;;
 	ebpf | ptrace) "$TPREC" -q --backend "$mode" --interval "$INTERVAL" -o "$WORK" -- $PRIO "$@" ;;
+	ebpf-idle) idle_start && { $PRIO "$@"; idle_stop; } ;;
 	strace) strace -f -o /dev/null $PRIO "$@" ;;
 	esac
+}
+
+# interleaved NAME FUNC: runs FUNC MODE RUNS times for every mode, the modes
+# taking turns within each round, so that a drift in the machine's speed
+# (other tenants) weighs on every column alike; NAME[mode] gets the median.
+interleaved() {
+	local -n res=$1
+	local f=$2 i m
+	local -A all=()
+	for i in $(seq "$RUNS"); do
+		for m in $MODES; do all[$m]+="$($f "$m") "; done
+	done
+	for m in $MODES; do res[$m]=$(printf '%s\n' ${all[$m]} | median); done
 }
 
 # --- syscall-heavy: dd with 512-byte blocks (2 syscalls per block)
 dd_secs() { run "$1" dd if=/dev/zero of=/dev/null bs=512 count="$DD_COUNT" 2>&1 | awk '/copied/ {for (i=1;i<=NF;i++) if ($i ~ /^s,?$/) print $(i-1)}'; }
 declare -A DD
-for m in $MODES; do
-	DD[$m]=$(for i in $(seq "$RUNS"); do dd_secs "$m"; done | median)
-done
+interleaved DD dd_secs
 for m in $MODES; do
 	log "dd bs=512 count=$DD_COUNT $m: $(printf %.3f "${DD[$m]}") s, ratio $(awk -v a="${DD[$m]}" -v b="${DD[none]}" 'BEGIN{printf "%.2f", a/b}'), added per syscall $(awk -v a="${DD[$m]}" -v b="${DD[none]}" -v n="$DD_COUNT" 'BEGIN{printf "%.0f", (a-b)/(2*n)*1e9}') ns"
 done
@@ -55,8 +92,8 @@ t=time.perf_counter(); s=0
 for i in range(15000000): s+=i*i
 print(time.perf_counter()-t)'; }
 declare -A PY
+interleaved PY py_secs
 for m in $MODES; do
-	PY[$m]=$(for i in $(seq "$RUNS"); do py_secs "$m"; done | median)
 	log "python3 loop $m: $(printf %.3f "${PY[$m]}") s, ratio $(awk -v a="${PY[$m]}" -v b="${PY[none]}" 'BEGIN{printf "%.3f", a/b}')"
 done
 
@@ -66,7 +103,7 @@ n=200000; t=time.perf_counter()
 for i in range(n): time.monotonic()
 print((time.perf_counter()-t)/n*1e9)'; }
 for m in $MODES; do
-	[ "$m" = strace ] && continue
+	[ "$m" = strace ] || [ "$m" = ebpf-idle ] && continue
 	log "clock_gettime via python time.monotonic $m: $(for i in $(seq "$RUNS"); do vdso_ns "$m"; done | median | xargs printf %.0f) ns per call"
 done
 
@@ -86,6 +123,7 @@ if command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null; 
 		case $mode in
 		ebpf | ptrace) "$TPREC" -q --backend "$mode" --interval "$INTERVAL" -o "$WORK" --pid $REDIS_PID & rec=$!; sleep 1 ;;
 		strace) strace -f -p $REDIS_PID -o /dev/null & rec=$!; sleep 1 ;;
+		ebpf-idle) idle_start && rec=$IDLE ;;
 		esac
 		if [ -n "$rec" ] && ! kill -0 $rec 2>/dev/null; then
 			echo "redis: the $mode recorder exited before the load started" >&2
@@ -93,13 +131,17 @@ if command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null; 
 		else
 			redis-benchmark -p $port -n 100000 -c 10 -t set,get -q 2>/dev/null | awk '/requests per second/ {for (i=1;i<=NF;i++) if ($i ~ /^[0-9.]+$/) {s+=$i; n++; break}} END {printf "%.0f\n", s/n}'
 		fi
-		[ -n "$rec" ] && kill -INT $rec 2>/dev/null && wait $rec 2>/dev/null || true
+		if [ "$mode" = ebpf-idle ]; then
+			[ -n "$rec" ] && idle_stop
+		else
+			[ -n "$rec" ] && kill -INT $rec 2>/dev/null && wait $rec 2>/dev/null || true
+		fi
 		kill $REDIS_PID 2>/dev/null; wait $REDIS_PID 2>/dev/null || true
 		REDIS_PID=
 	}
 	declare -A RD
+	interleaved RD redis_rps
 	for m in $MODES; do
-		RD[$m]=$(for i in $(seq "$RUNS"); do redis_rps "$m"; done | median)
 		log "redis-benchmark set+get $m: ${RD[$m]} req/s, slowdown $(awk -v a="${RD[$m]}" -v b="${RD[none]}" 'BEGIN{printf "%.3f", b/a}')"
 	done
 else
@@ -109,7 +151,7 @@ fi
 # --- interval boundary as seen by the target, and written-page rate
 for mb in 10 100 1024; do
 	for m in $MODES; do
-		[ "$m" = strace ] && continue
+		[ "$m" = strace ] || [ "$m" = ebpf-idle ] && continue
 		r=$(run "$m" "$WORK/boundary" "$mb" 3)
 		log "boundary ${mb} MB resident $m: $r"
 	done
@@ -130,5 +172,6 @@ if command -v gdb >/dev/null; then
 	log "dd count=$small: unrecorded $(awk -v a=$t0 -v b=$t1 'BEGIN{printf "%.3f", b-a}') s, gdb record full $(awk -v a=$t1 -v b=$t2 'BEGIN{printf "%.3f", b-a}') s, tprec eBPF (with start-up) $(awk -v a=$t3 -v b=$t4 'BEGIN{printf "%.3f", b-a}') s"
 fi
 
-# Checkpoint size, dump latency and replay time (its own section of BENCHMARKS.md).
-bash scripts/bench/checkpoints.sh
+# Checkpoint size, dump latency and replay time (its own section of
+# BENCHMARKS.md); CHECKPOINTS=no leaves it out.
+[ "${CHECKPOINTS:-yes}" = no ] || bash scripts/bench/checkpoints.sh

@@ -229,8 +229,9 @@ func TestCrashIsDeliveredUnchanged(t *testing.T) {
 
 // intervalInfo is one interval as tpinspect --json describes it.
 type intervalInfo struct {
-	Index      int  `json:"index"`
-	Replayable bool `json:"replayable"`
+	Index      int    `json:"index"`
+	Replayable bool   `json:"replayable"`
+	Reason     string `json:"reason"`
 }
 
 // intervalsIn lists a checkpoint's intervals (tpinspect --json).
