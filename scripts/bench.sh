@@ -37,7 +37,8 @@ idle_start() {
 	"$TPREC" --backend ebpf --interval "$INTERVAL" -o "$WORK" -- sleep 3600 2>"$WORK/idle.log" &
 	IDLE=$!
 	for _ in $(seq 200); do
-		grep -q 'recording process' "$WORK/idle.log" && return 0
+		# Settled: the same second the recorded modes wait.
+		grep -q 'recording process' "$WORK/idle.log" && sleep 1 && return 0
 		sleep 0.05
 	done
 	echo "ebpf-idle: tprec did not start recording: $(cat "$WORK/idle.log")" >&2
@@ -67,23 +68,34 @@ run() {
 
 # interleaved NAME FUNC: runs FUNC MODE RUNS times for every mode, the modes
 # taking turns within each round, so that a drift in the machine's speed
-# (other tenants) weighs on every column alike; NAME[mode] gets the median.
+# (other tenants: a CPU-bound loop here takes 1.0 s or 1.9 s from one minute
+# to the next) weighs on every column alike. NAME[mode] gets the median,
+# NAME_R[mode] the median over rounds of the ratio to the unrecorded run of
+# the same round (value/none; pass "inverse" as a third argument for
+# none/value, for throughputs).
 interleaved() {
-	local -n res=$1
-	local f=$2 i m
+	local -n res=$1 rat=${1}_R
+	local f=$2 inv=${3:-} i m
 	local -A all=()
 	for i in $(seq "$RUNS"); do
 		for m in $MODES; do all[$m]+="$($f "$m") "; done
 	done
-	for m in $MODES; do res[$m]=$(printf '%s\n' ${all[$m]} | median); done
+	local -a base=(${all[none]})
+	for m in $MODES; do
+		res[$m]=$(printf '%s\n' ${all[$m]} | median)
+		local -a v=(${all[$m]})
+		rat[$m]=$(for i in "${!v[@]}"; do
+			awk -v a="${v[$i]}" -v b="${base[$i]}" -v inv="$inv" 'BEGIN {if (a + 0 > 0 && b + 0 > 0) print (inv ? b / a : a / b)}'
+		done | median)
+	done
 }
 
 # --- syscall-heavy: dd with 512-byte blocks (2 syscalls per block)
 dd_secs() { run "$1" dd if=/dev/zero of=/dev/null bs=512 count="$DD_COUNT" 2>&1 | awk '/copied/ {for (i=1;i<=NF;i++) if ($i ~ /^s,?$/) print $(i-1)}'; }
-declare -A DD
+declare -A DD DD_R
 interleaved DD dd_secs
 for m in $MODES; do
-	log "dd bs=512 count=$DD_COUNT $m: $(printf %.3f "${DD[$m]}") s, ratio $(awk -v a="${DD[$m]}" -v b="${DD[none]}" 'BEGIN{printf "%.2f", a/b}'), added per syscall $(awk -v a="${DD[$m]}" -v b="${DD[none]}" -v n="$DD_COUNT" 'BEGIN{printf "%.0f", (a-b)/(2*n)*1e9}') ns"
+	log "dd bs=512 count=$DD_COUNT $m: $(printf %.3f "${DD[$m]}") s, ratio $(printf %.2f "${DD_R[$m]}"), added per syscall $(awk -v a="${DD[$m]}" -v b="${DD[none]}" -v n="$DD_COUNT" 'BEGIN{printf "%.0f", (a-b)/(2*n)*1e9}') ns"
 done
 
 # --- CPU-bound: a Python loop with almost no syscalls
@@ -91,10 +103,10 @@ py_secs() { run "$1" python3 -c 'import time
 t=time.perf_counter(); s=0
 for i in range(15000000): s+=i*i
 print(time.perf_counter()-t)'; }
-declare -A PY
+declare -A PY PY_R
 interleaved PY py_secs
 for m in $MODES; do
-	log "python3 loop $m: $(printf %.3f "${PY[$m]}") s, ratio $(awk -v a="${PY[$m]}" -v b="${PY[none]}" 'BEGIN{printf "%.3f", a/b}')"
+	log "python3 loop $m: $(printf %.3f "${PY[$m]}") s, ratio $(printf %.3f "${PY_R[$m]}")"
 done
 
 # --- vDSO patch: clock_gettime becomes a real syscall under tprec
@@ -123,7 +135,7 @@ if command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null; 
 		case $mode in
 		ebpf | ptrace) "$TPREC" -q --backend "$mode" --interval "$INTERVAL" -o "$WORK" --pid $REDIS_PID & rec=$!; sleep 1 ;;
 		strace) strace -f -p $REDIS_PID -o /dev/null & rec=$!; sleep 1 ;;
-		ebpf-idle) idle_start && rec=$IDLE ;;
+		ebpf-idle) idle_start && rec=$IDLE ;; # waits its second
 		esac
 		if [ -n "$rec" ] && ! kill -0 $rec 2>/dev/null; then
 			echo "redis: the $mode recorder exited before the load started" >&2
@@ -139,10 +151,10 @@ if command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null; 
 		kill $REDIS_PID 2>/dev/null; wait $REDIS_PID 2>/dev/null || true
 		REDIS_PID=
 	}
-	declare -A RD
-	interleaved RD redis_rps
+	declare -A RD RD_R
+	interleaved RD redis_rps inverse
 	for m in $MODES; do
-		log "redis-benchmark set+get $m: ${RD[$m]} req/s, slowdown $(awk -v a="${RD[$m]}" -v b="${RD[none]}" 'BEGIN{printf "%.3f", b/a}')"
+		log "redis-benchmark set+get $m: ${RD[$m]} req/s, slowdown $(printf %.3f "${RD_R[$m]}")"
 	done
 else
 	log "redis: redis-server or redis-benchmark missing (apt-get install redis-server): skipped"
