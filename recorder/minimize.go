@@ -2,7 +2,10 @@ package recorder
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"runtime"
+	"sync"
 	"time"
 
 	"github.com/tprec/tprec/format"
@@ -18,9 +21,18 @@ import (
 // a subset of these pages. The trial also proves, before anything is written,
 // that the checkpoint replays to the recorded end. If it does not, the full
 // page set is kept and the header says why.
+//
+// The window is cut at interval starts into as many pieces as there are CPUs
+// (trialPieces), replayed side by side: each piece but the last is verified
+// against the state the recording saw where the next one begins
+// (replayer.Options.Until), so together they prove what one replay from the
+// first interval would, and the pages any of them touched are the pages that
+// replay would touch. A piece serves its pages from the start of its own
+// first interval; the file keeps every version of the pages kept, so that is
+// the same set.
 func minimize(c *format.Checkpoint, store format.PageSource, logf func(string, ...any)) {
 	t0 := time.Now()
-	res, err := replayer.Run(context.Background(), c, store, replayer.Options{From: -1, Lazy: true})
+	res, err := trialReplay(c, store, runtime.NumCPU())
 	if err != nil {
 		c.Header.FullPages = true
 		c.Header.PageSetNote = "every present page kept: the trial replay failed: " + err.Error()
@@ -65,6 +77,129 @@ func minimize(c *format.Checkpoint, store format.PageSource, logf func(string, .
 	c.Header.FullPages = false
 	c.Header.PageSetNote = fmt.Sprintf("pages touched by a trial replay from interval %d (%d pages, %v), and %d more pages of the live stack",
 		res.From, len(res.Served), time.Since(t0).Round(time.Millisecond), stacks)
+}
+
+// trialReplay replays the window in at most n pieces at once and returns
+// the first piece's result with the pages every piece served.
+func trialReplay(c *format.Checkpoint, store format.PageSource, n int) (*replayer.Result, error) {
+	starts := trialPieces(c, n)
+	if len(starts) <= 1 {
+		return replayer.Run(context.Background(), c, store, replayer.Options{From: -1, Lazy: true})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	results := make([]*replayer.Result, len(starts))
+	errs := make([]error, len(starts))
+	var wg sync.WaitGroup
+	for i := range starts {
+		until := 0
+		if i+1 < len(starts) {
+			until = starts[i+1]
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = replayer.Run(ctx, c, store, replayer.Options{From: starts[i], Until: until, Lazy: true, CPU: i})
+			if errs[i] != nil {
+				cancel() // the others cannot save the trial
+			}
+		}()
+	}
+	wg.Wait()
+	// A piece canceled because another failed only says so: report the
+	// failure itself.
+	for i, err := range errs {
+		if err == nil || errors.Is(err, context.Canceled) {
+			continue
+		}
+		last := c.Intervals[len(c.Intervals)-1].Index
+		if i+1 < len(starts) {
+			last = starts[i+1] - 1
+		}
+		return nil, fmt.Errorf("replay of intervals %d-%d: %w", starts[i], last, err)
+	}
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	res := *results[0]
+	res.Intervals, res.Syscalls = 0, 0
+	seen := map[uint64]bool{}
+	res.Served = nil
+	for _, r := range results {
+		res.Intervals += r.Intervals
+		res.Syscalls += r.Syscalls
+		for _, p := range r.Served {
+			if !seen[p] {
+				seen[p] = true
+				res.Served = append(res.Served, p)
+			}
+		}
+	}
+	last := results[len(results)-1]
+	res.End, res.Rip = last.End, last.Rip
+	return &res, nil
+}
+
+// trialPieces cuts the replayable end of the window (the intervals after the
+// last one that is not replayable) at interval starts into at most n pieces
+// of about the same number of syscalls, and returns the Index of each
+// piece's first interval; nothing when no interval is replayable.
+func trialPieces(c *format.Checkpoint, n int) []int {
+	k := 0
+	for i, iv := range c.Intervals {
+		if !iv.Replayable {
+			k = i + 1
+		}
+	}
+	ivs := c.Intervals[k:]
+	if len(ivs) == 0 {
+		return nil
+	}
+	calls := make([]uint64, len(ivs))
+	var total uint64
+	for j, iv := range ivs {
+		next := c.End.LastSeq + 1
+		if j+1 < len(ivs) {
+			next = ivs[j+1].FirstSeq
+		}
+		if next > iv.FirstSeq {
+			calls[j] = next - iv.FirstSeq
+		}
+		total += calls[j]
+	}
+	n = max(1, min(n, len(ivs)))
+	// cum[j]: the calls before interval j. Piece i ends at the interval
+	// start nearest to i/n of the calls, after the previous cut.
+	cum := make([]uint64, len(ivs)+1)
+	for j, c := range calls {
+		cum[j+1] = cum[j] + c
+	}
+	starts := []int{ivs[0].Index}
+	prev := 0
+	for i := 1; i < n; i++ {
+		target := total * uint64(i) / uint64(n)
+		best := -1
+		for j := prev + 1; j < len(ivs); j++ {
+			if best < 0 || absDiff(cum[j], target) < absDiff(cum[best], target) {
+				best = j
+			}
+		}
+		if best < 0 {
+			break
+		}
+		starts = append(starts, ivs[best].Index)
+		prev = best
+	}
+	return starts
+}
+
+func absDiff(a, b uint64) uint64 {
+	if a > b {
+		return a - b
+	}
+	return b - a
 }
 
 // filterPages returns a new list with the references whose page is kept.

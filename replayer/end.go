@@ -30,7 +30,7 @@ type breakpoint struct {
 // when the window has none). It returns a result when the program already
 // stands at the recorded end.
 func (e *engine) atLogEnd(regs proc.Regs) (*Result, error) {
-	end := e.c.End
+	end := e.end
 	if end.Kind == format.EndExit || e.realFault {
 		return nil, nil // the exit_group entry or the fault will come
 	}
@@ -111,7 +111,7 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 		case e.bp.active:
 			actual += "; the recorded end rip was never reached"
 		}
-		return nil, 0, e.diverge(regs.Rip, e.lastSeq(), reason, fmt.Sprintf("end at rip %#x", e.c.End.Regs.Rip), actual)
+		return nil, 0, e.diverge(regs.Rip, e.lastSeq(), reason, fmt.Sprintf("end at rip %#x", e.end.Regs.Rip), actual)
 	}
 	if sig == int(unix.SIGTRAP) && e.bp.active {
 		if e.bp.stepping {
@@ -151,7 +151,7 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 			return nil, unix.PTRACE_SYSCALL, err
 		}
 	}
-	end := e.c.End
+	end := e.end
 	atEnd := e.realFault && e.next == len(e.log) && sig == end.Signo
 	var wantCode int32
 	var wantAddr uint64
@@ -194,7 +194,7 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 // program's), fs_base/gs_base, the arithmetic flags, and the digests of the
 // recorded end pages. It returns "" on a match, else what differs.
 func (e *engine) matchEnd(regs proc.Regs) string {
-	want := e.c.End.Regs
+	want := e.end.Regs
 	var diffs []string
 	cmp := func(name string, w, g uint64) {
 		if w != g {
@@ -228,14 +228,14 @@ func (e *engine) matchEnd(regs proc.Regs) string {
 		return strings.Join(diffs, ", ")
 	}
 	page := make([]byte, pageSize)
-	for _, d := range e.c.End.Digests {
+	for _, d := range e.end.Digests {
 		if err := e.touch(d.Addr, pageSize); err != nil {
 			return err.Error()
 		}
 		if err := e.mem.ReadAt(page, d.Addr); err != nil {
 			return fmt.Sprintf("page %#x unreadable", d.Addr)
 		}
-		if format.DigestPage(d.Addr, page, e.c.End.Rseq, e.c.End.Regs.Rsp) != d.Hash {
+		if format.DigestPage(d.Addr, page, e.end.Rseq, e.end.Regs.Rsp) != d.Hash {
 			diffs = append(diffs, fmt.Sprintf("page %#x content", d.Addr))
 		}
 	}

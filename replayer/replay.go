@@ -34,6 +34,16 @@ type Options struct {
 	// up front, and reports the pages served in Result.Served: the exact set
 	// of pages the window touches (see lazy.go).
 	Lazy bool
+	// Until, when positive, is the Index of a later interval: the replay
+	// ends where that interval began and is verified against the state the
+	// recording saw there (registers, and the digests of the stack page and
+	// of the pages the interval before it wrote, as for a dump request),
+	// instead of against the recorded end. Replays of consecutive pieces of
+	// a window can then run side by side (recorder: the trial replay).
+	Until int
+	// CPU picks the CPU the tracer and the replayed process are pinned to:
+	// this many places before the last CPU the caller may use.
+	CPU int
 }
 
 // Result describes a verified replay.
@@ -42,7 +52,10 @@ type Result struct {
 	Syscalls  int // syscall records replayed
 	Intervals int // intervals replayed (from the start interval to the end)
 	End       format.EndState
-	Rip       uint64 // rip at the verified end
+	// Until is the Index of the interval whose start the replay stopped at
+	// and verified (Options.Until), 0 when it ran to the recorded end.
+	Until int
+	Rip   uint64 // rip at the verified end
 	// Symbol names the function holding Rip ("crash_here+0x1c") when the
 	// recorded executable is on this machine with the same build-id.
 	Symbol   string
@@ -66,6 +79,9 @@ func (r *Result) Summary() string {
 		what = "dump request"
 	default:
 		what = "signal " + signalName(r.End.Signo)
+	}
+	if r.Until > 0 {
+		return fmt.Sprintf("verified: %d syscalls, %d intervals, the state at the start of interval %d matches (%s)", r.Syscalls, r.Intervals, r.Until, where)
 	}
 	return fmt.Sprintf("verified: %d syscalls, %d intervals, end state matches (%s, %s)", r.Syscalls, r.Intervals, where, what)
 }
@@ -162,6 +178,8 @@ const (
 // tracer thread.
 type engine struct {
 	c       *format.Checkpoint
+	end     format.EndState // what the replay must reach: c.End, or an interval start (Options.Until)
+	until   int             // position in c.Intervals where the replay ends (len when at c.End)
 	pages   format.PageSource
 	opts    Options
 	k       int // position of the start interval in c.Intervals
@@ -242,6 +260,13 @@ func prepare(c *format.Checkpoint, pages format.PageSource, opts Options) (*engi
 	}
 	iv := c.Intervals[k]
 	end := c.End
+	until := len(c.Intervals)
+	if opts.Until > 0 {
+		var err error
+		if until, end, err = boundaryEnd(c, k, opts.Until, pages); err != nil {
+			return nil, err
+		}
+	}
 	switch end.Kind {
 	case format.EndSignal, format.EndExit, format.EndRequest:
 	default:
@@ -253,7 +278,7 @@ func prepare(c *format.Checkpoint, pages format.PageSource, opts Options) (*engi
 				signalName(s.Signo), s.Tid, s.Seq)
 		}
 	}
-	e := &engine{c: c, pages: pages, opts: opts, k: k, thread: iv.Threads[0], brkEnd: heapEnd(c, k)}
+	e := &engine{c: c, end: end, until: until, pages: pages, opts: opts, k: k, thread: iv.Threads[0], brkEnd: heapEnd(c, k)}
 	for _, s := range c.Syscalls {
 		if s.Seq >= iv.FirstSeq && s.Seq <= end.LastSeq {
 			e.log = append(e.log, s)
@@ -292,6 +317,51 @@ func prepare(c *format.Checkpoint, pages format.PageSource, opts Options) (*engi
 		e.timeout = max(30*time.Second, 20*window)
 	}
 	return e, nil
+}
+
+// boundaryEnd describes the start of the interval of Index until as an end
+// state for a replay starting at position k: its position, and the thread's
+// state there, with the digests a dump request would carry (the stack page
+// under rsp, the pages the interval before it wrote), computed from the
+// pages the checkpoint gives that interval's start.
+func boundaryEnd(c *format.Checkpoint, k, until int, pages format.PageSource) (int, format.EndState, error) {
+	u := -1
+	for i, iv := range c.Intervals {
+		if iv.Index == until {
+			u = i
+		}
+	}
+	if u <= k {
+		return 0, format.EndState{}, fmt.Errorf("a replay from interval %d cannot end at interval %d", c.Intervals[k].Index, until)
+	}
+	iv := c.Intervals[u]
+	if len(iv.Threads) != 1 {
+		return 0, format.EndState{}, fmt.Errorf("interval %d has %d threads", iv.Index, len(iv.Threads))
+	}
+	t := iv.Threads[0]
+	end := format.EndState{Kind: format.EndRequest, Tid: t.Tid, Regs: t.Regs, XState: t.XState, LastSeq: iv.FirstSeq - 1, Rseq: t.Rseq}
+	state := c.StartState(u)
+	addrs := []uint64{t.Regs.Rsp &^ (pageSize - 1)}
+	for _, p := range c.Intervals[u-1].Written {
+		addrs = append(addrs, p.Addr)
+	}
+	seen := map[uint64]bool{}
+	for _, a := range addrs {
+		h, ok := state[a]
+		if !ok || seen[a] {
+			continue
+		}
+		seen[a] = true
+		data := make([]byte, pageSize)
+		if h != format.ZeroHash {
+			var err error
+			if data, err = pages.Page(h); err != nil {
+				return 0, format.EndState{}, fmt.Errorf("page %#x at the start of interval %d: %w", a, iv.Index, err)
+			}
+		}
+		end.Digests = append(end.Digests, format.PageRef{Addr: a, Hash: format.DigestPage(a, data, t.Rseq, t.Regs.Rsp)})
+	}
+	return u, end, nil
 }
 
 // heapEnd is where the program's brk area ends at the start of interval k:
@@ -523,7 +593,7 @@ func (e *engine) describe(nr int, args [6]uint64) string {
 
 func (e *engine) onEntry(regs proc.Regs, nr int, args [6]uint64) (*Result, error) {
 	if e.next >= len(e.log) {
-		end := e.c.End
+		end := e.end
 		if end.Kind == format.EndExit && (nr == unix.SYS_EXIT_GROUP || nr == unix.SYS_EXIT) &&
 			int(args[0]&0xff) == end.ExitCode&0xff {
 			return e.verified(regs.Rip), nil
@@ -687,8 +757,9 @@ func (e *engine) verified(rip uint64) *Result {
 	return &Result{
 		From:      e.c.Intervals[e.k].Index,
 		Syscalls:  len(e.log),
-		Intervals: len(e.c.Intervals) - e.k,
-		End:       e.c.End,
+		Intervals: e.until - e.k,
+		Until:     e.opts.Until,
+		End:       e.end,
 		Rip:       rip,
 		Served:    e.servedPages(),
 	}
@@ -702,7 +773,7 @@ func le64(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
 // tracer thread.
 func (e *engine) launch() error {
 	var err error
-	if e.stub, err = startStub(e.base); err != nil {
+	if e.stub, err = startStub(e.base, e.opts.CPU); err != nil {
 		return err
 	}
 	if e.mem, err = proc.OpenMem(e.stub.pid); err != nil {

@@ -63,7 +63,7 @@ type stub struct {
 // the calling thread, which must be the tracer thread. On return the stub is
 // stopped at its entry int3 with no file descriptor open, tracer and stub pinned
 // to the same CPU (a ptrace stop across CPUs costs several times more here).
-func startStub(base uint64) (s *stub, err error) {
+func startStub(base uint64, cpuOffset int) (s *stub, err error) {
 	img := stubImage(base)
 	fd, err := unix.MemfdCreate("tpreplay-stub", unix.MFD_CLOEXEC|0x10 /* MFD_EXEC */)
 	if err != nil {
@@ -86,7 +86,7 @@ func startStub(base uint64) (s *stub, err error) {
 	}
 	defer ro.Close()
 
-	cpu, err := pinSelf()
+	cpu, err := pinSelf(cpuOffset)
 	if err != nil {
 		return nil, err
 	}
@@ -147,17 +147,23 @@ func startStub(base uint64) (s *stub, err error) {
 	return s, nil
 }
 
-// pinSelf pins the calling OS thread to one CPU it may run on and returns it.
-func pinSelf() (int, error) {
+// pinSelf pins the calling OS thread to one CPU it may run on and returns it:
+// the last allowed one (the first one tends to take interrupts), or offset
+// places before it (wrapping around).
+func pinSelf(offset int) (int, error) {
 	var set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &set); err != nil {
 		return 0, fmt.Errorf("read cpu affinity: %w", err)
 	}
-	cpu := -1
+	var allowed []int
 	for i := 0; i < len(set)*64; i++ {
 		if set.IsSet(i) {
-			cpu = i // the last allowed CPU: the first one tends to take interrupts
+			allowed = append(allowed, i)
 		}
+	}
+	cpu := -1
+	if n := len(allowed); n > 0 {
+		cpu = allowed[n-1-((offset%n)+n)%n]
 	}
 	if cpu < 0 {
 		return 0, fmt.Errorf("read cpu affinity: empty set")

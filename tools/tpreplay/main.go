@@ -52,6 +52,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		ErrWriter: stderr,
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "from", Value: -1, Usage: "interval index to start at (default: the oldest replayable one)"},
+			&cli.IntFlag{Name: "until", Usage: "stop where interval `K` began and verify the state recorded there, instead of running to the end"},
 			&cli.StringFlag{Name: "output-dir", Usage: "write what the program wrote to its descriptors to `DIR`/fd-N.out"},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log every replayed syscall, and the timing line"},
 			&cli.BoolFlag{Name: "time", Usage: "print how long loading and replaying took, against the recorded time (stderr)"},
@@ -71,6 +72,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			defer stop()
 			res, err := replay(ctx, c.Args().First(), replayer.Options{
 				From:      c.Int("from"),
+				Until:     c.Int("until"),
 				OutputDir: c.String("output-dir"),
 				Verbose:   c.Bool("verbose"),
 				Log:       stderr,
