@@ -8,7 +8,8 @@ import (
 )
 
 // The window is cut after the last interval that is not replayable, at
-// interval starts, into pieces of about the same number of calls.
+// interval starts, into pieces of about the same number of calls, none
+// under minPieceCalls.
 func TestTrialPieces(t *testing.T) {
 	mk := func(calls []uint64, replayable []bool) *format.Checkpoint {
 		c := &format.Checkpoint{}
@@ -26,14 +27,17 @@ func TestTrialPieces(t *testing.T) {
 		n          int
 		want       string
 	}{
-		{[]uint64{100, 100, 100, 100}, nil, 2, "[10 12]"},
-		{[]uint64{100, 100, 100, 100}, nil, 1, "[10]"},
-		{[]uint64{100, 100, 100, 100}, nil, 8, "[10 11 12 13]"},
-		{[]uint64{300, 10, 10, 10, 270}, nil, 2, "[10 11]"},
-		{[]uint64{10, 10, 10, 10, 300}, nil, 2, "[10 14]"},
-		{[]uint64{100, 100, 100, 100}, []bool{true, false, true, true}, 4, "[12 13]"},
-		{[]uint64{100, 100}, []bool{true, false}, 2, "[]"},
-		{[]uint64{0, 0, 0}, nil, 2, "[10 11]"},
+		{[]uint64{1e5, 1e5, 1e5, 1e5}, nil, 2, "[10 12]"},
+		{[]uint64{1e5, 1e5, 1e5, 1e5}, nil, 1, "[10]"},
+		{[]uint64{1e5, 1e5, 1e5, 1e5}, nil, 8, "[10 11 12 13]"},
+		{[]uint64{3e5, 1e4, 1e4, 1e4, 27e4}, nil, 2, "[10 11]"},
+		{[]uint64{1e4, 1e4, 1e4, 1e4, 3e5}, nil, 2, "[10 14]"},
+		{[]uint64{1e5, 1e5, 1e5, 1e5}, []bool{true, false, true, true}, 4, "[12 13]"},
+		{[]uint64{1e5, 1e5}, []bool{true, false}, 2, "[]"},
+		// Too few calls to pay for a second end search (gzip's windows).
+		{[]uint64{400, 400, 400, 400}, nil, 2, "[10]"},
+		{[]uint64{2e4, 2e4, 2e4}, nil, 4, "[10 11]"},
+		{[]uint64{0, 0, 0}, nil, 2, "[10]"},
 	} {
 		got := fmt.Sprint(trialPieces(mk(tc.calls, tc.replayable), tc.n))
 		if got != tc.want {
