@@ -175,10 +175,11 @@ func trialPieces(c *format.Checkpoint, n int) []int {
 	}
 	// Each piece but the last ends with a search for the point where the
 	// next began: a breakpoint at its rip, compared at every hit. In a tight
-	// CPU-bound loop that is thousands of stops (gzip: a window of 1,700
-	// calls took 5.4 s to check in two pieces, 2.3 s in one), while
-	// splitting pays for the per-call stops of a syscall-heavy window. So
-	// every piece gets at least minPieceCalls calls.
+	// CPU-bound loop that is thousands of stops (a whole gzip replay of
+	// 1,600 calls takes 2 s or 8 s depending on where in its loop the crash
+	// landed, nearly all of it that search), while splitting pays for the
+	// per-call stops of a syscall-heavy window. So every piece gets at least
+	// minPieceCalls calls.
 	n = max(1, min(n, len(ivs), int(total/minPieceCalls)))
 	// cum[j]: the calls before interval j. Piece i ends at the interval
 	// start nearest to i/n of the calls, after the previous cut.
