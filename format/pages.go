@@ -111,6 +111,28 @@ func (c *Checkpoint) StartState(k int) map[uint64]Hash {
 // the dead part of the stack (the largest default stack).
 const DeadStack = 8 << 20
 
+// MaxDigests bounds the page digests of an end state.
+const MaxDigests = 256
+
+// EndDigestPages lists the pages whose digests, with the registers, tell a
+// matching end state from a loop iteration with the same registers: the
+// stack page under rsp, then the pages written (the originals the last
+// interval saved), each once, at most MaxDigests.
+func EndDigestPages(rsp uint64, written []PageRef) []uint64 {
+	out := []uint64{rsp &^ (PageSize - 1)}
+	seen := map[uint64]bool{out[0]: true}
+	for _, p := range written {
+		if len(out) >= MaxDigests {
+			break
+		}
+		if !seen[p.Addr] {
+			seen[p.Addr] = true
+			out = append(out, p.Addr)
+		}
+	}
+	return out
+}
+
 // DigestPage is the hash an end-state digest holds for the page at addr,
 // for a thread whose stack pointer is rsp. Two kinds of bytes are zeroed
 // first, because they may differ between a recording and a faithful replay

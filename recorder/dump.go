@@ -15,9 +15,6 @@ import (
 	"github.com/tprec/tprec/syscalls"
 )
 
-// maxDigests bounds the page digests kept in the end state.
-const maxDigests = 256
-
 // dump takes a checkpoint of the retained intervals, ending at end. While
 // the target is stopped it only gathers the log, the intervals and the list
 // of pages; the content of the pages is read later from a live source: a
@@ -187,9 +184,9 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 	clk.mark(fmt.Sprintf("files and saved pages (%d pages, %d syscalls)", len(saved), n))
 	// The stack page and the pages the last interval wrote tell a matching
 	// end from a loop iteration with the same registers.
-	c.End.Digests = []format.PageRef{{Addr: end.Regs.Rsp &^ (format.PageSize - 1)}}
-	for _, p := range ivs[len(ivs)-1].meta.Written {
-		c.End.Digests = append(c.End.Digests, format.PageRef{Addr: p.Addr})
+	c.End.Digests = nil
+	for _, a := range format.EndDigestPages(end.Regs.Rsp, ivs[len(ivs)-1].meta.Written) {
+		c.End.Digests = append(c.End.Digests, format.PageRef{Addr: a})
 	}
 	c.Header.DumpTime = time.Now()
 	c.Header.Reason = reason
@@ -233,16 +230,11 @@ func (s *session) finish(path string, c *format.Checkpoint, src *liveSource, t0 
 	return nil
 }
 
-// digests computes the end-state digests of the listed pages (the first is
-// the stack page), at most maxDigests of them, from the live source.
+// digests computes the end-state digests of the listed pages
+// (format.EndDigestPages) from the live source.
 func digests(pages []format.PageRef, src *liveSource, rs format.Rseq, rsp uint64) ([]format.PageRef, error) {
 	var out []format.PageRef
-	seen := map[uint64]bool{}
 	for _, p := range pages {
-		if seen[p.Addr] || len(out) >= maxDigests {
-			continue
-		}
-		seen[p.Addr] = true
 		data, err := src.read(p.Addr)
 		if err != nil {
 			continue // unmapped since: nothing to compare

@@ -156,6 +156,11 @@ func TestVanishedPages(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("remapped: vanished %x, want %x", got, want)
 	}
+	// Spans in any order, one inside another: a page counts when any covers it.
+	got = vanishedPages(start, present, again, []span{{0x30000, 0x31000}, {0x10000, 0x11000}, {0xf000, 0x13000}})
+	if fmt.Sprintf("%x", got) != "[10000 11000 12000 20000 21000 30000]" {
+		t.Errorf("several spans: vanished %x", got)
+	}
 	if got = vanishedPages(start, present, again, nil); fmt.Sprintf("%x", got) != "[20000 21000]" {
 		t.Errorf("remapped, without the munmap: vanished %x, want [20000 21000]", got)
 	}

@@ -341,23 +341,14 @@ func boundaryEnd(c *format.Checkpoint, k, until int, pages format.PageSource) (i
 	t := iv.Threads[0]
 	end := format.EndState{Kind: format.EndRequest, Tid: t.Tid, Regs: t.Regs, XState: t.XState, LastSeq: iv.FirstSeq - 1, Rseq: t.Rseq}
 	state := c.StartState(u)
-	addrs := []uint64{t.Regs.Rsp &^ (pageSize - 1)}
-	for _, p := range c.Intervals[u-1].Written {
-		addrs = append(addrs, p.Addr)
-	}
-	seen := map[uint64]bool{}
-	for _, a := range addrs {
+	for _, a := range format.EndDigestPages(t.Regs.Rsp, c.Intervals[u-1].Written) {
 		h, ok := state[a]
-		if !ok || seen[a] {
-			continue
+		if !ok {
+			continue // not mapped there: nothing to compare
 		}
-		seen[a] = true
-		data := make([]byte, pageSize)
-		if h != format.ZeroHash {
-			var err error
-			if data, err = pages.Page(h); err != nil {
-				return 0, format.EndState{}, fmt.Errorf("page %#x at the start of interval %d: %w", a, iv.Index, err)
-			}
+		data, err := pages.Page(h)
+		if err != nil {
+			return 0, format.EndState{}, fmt.Errorf("page %#x at the start of interval %d: %w", a, iv.Index, err)
 		}
 		end.Digests = append(end.Digests, format.PageRef{Addr: a, Hash: format.DigestPage(a, data, t.Rseq, t.Regs.Rsp)})
 	}

@@ -267,6 +267,20 @@ func intervalsOf(t *testing.T, ckpt string) []int {
 // Splicing: a replay can start at any retained interval and run through the
 // later ones to the same end, from the minimized checkpoint.
 func TestReplayFromEveryInterval(t *testing.T) {
+	ck, idx, _ := crashyIntervals(t)
+	for _, k := range idx {
+		out := replay(t, ck, "--from", fmt.Sprint(k))
+		want := fmt.Sprintf("%d intervals,", len(idx)-indexOf(idx, k))
+		if !strings.Contains(out, want) {
+			t.Errorf("--from %d: %q does not say %q", k, out, want)
+		}
+	}
+}
+
+// crashyIntervals records the bundled example launched for 2.5 s until it
+// crashes, and returns the checkpoint, its replayable intervals (at least
+// four) and the directory holding it.
+func crashyIntervals(t *testing.T) (string, []int, string) {
 	requireRoot(t)
 	dir := t.TempDir()
 	prog := cc(t, "../../examples/crashy.c", dir)
@@ -275,13 +289,7 @@ func TestReplayFromEveryInterval(t *testing.T) {
 	if len(idx) < 4 {
 		t.Fatalf("only %d replayable intervals: %v", len(idx), idx)
 	}
-	for _, k := range idx {
-		out := replay(t, ck, "--from", fmt.Sprint(k))
-		want := fmt.Sprintf("%d intervals,", len(idx)-indexOf(idx, k))
-		if !strings.Contains(out, want) {
-			t.Errorf("--from %d: %q does not say %q", k, out, want)
-		}
-	}
+	return ck, idx, dir
 }
 
 func indexOf(s []int, v int) int {
@@ -299,14 +307,7 @@ func indexOf(s []int, v int) int {
 // changed by one bit of one register diverges. The trial replay at a dump
 // runs such pieces side by side.
 func TestReplayUntilEveryBoundary(t *testing.T) {
-	requireRoot(t)
-	dir := t.TempDir()
-	prog := cc(t, "../../examples/crashy.c", dir)
-	ck := recordOne(t, dir, "--output", dir, "--", prog, "2.5")
-	idx := intervalsOf(t, ck)
-	if len(idx) < 4 {
-		t.Fatalf("only %d replayable intervals: %v", len(idx), idx)
-	}
+	ck, idx, dir := crashyIntervals(t)
 	for i := 0; i+1 < len(idx); i++ {
 		out := replay(t, ck, "--from", fmt.Sprint(idx[i]), "--until", fmt.Sprint(idx[i+1]))
 		want := fmt.Sprintf("the state at the start of interval %d matches", idx[i+1])
