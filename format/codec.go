@@ -17,13 +17,16 @@ const (
 
 	// VersionMajor changes when a reader of the previous major version could
 	// no longer decode a file correctly. Version 2 changed the syscall log's
-	// encoding (compact records, see syslog.go); this reader still reads
-	// version 1 files and rejects any other major.
-	VersionMajor = 2
+	// encoding (compact records, see syslog.go). Version 3 stores the memory
+	// of one interval start instead of every one (Interval.StartOmitted, with
+	// boundary digests for the others) and stores short outputs as
+	// differences (syslog.go): a version 2 reader would replay from a start
+	// the file does not hold. This reader reads versions 1 to 3.
+	VersionMajor = 3
 	// VersionMinor changes when fields are appended at the end of a section
 	// payload or new sections appear; older readers skip what they do not know.
-	// Version 2.1 compresses with zstd (FlagZstd).
-	VersionMinor = 1
+	// Version 2.1 compressed with zstd (FlagZstd), as every later one does.
+	VersionMinor = 0
 
 	fileHeaderSize    = 16
 	sectionHeaderSize = 16
@@ -365,8 +368,10 @@ func (d *dec) pageRefs(what string) []PageRef {
 
 // end checks that the payload was consumed. A newer minor version may append
 // fields this reader does not know; the same or an older one may not.
-func (d *dec) end(minor uint16) {
-	if d.fail == nil && d.remaining() > 0 && minor <= VersionMinor {
+// end fails on bytes left after the last field when the reader knows every
+// field of the file's version (File.complete).
+func (d *dec) end(complete bool) {
+	if d.fail == nil && d.remaining() > 0 && complete {
 		d.failf("%d unexpected bytes after the last field", d.remaining())
 	}
 }

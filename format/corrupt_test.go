@@ -200,13 +200,16 @@ func TestHostileCounts(t *testing.T) {
 	u32 := func(v uint32) []byte { return binary.LittleEndian.AppendUint32(nil, v) }
 	u64 := func(v uint64) []byte { return binary.LittleEndian.AppendUint64(nil, v) }
 	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+	// packed stores raw as one chunk as is (too short to compress).
+	packedRaw := func(raw []byte) []byte { return packed(&codec{}, raw) }
 	cases := []struct {
 		name string
 		typ  uint32
 		pay  []byte
 		want string
 	}{
-		{"intervals", SecInterval, u32(math.MaxUint32), "does not fit"},
+		{"intervals", SecInterval, packedRaw(u32(math.MaxUint32)), "does not fit"},
+		{"interval packing", SecInterval, u32(math.MaxUint32), "packed raw length"},
 		{"final", SecFinal, u32(1 << 30), "does not fit"},
 		{"signals", SecSignals, cat(u32(2), make([]byte, 300)), "does not fit"},
 		{"packed size", SecSyscalls, cat(u64(1<<50), u32(packChunk)), "impossible"},

@@ -38,7 +38,7 @@ func decodeHeader(d *dec, h *Header) {
 	h.Lost = d.u64("lost events")
 }
 
-func decodeIntervals(d *dec) []Interval {
+func decodeIntervals(d *dec, major uint16) []Interval {
 	n := d.count("interval", minInterval)
 	if n == 0 {
 		return nil
@@ -52,6 +52,7 @@ func decodeIntervals(d *dec) []Interval {
 		iv.FirstSeq = d.u64("first sequence number")
 		iv.Replayable = d.bool("replayable")
 		iv.Reason = d.str("reason")
+		iv.StartOmitted = major >= 3 && d.bool("start omitted")
 		if nt := d.count("thread", minThread); nt > 0 {
 			iv.Threads = make([]Thread, nt)
 			for j := range iv.Threads {
@@ -79,6 +80,9 @@ func decodeIntervals(d *dec) []Interval {
 			}
 		}
 		iv.Written = d.pageRefs("written page")
+		if major >= 3 {
+			iv.Digests = d.pageRefs("boundary digest")
+		}
 		if d.fail != nil {
 			return nil
 		}

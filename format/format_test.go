@@ -2,6 +2,7 @@ package format
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"math"
@@ -332,5 +333,54 @@ func TestPackSyscalls(t *testing.T) {
 	}
 	if _, err := UnpackSyscalls(b[:len(b)/2]); err == nil {
 		t.Error("a truncated packed log decoded")
+	}
+}
+
+// Time values (8- and 16-byte outputs following one of the same length)
+// are stored as word differences: extreme differences round-trip, a log
+// that ends on such a record (fewer bytes left than the output's length)
+// decodes, and a busy server's clock_gettime costs 3 bytes of data before
+// compression, not 16 (the rest of its record is 9 or 10).
+func TestSyscallLogTimeDeltas(t *testing.T) {
+	top := ^uint64(0)
+	ts := func(sec, nsec uint64) []byte {
+		b := make([]byte, 16)
+		binary.LittleEndian.PutUint64(b, sec)
+		binary.LittleEndian.PutUint64(b[8:], nsec)
+		return b
+	}
+	var calls []Syscall
+	add := func(nr int, out ...[]byte) {
+		s := Syscall{Seq: uint64(len(calls) + 1), Tid: 7, Nr: nr}
+		for _, o := range out {
+			s.Out = append(s.Out, OutBuf{Addr: 0x7ffc_0000_1000, Data: o})
+		}
+		calls = append(calls, s)
+	}
+	add(228, ts(top, 0))
+	add(228, ts(0, top))                // differences of 2^64-1 and 1
+	add(228, ts(5, 6)[:8])              // another length: stored as is
+	add(228, ts(7, 8)[:8])              // then 8 bytes after 8 bytes
+	add(96, ts(1, 2), ts(3, 4)[:12])    // the second output is not 8 or 16 bytes
+	add(96, ts(1, 3), ts(3, 5)[:12])    //
+	add(96, ts(9, 9))                   // fewer outputs than the previous
+	add(96, nil, ts(9, 9))              // output 1 without a predecessor of its length
+	for i := uint64(0); i < 1000; i++ { // a clock read every 3 µs
+		add(228, ts(24856, 126_000_000+3000*i+i%7))
+	}
+	raw := encodeSyscallsRaw(calls)
+	got, err := UnpackSyscalls(PackSyscalls(calls))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, calls) {
+		for i := range calls {
+			if !reflect.DeepEqual(got[i], calls[i]) {
+				t.Fatalf("call %d: got %+v, want %+v", i, got[i], calls[i])
+			}
+		}
+	}
+	if per := float64(len(raw)) / float64(len(calls)); per > 13 {
+		t.Errorf("%.1f bytes per call before compression, want at most 13", per)
 	}
 }

@@ -12,7 +12,9 @@ import (
 // models they were made from (an old file must stay readable); with -update it
 // writes them again.
 func TestWriteSeeds(t *testing.T) {
-	small, store := smallCheckpoint()
+	small, store := smallCheckpointV3()
+	old, _ := smallCheckpoint()
+	old = legacy(old)
 	seeds := []struct {
 		name  string
 		c     *Checkpoint
@@ -22,15 +24,16 @@ func TestWriteSeeds(t *testing.T) {
 		{"empty.tpc", &Checkpoint{}, nil},
 	}
 	// small-1.0.tpc was written by version 1.0 of the writer (fixed-width
-	// syscall log), small-2.0.tpc by version 2.0 (lz4); they are never
-	// rewritten: files of those versions must stay readable.
-	frozen := map[string]bool{"small-1.0.tpc": true, "small-2.0.tpc": true}
+	// syscall log), small-2.0.tpc by version 2.0 (lz4), small-2.1.tpc by
+	// version 2.1 (every interval start stored); they are never rewritten:
+	// files of those versions must stay readable.
+	frozen := map[string]bool{"small-1.0.tpc": true, "small-2.0.tpc": true, "small-2.1.tpc": true}
 	for name := range frozen {
 		seeds = append(seeds, struct {
 			name  string
 			c     *Checkpoint
 			pages PageSource
-		}{name, small, store})
+		}{name, old, store})
 	}
 	for _, s := range seeds {
 		path := filepath.Join("testdata", s.name)
@@ -75,7 +78,7 @@ func FuzzDecode(f *testing.F) {
 		}
 		f.Add(b)
 	}
-	small, store := smallCheckpoint()
+	small, store := smallCheckpointV3()
 	f.Add(encode(f, small, store))
 	f.Add(encode(f, &Checkpoint{}, nil))
 	secs, err := buildSections(small, store)

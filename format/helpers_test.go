@@ -193,6 +193,41 @@ func smallCheckpoint() (*Checkpoint, *MemStore) {
 	return c, store
 }
 
+// smallCheckpointV3 is smallCheckpoint with what version 3 added: one
+// stored start, boundary digests for the other intervals, and time values
+// that the log stores as differences (a clock_gettime every third call).
+func smallCheckpointV3() (*Checkpoint, *MemStore) {
+	c, store := smallCheckpoint()
+	for i := range c.Intervals {
+		iv := &c.Intervals[i]
+		iv.StartOmitted = i > 0
+		if i > 0 {
+			iv.Digests = []PageRef{{Addr: 0x7ffc_0001_f000, Hash: HashPage(bytes.Repeat([]byte{byte(i)}, PageSize))}, {Addr: 0x5555_5555_0000, Hash: ZeroHash}}
+		}
+	}
+	for i := range c.Syscalls {
+		if i%3 != 0 {
+			continue
+		}
+		s := &c.Syscalls[i]
+		ts := make([]byte, 16)
+		binary.LittleEndian.PutUint64(ts, 1_790_000_000+uint64(i/7))
+		binary.LittleEndian.PutUint64(ts[8:], uint64(i)*7919%1_000_000_000)
+		s.Nr, s.Out = 228, []OutBuf{{Addr: 0x7ffc_0001_fe00, Data: ts}}
+	}
+	return c, store
+}
+
+// legacy is what a file written before version 3 decodes to for model c:
+// every interval's start is stored, and there are no boundary digests.
+func legacy(c *Checkpoint) *Checkpoint {
+	for i := range c.Intervals {
+		c.Intervals[i].StartOmitted = false
+		c.Intervals[i].Digests = nil
+	}
+	return c
+}
+
 func encode(t testing.TB, c *Checkpoint, pages PageSource) []byte {
 	t.Helper()
 	var b bytes.Buffer

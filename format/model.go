@@ -74,6 +74,21 @@ type Interval struct {
 	Written    []PageRef // originals (content at interval start) of pages written in it
 	Replayable bool      // false if something in it cannot be replayed (Reason says what): a replay can neither start in it nor run through it
 	Reason     string
+	// StartOmitted says the checkpoint does not hold the memory at this
+	// interval's start (StartState would be wrong there), so a replay cannot
+	// begin here: asked to, it begins at the nearest earlier interval whose
+	// start is stored and runs through. A minimized checkpoint stores one
+	// start, that of the first interval its trial replay ran from: the
+	// later versions of the pages a busy server rewrites cost more than
+	// everything else together. Files before version 3.0 store every start.
+	StartOmitted bool
+	// Digests verify a replay that arrives at this interval's start from an
+	// earlier one: for the pages EndDigestPages names (the stack page under
+	// the thread's rsp, the pages the previous interval wrote), the
+	// DigestPage hash of their content there. They are hashes to compare
+	// with, not stored pages. Files before version 3.0 have none: a reader
+	// computes them from the stored start (BoundaryDigests).
+	Digests []PageRef
 }
 
 // Thread is one thread's CPU state.

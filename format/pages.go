@@ -133,6 +133,37 @@ func EndDigestPages(rsp uint64, written []PageRef) []uint64 {
 	return out
 }
 
+// BoundaryDigests computes what Interval.Digests holds for the interval at
+// position u of c: the DigestPage hashes, at its start, of the pages
+// EndDigestPages names for its thread (the stack page under rsp, the pages
+// the interval before it wrote), read from pages through the stored start
+// state (StartState), which it needs. Pages not mapped there are left out;
+// an interval of several threads, which replay does not run, gets none.
+func (c *Checkpoint) BoundaryDigests(u int, pages PageSource) ([]PageRef, error) {
+	iv := &c.Intervals[u]
+	if u == 0 || len(iv.Threads) != 1 {
+		return nil, nil
+	}
+	if iv.StartOmitted {
+		return nil, fmt.Errorf("interval %d: its start is not stored", iv.Index)
+	}
+	t := iv.Threads[0]
+	state := c.StartState(u)
+	var out []PageRef
+	for _, a := range EndDigestPages(t.Regs.Rsp, c.Intervals[u-1].Written) {
+		h, ok := state[a]
+		if !ok {
+			continue // not mapped there: nothing to compare
+		}
+		data, err := pages.Page(h)
+		if err != nil {
+			return nil, fmt.Errorf("page %#x at the start of interval %d: %w", a, iv.Index, err)
+		}
+		out = append(out, PageRef{Addr: a, Hash: DigestPage(a, data, t.Rseq, t.Regs.Rsp)})
+	}
+	return out, nil
+}
+
 // DigestPage is the hash an end-state digest holds for the page at addr,
 // for a thread whose stack pointer is rsp. Two kinds of bytes are zeroed
 // first, because they may differ between a recording and a faithful replay

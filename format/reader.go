@@ -53,6 +53,14 @@ type cachedBlock struct {
 // replayer reads pages roughly in address order, so a few suffice.
 const blockCacheSize = 8
 
+// complete reports whether this build knows every field of the file's
+// version: an older major, or this major at a minor not above its own. Only
+// then are bytes after the last known field of a payload an error; a later
+// minor may append fields.
+func (f *File) complete() bool {
+	return f.major < VersionMajor || f.minor <= VersionMinor
+}
+
 // Stats are byte counts of a checkpoint file, for tpinspect.
 type Stats struct {
 	FileSize int64
@@ -270,8 +278,8 @@ func Decode(r io.ReaderAt, size int64) (*File, error) {
 	f.major = binary.LittleEndian.Uint16(hdr[8:])
 	f.minor = binary.LittleEndian.Uint16(hdr[10:])
 	flags := le32(hdr[12:])
-	if f.major != VersionMajor && f.major != 1 {
-		return nil, &FormatError{Section: secFileHeader, Offset: 8, Msg: fmt.Sprintf("format version %d.%d is not supported: this build reads versions 1.x and %d.x", f.major, f.minor, VersionMajor)}
+	if f.major < 1 || f.major > VersionMajor {
+		return nil, &FormatError{Section: secFileHeader, Offset: 8, Msg: fmt.Sprintf("format version %d.%d is not supported: this build reads versions 1.x to %d.x", f.major, f.minor, VersionMajor)}
 	}
 	if flags&requiredFlags&^knownFlags != 0 {
 		return nil, &FormatError{Section: secFileHeader, Offset: 12, Msg: fmt.Sprintf("file needs features this build lacks (flags %#x)", flags&requiredFlags&^knownFlags)}
@@ -350,7 +358,7 @@ func Decode(r io.ReaderAt, size int64) (*File, error) {
 		next = s.payOff() + s.length
 		secs = append(secs, s)
 	}
-	d.end(f.minor)
+	d.end(f.complete())
 	if err := d.err(); err != nil {
 		return nil, err
 	}
@@ -407,7 +415,21 @@ func Decode(r io.ReaderAt, size int64) (*File, error) {
 		fn func(*dec)
 	}{
 		{SecHeader, func(d *dec) { decodeHeader(d, &c.Header) }},
-		{SecInterval, func(d *dec) { c.Intervals = decodeIntervals(d) }},
+		{SecInterval, func(d *dec) {
+			if f.major < 3 {
+				c.Intervals = decodeIntervals(d, f.major)
+				return
+			}
+			b := unpack(d, f.codec)
+			if d.fail != nil {
+				return
+			}
+			raw[SecInterval] = int64(len(b))
+			d2 := &dec{b: b, base: -1, fileOff: d.base, sec: d.sec}
+			c.Intervals = decodeIntervals(d2, f.major)
+			d2.end(f.complete())
+			d.fail = d2.fail
+		}},
 		{SecFinal, func(d *dec) { c.Final = d.pageRefs("final page") }},
 		{SecSyscalls, func(d *dec) {
 			b := unpack(d, f.codec)
@@ -419,9 +441,9 @@ func Decode(r io.ReaderAt, size int64) (*File, error) {
 			if f.major == 1 {
 				c.Syscalls = decodeSyscallsV1(d2)
 			} else {
-				c.Syscalls = decodeSyscalls(d2)
+				c.Syscalls = decodeSyscalls(d2, f.major)
 			}
-			d2.end(f.minor)
+			d2.end(f.complete())
 			d.fail = d2.fail
 		}},
 		{SecSignals, func(d *dec) { c.Signals = decodeSignals(d) }},
@@ -439,7 +461,7 @@ func Decode(r io.ReaderAt, size int64) (*File, error) {
 		s := byType[st.t]
 		d := &dec{b: s.payload, base: s.payOff(), sec: s.name()}
 		st.fn(d)
-		d.end(f.minor)
+		d.end(f.complete())
 		if err := d.err(); err != nil {
 			return nil, err
 		}

@@ -52,6 +52,9 @@ func checkModel(c *Checkpoint, have func(Hash) bool) *problem {
 		if msg := checkRefs(iv.Written, have); msg != "" {
 			return &problem{SecInterval, where + ": written pages: " + msg}
 		}
+		if msg := checkRefs(iv.Digests, nil); msg != "" {
+			return &problem{SecInterval, where + ": boundary digests: " + msg}
+		}
 	}
 	if msg := checkRefs(c.Final, have); msg != "" {
 		return &problem{SecFinal, "final pages: " + msg}

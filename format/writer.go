@@ -105,7 +105,7 @@ func buildSections(c *Checkpoint, pages PageSource) ([]section, error) {
 	z := newWriterCodec()
 	secs := []section{
 		{SecHeader, encodeHeader(&c.Header)},
-		{SecInterval, encodeIntervals(c.Intervals)},
+		{SecInterval, packed(z, encodeIntervals(c.Intervals))},
 		{SecFinal, encodeFinal(c.Final)},
 		{SecSyscalls, encodeSyscalls(z, c.Syscalls)},
 		{SecSignals, encodeSignals(c.Signals)},
@@ -116,6 +116,14 @@ func buildSections(c *Checkpoint, pages PageSource) ([]section, error) {
 		return nil, err
 	}
 	return append(secs, section{SecPageIdx, idx}, section{SecPages, store}), nil
+}
+
+// packed returns raw as a packed payload (version 3 packs INTVL: the maps
+// and XSAVE images of successive intervals repeat).
+func packed(z *codec, raw []byte) []byte {
+	var e enc
+	pack(&e, z, raw)
+	return e.b
 }
 
 // writeSections frames the sections, then writes the directory and trailer.
@@ -202,6 +210,7 @@ func encodeIntervals(ivs []Interval) []byte {
 		e.u64(iv.FirstSeq)
 		e.bool(iv.Replayable)
 		e.str(iv.Reason)
+		e.bool(iv.StartOmitted)
 		e.u32(uint32(len(iv.Threads)))
 		for j := range iv.Threads {
 			t := &iv.Threads[j]
@@ -224,6 +233,7 @@ func encodeIntervals(ivs []Interval) []byte {
 			e.str(m.Path)
 		}
 		e.pageRefs(iv.Written)
+		e.pageRefs(iv.Digests)
 	}
 	return e.b
 }

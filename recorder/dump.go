@@ -201,9 +201,17 @@ func (s *session) finish(path string, c *format.Checkpoint, src *liveSource, t0 
 	if c.End.Digests, err = digests(c.End.Digests, src, c.End.Rseq, c.End.Regs.Rsp); err != nil {
 		return err
 	}
+	// Digests of each interval start, from the memory recorded there, before
+	// minimizing may drop that memory: a replay arriving there is checked
+	// against them (the trial's pieces, tpreplay --until).
+	for i := range c.Intervals {
+		if c.Intervals[i].Digests, err = c.BoundaryDigests(i, src); err != nil {
+			s.logf("interval %d: no boundary digests: %v", c.Intervals[i].Index, err)
+		}
+	}
 	candidates := len(c.Final)
 	if !s.o.FullPages {
-		minimize(c, src, s.logf)
+		minimize(c, src, !s.o.AllStarts, s.logf)
 	}
 	if c.Final, err = src.resolve(c.Final); err != nil {
 		return err
@@ -217,7 +225,16 @@ func (s *session) finish(path string, c *format.Checkpoint, src *liveSource, t0 
 	}
 	kept := fmt.Sprintf("all %d present pages", len(c.Final))
 	if !c.Header.FullPages {
-		kept = fmt.Sprintf("%d touched pages of %d", len(c.Final), candidates)
+		addrs := map[uint64]bool{}
+		for _, p := range c.Final {
+			addrs[p.Addr] = true
+		}
+		for _, iv := range c.Intervals {
+			for _, p := range iv.Written {
+				addrs[p.Addr] = true
+			}
+		}
+		kept = fmt.Sprintf("%d touched pages of %d", len(addrs), candidates)
 	}
 	s.logf("wrote %s: %d intervals, %d syscalls, %s, %d bytes, in %v (the process was held %v)",
 		path, len(c.Intervals), len(c.Syscalls), kept, size, time.Since(t0).Round(time.Millisecond), held.Round(time.Millisecond))

@@ -18,6 +18,7 @@ type Options struct {
 	RingbufSize int
 	OnExit      bool // also dump when the process exits normally
 	FullPages   bool // keep every present page instead of the touched ones
+	AllStarts   bool // store the memory at every interval start, not only the first replayable one
 	// StatusEvery is how often a status line is logged (0: never).
 	StatusEvery time.Duration
 	Log         io.Writer

@@ -20,7 +20,9 @@ import (
 // Options tune one replay.
 type Options struct {
 	// From is the Index of the interval to start at; -1 picks the oldest
-	// replayable one.
+	// replayable one. When the checkpoint does not store that interval's
+	// start (Interval.StartOmitted), the replay begins at the nearest earlier
+	// interval it stores and runs through (Result.From says where).
 	From int
 	// OutputDir, when set, receives what the program writes (write, pwrite64,
 	// writev, pwritev, sendto, sendmsg), appended to OutputDir/fd-N.out.
@@ -253,6 +255,21 @@ func prepare(c *format.Checkpoint, pages format.PageSource, opts Options) (*engi
 			return nil, fmt.Errorf("a replay from interval %d would run through interval %d, which is not replayable: %s", opts.From, iv.Index, iv.Reason)
 		}
 	}
+	// A replay begins where the checkpoint stores a start (a minimized one
+	// stores the first only): at k, else at the nearest earlier one, running
+	// through k's start; with no interval asked for, at the first stored.
+	s := k
+	for s > last && c.Intervals[s].StartOmitted {
+		s--
+	}
+	if s <= last && opts.From < 0 {
+		for s = k; s < len(c.Intervals) && c.Intervals[s].StartOmitted; s++ {
+		}
+	}
+	if s <= last || s == len(c.Intervals) {
+		return nil, fmt.Errorf("checkpoint stores no interval start a replay from interval %d could begin at", c.Intervals[k].Index)
+	}
+	k = s
 	for _, iv := range c.Intervals[k:] {
 		if len(iv.Threads) != 1 {
 			return nil, fmt.Errorf("interval %d has %d threads: only single-threaded processes can be replayed yet", iv.Index, len(iv.Threads))
@@ -322,8 +339,9 @@ func prepare(c *format.Checkpoint, pages format.PageSource, opts Options) (*engi
 // boundaryEnd describes the start of the interval of Index until as an end
 // state for a replay starting at position k: its position, and the thread's
 // state there, with the digests a dump request would carry (the stack page
-// under rsp, the pages the interval before it wrote), computed from the
-// pages the checkpoint gives that interval's start.
+// under rsp, the pages the interval before it wrote): the ones the file
+// stores for that boundary, or for files before version 3.0, computed from
+// the pages the checkpoint gives that interval's start.
 func boundaryEnd(c *format.Checkpoint, k, until int, pages format.PageSource) (int, format.EndState, error) {
 	u := -1
 	for i, iv := range c.Intervals {
@@ -339,18 +357,12 @@ func boundaryEnd(c *format.Checkpoint, k, until int, pages format.PageSource) (i
 		return 0, format.EndState{}, fmt.Errorf("interval %d has %d threads", iv.Index, len(iv.Threads))
 	}
 	t := iv.Threads[0]
-	end := format.EndState{Kind: format.EndRequest, Tid: t.Tid, Regs: t.Regs, XState: t.XState, LastSeq: iv.FirstSeq - 1, Rseq: t.Rseq}
-	state := c.StartState(u)
-	for _, a := range format.EndDigestPages(t.Regs.Rsp, c.Intervals[u-1].Written) {
-		h, ok := state[a]
-		if !ok {
-			continue // not mapped there: nothing to compare
+	end := format.EndState{Kind: format.EndRequest, Tid: t.Tid, Regs: t.Regs, XState: t.XState, LastSeq: iv.FirstSeq - 1, Rseq: t.Rseq, Digests: iv.Digests}
+	if len(iv.Digests) == 0 && !iv.StartOmitted {
+		var err error
+		if end.Digests, err = c.BoundaryDigests(u, pages); err != nil {
+			return 0, format.EndState{}, err
 		}
-		data, err := pages.Page(h)
-		if err != nil {
-			return 0, format.EndState{}, fmt.Errorf("page %#x at the start of interval %d: %w", a, iv.Index, err)
-		}
-		end.Digests = append(end.Digests, format.PageRef{Addr: a, Hash: format.DigestPage(a, data, t.Rseq, t.Regs.Rsp)})
 	}
 	return u, end, nil
 }

@@ -155,6 +155,10 @@ func (s *Session) Close() {
 // Checkpoint returns the checkpoint being replayed.
 func (s *Session) Checkpoint() *format.Checkpoint { return s.c }
 
+// From is the Index of the interval the replay starts at (Options.From, or
+// the nearest earlier interval whose start the checkpoint stores).
+func (s *Session) From() int { return s.e.c.Intervals[s.e.k].Index }
+
 // Tid is the recorded thread id of the replayed thread.
 func (s *Session) Tid() int { return s.e.thread.Tid }
 

@@ -265,26 +265,41 @@ func intervalsOf(t *testing.T, ckpt string) []int {
 }
 
 // Splicing: a replay can start at any retained interval and run through the
-// later ones to the same end, from the minimized checkpoint.
+// later ones to the same end. A minimized checkpoint stores the memory of
+// its first start only: --from a later interval replays from that one
+// through it, and says so; with tprec --all-starts every start is stored
+// and --from K starts at K.
 func TestReplayFromEveryInterval(t *testing.T) {
 	ck, idx, _ := crashyIntervals(t)
 	for _, k := range idx {
-		out := replay(t, ck, "--from", fmt.Sprint(k))
+		out, code := runTool(t, "tpreplay", "--from", fmt.Sprint(k), ck)
+		want := fmt.Sprintf("%d intervals,", len(idx))
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("--from %d: exit %d, %q does not say %q", k, code, out, want)
+		}
+		note := fmt.Sprintf("does not store the start of interval %d; replayed from interval %d", k, idx[0])
+		if (k != idx[0]) != strings.Contains(out, note) {
+			t.Errorf("--from %d: %q (the note %q belongs to every interval but the first)", k, out, note)
+		}
+	}
+	all, idx, _ := crashyIntervals(t, "--all-starts")
+	for _, k := range idx {
+		out := replay(t, all, "--from", fmt.Sprint(k))
 		want := fmt.Sprintf("%d intervals,", len(idx)-indexOf(idx, k))
 		if !strings.Contains(out, want) {
-			t.Errorf("--from %d: %q does not say %q", k, out, want)
+			t.Errorf("--all-starts, --from %d: %q does not say %q", k, out, want)
 		}
 	}
 }
 
 // crashyIntervals records the bundled example launched for 2.5 s until it
-// crashes, and returns the checkpoint, its replayable intervals (at least
-// four) and the directory holding it.
-func crashyIntervals(t *testing.T) (string, []int, string) {
+// crashes (tprec with the flags given), and returns the checkpoint, its
+// replayable intervals (at least four) and the directory holding it.
+func crashyIntervals(t *testing.T, flags ...string) (string, []int, string) {
 	requireRoot(t)
 	dir := t.TempDir()
 	prog := cc(t, "../../examples/crashy.c", dir)
-	ck := recordOne(t, dir, "--output", dir, "--", prog, "2.5")
+	ck := recordOne(t, dir, append(append([]string{"--output", dir}, flags...), "--", prog, "2.5")...)
 	idx := intervalsOf(t, ck)
 	if len(idx) < 4 {
 		t.Fatalf("only %d replayable intervals: %v", len(idx), idx)
@@ -303,11 +318,13 @@ func indexOf(s []int, v int) int {
 
 // A replay can stop where a later interval began and be verified against
 // the state recorded there (tpreplay --until): every consecutive pair of a
-// real recording verifies, and the same replay against a start state
-// changed by one bit of one register diverges. The trial replay at a dump
-// runs such pieces side by side.
+// real recording with every start stored verifies, and the same replay
+// against a start state changed by one bit of one register diverges. The
+// trial replay at a dump runs such pieces side by side. In a minimized
+// checkpoint, which stores its first start only, the boundaries are
+// verified by the digests stored for them: one changed digest diverges.
 func TestReplayUntilEveryBoundary(t *testing.T) {
-	ck, idx, dir := crashyIntervals(t)
+	ck, idx, dir := crashyIntervals(t, "--all-starts")
 	for i := 0; i+1 < len(idx); i++ {
 		out := replay(t, ck, "--from", fmt.Sprint(idx[i]), "--until", fmt.Sprint(idx[i+1]))
 		want := fmt.Sprintf("the state at the start of interval %d matches", idx[i+1])
@@ -315,28 +332,48 @@ func TestReplayUntilEveryBoundary(t *testing.T) {
 			t.Errorf("--from %d --until %d: %q does not say %q", idx[i], idx[i+1], out, want)
 		}
 	}
+	mid := idx[len(idx)/2]
+	tamper(t, ck, filepath.Join(dir, "tampered.tpc"), mid, func(iv *format.Interval) { iv.Threads[0].Regs.R15 ^= 1 })
+	out, code := runTool(t, "tpreplay", "--from", fmt.Sprint(idx[0]), "--until", fmt.Sprint(mid), filepath.Join(dir, "tampered.tpc"))
+	if code != 1 || !strings.Contains(out, "divergence") {
+		t.Errorf("--until %d against a changed r15: exit %d, want 1 with a divergence:\n%s", mid, code, out)
+	}
+	if out, code := runTool(t, "tpreplay", "--from", fmt.Sprint(mid), "--until", fmt.Sprint(idx[0]), ck); code != 2 || !strings.Contains(out, "cannot end at interval") {
+		t.Errorf("--until before --from: exit %d: %s", code, out)
+	}
 
+	minimized, idx, dir := crashyIntervals(t)
+	mid = idx[len(idx)/2]
+	if out := replay(t, minimized, "--until", fmt.Sprint(mid)); !strings.Contains(out, fmt.Sprintf("the state at the start of interval %d matches", mid)) {
+		t.Errorf("minimized, --until %d: %q", mid, out)
+	}
+	bad := filepath.Join(dir, "tampered.tpc")
+	tamper(t, minimized, bad, mid, func(iv *format.Interval) {
+		if len(iv.Digests) < 2 {
+			t.Fatalf("interval %d has %d boundary digests", iv.Index, len(iv.Digests))
+		}
+		iv.Digests[1].Hash[0] ^= 1
+	})
+	if out, code := runTool(t, "tpreplay", "--until", fmt.Sprint(mid), bad); code != 1 || !strings.Contains(out, "divergence") {
+		t.Errorf("minimized, --until %d against a changed digest: exit %d, want 1 with a divergence:\n%s", mid, code, out)
+	}
+}
+
+// tamper writes to path the checkpoint ck with interval Index k changed by fn.
+func tamper(t *testing.T, ck, path string, k int, fn func(*format.Interval)) {
+	t.Helper()
 	f, err := format.Open(ck)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
 	c := f.Checkpoint
-	mid := idx[len(idx)/2]
 	for i := range c.Intervals {
-		if c.Intervals[i].Index == mid {
-			c.Intervals[i].Threads[0].Regs.R15 ^= 1
+		if c.Intervals[i].Index == k {
+			fn(&c.Intervals[i])
 		}
 	}
-	bad := filepath.Join(dir, "tampered.tpc")
-	if err := format.Write(bad, c, f); err != nil {
+	if err := format.Write(path, c, f); err != nil {
 		t.Fatal(err)
-	}
-	out, code := runTool(t, "tpreplay", "--from", fmt.Sprint(idx[0]), "--until", fmt.Sprint(mid), bad)
-	if code != 1 || !strings.Contains(out, "divergence") {
-		t.Errorf("--until %d against a changed r15: exit %d, want 1 with a divergence:\n%s", mid, code, out)
-	}
-	if out, code := runTool(t, "tpreplay", "--from", fmt.Sprint(mid), "--until", fmt.Sprint(idx[0]), ck); code != 2 || !strings.Contains(out, "cannot end at interval") {
-		t.Errorf("--until before --from: exit %d: %s", code, out)
 	}
 }

@@ -143,14 +143,17 @@ type process struct {
 }
 
 type interval struct {
-	Index      int       `json:"index"`
-	Start      time.Time `json:"start"`
-	FirstSeq   uint64    `json:"first_seq"`
-	Threads    int       `json:"threads"`
-	Regions    int       `json:"regions"`
-	Written    int       `json:"written_pages"`
-	Replayable bool      `json:"replayable"`
-	Reason     string    `json:"reason,omitempty"`
+	Index    int       `json:"index"`
+	Start    time.Time `json:"start"`
+	FirstSeq uint64    `json:"first_seq"`
+	Threads  int       `json:"threads"`
+	Regions  int       `json:"regions"`
+	Written  int       `json:"written_pages"`
+	// StartStored: a replay can begin here (Interval.StartOmitted unset).
+	StartStored bool   `json:"start_stored"`
+	Digests     int    `json:"boundary_digests"`
+	Replayable  bool   `json:"replayable"`
+	Reason      string `json:"reason,omitempty"`
 }
 
 type end struct {
@@ -222,6 +225,7 @@ func summarize(f *format.File) *summary {
 		s.Intervals = append(s.Intervals, interval{
 			Index: iv.Index, Start: iv.Start, FirstSeq: iv.FirstSeq, Threads: len(iv.Threads),
 			Regions: len(iv.Maps), Written: len(iv.Written), Replayable: iv.Replayable, Reason: iv.Reason,
+			StartStored: !iv.StartOmitted, Digests: len(iv.Digests),
 		})
 		s.Pages.Written += len(iv.Written)
 		for _, p := range iv.Written {
@@ -344,13 +348,17 @@ func printSummary(out io.Writer, s *summary) error {
 		fmt.Fprintf(w, "  lost events\t%d\n", p.Lost)
 	}
 
-	fmt.Fprintf(w, "\nintervals\n  index\tstart\tfirst seq\tthreads\tregions\twritten\treplayable\n")
+	fmt.Fprintf(w, "\nintervals\n  index\tstart\tfirst seq\tthreads\tregions\twritten\tstart stored\tdigests\treplayable\n")
 	for _, iv := range s.Intervals {
 		rep := "yes"
 		if !iv.Replayable {
 			rep = "no: " + orDash(iv.Reason)
 		}
-		fmt.Fprintf(w, "  %d\t%s\t%d\t%d\t%d\t%d\t%s\n", iv.Index, when(iv.Start), iv.FirstSeq, iv.Threads, iv.Regions, iv.Written, rep)
+		stored := "yes"
+		if !iv.StartStored {
+			stored = "no"
+		}
+		fmt.Fprintf(w, "  %d\t%s\t%d\t%d\t%d\t%d\t%s\t%d\t%s\n", iv.Index, when(iv.Start), iv.FirstSeq, iv.Threads, iv.Regions, iv.Written, stored, iv.Digests, rep)
 	}
 
 	e := &s.End

@@ -33,6 +33,7 @@ func main() {
 			&cli.StringFlag{Name: "ringbuf-size", Value: "64M", Usage: "eBPF ring buffer size (K, M, G suffixes; rounded up to a power of two)"},
 			&cli.BoolFlag{Name: "on-exit", Usage: "also write a checkpoint when the process exits normally"},
 			&cli.BoolFlag{Name: "full-pages", Usage: "keep every present page (large) instead of only the pages the window touches"},
+			&cli.BoolFlag{Name: "all-starts", Usage: "store the memory at every interval start, so that tpreplay --from K starts at K itself (larger: a busy server rewrites the same pages every interval)"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print nothing but errors"},
 			&cli.DurationFlag{Name: "status", Value: 10 * time.Second, Usage: "print a status line this often (0: never)"},
 		},
@@ -70,6 +71,7 @@ func record(c *cli.Context) error {
 		Backend:     c.String("backend"),
 		OnExit:      c.Bool("on-exit"),
 		FullPages:   c.Bool("full-pages"),
+		AllStarts:   c.Bool("all-starts"),
 		StatusEvery: c.Duration("status"),
 		Log:         os.Stderr,
 	}

@@ -51,7 +51,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		Writer:    stdout,
 		ErrWriter: stderr,
 		Flags: []cli.Flag{
-			&cli.IntFlag{Name: "from", Value: -1, Usage: "interval index to start at (default: the oldest replayable one)"},
+			&cli.IntFlag{Name: "from", Value: -1, Usage: "interval index to start at (default: the oldest replayable one); when the checkpoint does not store that start, the nearest earlier one it stores"},
 			&cli.IntFlag{Name: "until", Usage: "stop where interval `K` began and verify the state recorded there, instead of running to the end"},
 			&cli.StringFlag{Name: "output-dir", Usage: "write what the program wrote to its descriptors to `DIR`/fd-N.out"},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log every replayed syscall, and the timing line"},
@@ -111,6 +111,9 @@ func replay(ctx context.Context, path string, opts replayer.Options, timing bool
 	defer f.Close()
 	load := time.Since(t0)
 	res, err := replayer.Run(ctx, f.Checkpoint, f, opts)
+	if err == nil && opts.From >= 0 && res.From != opts.From {
+		fmt.Fprintf(w, "tpreplay: the checkpoint does not store the start of interval %d; replayed from interval %d, the nearest earlier one it stores, through it\n", opts.From, res.From)
+	}
 	if timing && err == nil {
 		c := f.Checkpoint
 		var recorded time.Duration
