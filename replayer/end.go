@@ -10,12 +10,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// breakpoint is the software breakpoint at the recorded end rip, used to find
-// the point where a signal from outside or a dump request hit the program.
+// breakpoint is the breakpoint at the recorded end rip, used to find the
+// point where a signal from outside or a dump request hit the program. In a
+// replay without a debugger it is a hardware execution breakpoint (DR0):
+// a hit is one stop, before the instruction runs, and resuming runs it (the
+// kernel sets RF). In a tight loop the end search is nearly all of a replay,
+// and an int3 costs two stops a hit (the trap, then a single step over the
+// original instruction with the int3 out). A debugger owns the debug
+// registers for its watchpoints, so with one the breakpoint is an int3 from
+// the table it shares.
 type breakpoint struct {
 	addr     uint64
 	orig     byte
-	armed    bool // the int3 is in memory
+	hw       bool // DR0/DR7, not an int3
+	armed    bool // the int3 is in memory, or DR7 enables DR0
 	active   bool // the search is on
 	syscall  bool // the instruction there is `syscall`: never single-step it
 	stepping bool // single-stepping over the original instruction
@@ -47,14 +55,28 @@ func (e *engine) atLogEnd(regs proc.Regs) (*Result, error) {
 		return nil, e.diverge(regs.Rip, e.lastSeq(), "the recorded end rip is not mapped in the replay",
 			fmt.Sprintf("code at %#x", end.Regs.Rip), err.Error())
 	}
-	e.bp = breakpoint{addr: end.Regs.Rip, orig: code[0], active: true, syscall: code[0] == 0x0f && code[1] == 0x05}
+	e.bp = breakpoint{addr: end.Regs.Rip, orig: code[0], active: true, syscall: code[0] == 0x0f && code[1] == 0x05, hw: e.dbg == nil}
 	return nil, e.armBreakpoint()
 }
+
+// DR7 bits for DR0: local enable; kind (bits 16-17) 00 is execution and
+// length (bits 18-19) must then be 00.
+const dr7ExecDR0 = 1
 
 // armBreakpoint and disarmBreakpoint go through the engine's int3 table,
 // which a debugger's breakpoints share: one int3 byte per address, whoever
 // wants it.
 func (e *engine) armBreakpoint() error {
+	if e.bp.hw {
+		if err := proc.SetDebugReg(e.stub.pid, 0, e.bp.addr); err != nil {
+			return err
+		}
+		if err := proc.SetDebugReg(e.stub.pid, 7, dr7ExecDR0); err != nil {
+			return err
+		}
+		e.bp.armed = true
+		return nil
+	}
 	if err := e.int3s.set(e.mem, e.bp.addr, ownerEnd, true); err != nil {
 		return fmt.Errorf("set breakpoint: %w", err)
 	}
@@ -64,6 +86,13 @@ func (e *engine) armBreakpoint() error {
 
 func (e *engine) disarmBreakpoint() error {
 	if !e.bp.armed {
+		return nil
+	}
+	if e.bp.hw {
+		if err := proc.SetDebugReg(e.stub.pid, 7, 0); err != nil {
+			return err
+		}
+		e.bp.armed = false
 		return nil
 	}
 	if err := e.int3s.set(e.mem, e.bp.addr, ownerEnd, false); err != nil {
@@ -112,6 +141,14 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 			actual += "; the recorded end rip was never reached"
 		}
 		return nil, 0, e.diverge(regs.Rip, e.lastSeq(), reason, fmt.Sprintf("end at rip %#x", e.end.Regs.Rip), actual)
+	}
+	if sig == int(unix.SIGTRAP) && e.bp.active && e.bp.hw && e.bp.armed && regs.Rip == e.bp.addr {
+		// Stopped before the instruction: compare, then resume into it
+		// (nothing to step over; a `syscall` there enters as usual).
+		if res := e.endBreakpointHit(regs); res != nil {
+			return res, 0, nil
+		}
+		return nil, unix.PTRACE_SYSCALL, nil
 	}
 	if sig == int(unix.SIGTRAP) && e.bp.active {
 		if e.bp.stepping {

@@ -757,6 +757,13 @@ func describeRet(r int64) string {
 }
 
 func (e *engine) verified(rip uint64) *Result {
+	if e.bp.hits > 0 {
+		kind := "int3"
+		if e.bp.hw {
+			kind = "debug register"
+		}
+		e.logf("end found at breakpoint hit %d (%s) at %#x after the last syscall", e.bp.hits, kind, e.bp.addr)
+	}
 	return &Result{
 		From:      e.c.Intervals[e.k].Index,
 		Syscalls:  len(e.log),
