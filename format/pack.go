@@ -139,7 +139,12 @@ func unpack(d *dec, c *codec) []byte {
 		d.failf("packed raw length %d impossible for a %d-byte payload", rawLen, len(d.b)-start)
 		return nil
 	}
-	out := make([]byte, 0, min(rawLen, uint64(d.remaining())*4))
+	// Each chunk is unpacked into a buffer of its own, allocated once the
+	// chunk's size is known to be possible, then the chunks are joined into
+	// one buffer of the exact size: rawLen itself is not trusted before the
+	// chunks hold it, and a slice grown chunk by chunk was copied over and
+	// over (1.7 s of a 2.2 s load for a python3 log that unpacks to 175 MB).
+	var parts [][]byte
 	for left := rawLen; left > 0; {
 		want := min(left, uint64(chunk))
 		at := d.off
@@ -150,7 +155,7 @@ func unpack(d *dec, c *codec) []byte {
 		}
 		switch {
 		case uint64(n) == want:
-			out = append(out, z...)
+			parts = append(parts, z)
 		case uint64(n) > want || n == 0:
 			d.off = at
 			d.failf("packed chunk of %d bytes for %d raw bytes", n, want)
@@ -161,15 +166,22 @@ func unpack(d *dec, c *codec) []byte {
 				d.failf("packed chunk of %d bytes cannot hold %d raw bytes", n, want)
 				return nil
 			}
-			out = append(out, make([]byte, want)...)
-			dst := out[len(out)-int(want):]
+			dst := make([]byte, want)
 			if err := c.decompress(z, dst); err != nil {
 				d.off = at
 				d.failf("packed chunk does not decompress to %d bytes: %v", want, err)
 				return nil
 			}
+			parts = append(parts, dst)
 		}
 		left -= want
+	}
+	if len(parts) == 1 && len(parts[0]) == int(rawLen) {
+		return parts[0]
+	}
+	out := make([]byte, 0, rawLen)
+	for _, p := range parts {
+		out = append(out, p...)
 	}
 	return out
 }
