@@ -3,6 +3,7 @@ package format
 import (
 	"crypto/sha256"
 	"fmt"
+	"sort"
 	"sync"
 )
 
@@ -152,8 +153,11 @@ func (c *Checkpoint) BoundaryDigests(u int, pages PageSource) ([]PageRef, error)
 	var out []PageRef
 	for _, a := range EndDigestPages(t.Regs.Rsp, c.Intervals[u-1].Written) {
 		h, ok := state[a]
-		if !ok {
-			continue // not mapped there: nothing to compare
+		if !ok || !Mapped(iv.Maps, a) {
+			// Not mapped there (a page the previous interval wrote and then
+			// unmapped; a later interval that mapped it again gives it a
+			// version StartState would also offer here): nothing to compare.
+			continue
 		}
 		data, err := pages.Page(h)
 		if err != nil {
@@ -162,6 +166,12 @@ func (c *Checkpoint) BoundaryDigests(u int, pages PageSource) ([]PageRef, error)
 		out = append(out, PageRef{Addr: a, Hash: DigestPage(a, data, t.Rseq, t.Regs.Rsp)})
 	}
 	return out, nil
+}
+
+// Mapped reports whether addr lies in one of maps (sorted, not overlapping).
+func Mapped(maps []Mapping, addr uint64) bool {
+	i := sort.Search(len(maps), func(i int) bool { return maps[i].End > addr })
+	return i < len(maps) && maps[i].Start <= addr
 }
 
 // DigestPage is the hash an end-state digest holds for the page at addr,

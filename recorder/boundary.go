@@ -236,12 +236,14 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 	clk.mark(fmt.Sprintf("pagemap (%d written)", len(written)))
 	s.src.checkWritten(s, iv.meta.Maps, written)
 	written = mergePages(written, vanishedPages(iv.meta.Maps, iv.present, snap.maps, iv.remapped()))
-	// Pages the stack grew into during the interval (no syscall made them:
-	// the kernel extends [stack] on a fault below it) started as zeros.
+	// Anonymous pages that were not mapped at the interval start (the stack
+	// grew into them on a fault, or a memory call of the interval made
+	// them: brk, mmap) started as nothing, which a replay sees as zeros.
 	// The shadow's map does not cover them, so the comparison above cannot
-	// see them; without their zero originals a replay from this interval
-	// would find them holding their final content.
-	grown := grownStack(iv.meta.Maps, snap)
+	// see them; without their zero originals a replay from this interval,
+	// or from an earlier one where they were not mapped or not present,
+	// would find them holding a later interval's content or their final one.
+	grown := newPages(iv.meta.Maps, snap)
 	save := func() {
 		buf := make([]byte, len(written)*format.PageSize)
 		if err := proc.ReadPages(sh.pid, written, buf); err != nil {
@@ -259,9 +261,8 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 				s.ring.addPage(iv, a, buf[i*format.PageSize:(i+1)*format.PageSize])
 			}
 		}
-		zero := make([]byte, format.PageSize)
 		for _, a := range grown {
-			s.ring.addPage(iv, a, zero)
+			iv.meta.Written = append(iv.meta.Written, format.PageRef{Addr: a, Hash: format.ZeroHash})
 		}
 		clk.mark("store")
 		finish()
@@ -377,26 +378,21 @@ func mergePages(a, b []uint64) []uint64 {
 	return out
 }
 
-// grownStack lists the present pages of the current [stack] mapping below
-// where it started at the interval start.
-func grownStack(start []format.Mapping, now *pageSnapshot) []uint64 {
-	var was uint64
-	for _, m := range start {
-		if m.Path == "[stack]" {
-			was = m.Start
-		}
-	}
+// newPages lists the present pages of anonymous private mappings now that
+// no mapping covered at the interval start.
+func newPages(start []format.Mapping, now *pageSnapshot) []uint64 {
 	var out []uint64
 	for i, m := range now.maps {
-		if m.Path != "[stack]" || was == 0 || m.Start >= was || now.ents[i] == nil {
+		if m.Shared || m.Inode != 0 || proc.Special(m) || now.ents[i] == nil {
 			continue
+		}
+		if k := sort.Search(len(start), func(k int) bool { return start[k].End > m.Start }); k < len(start) &&
+			start[k].Start <= m.Start && start[k].End >= m.End {
+			continue // inside one mapping of the start: the usual case
 		}
 		for j, e := range now.ents[i] {
 			a := m.Start + uint64(j)*format.PageSize
-			if a >= was {
-				break
-			}
-			if e&(proc.PMPresent|proc.PMSwapped) != 0 {
+			if e&(proc.PMPresent|proc.PMSwapped) != 0 && !format.Mapped(start, a) {
 				out = append(out, a)
 			}
 		}

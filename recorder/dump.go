@@ -123,8 +123,14 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 	clk.mark("maps+present")
 	addrs := unionPages(ivs[0].present, now)
 	store := format.NewMemStore()
-	final := make([]format.PageRef, len(addrs))
-	for i, a := range addrs {
+	// Final content exists for the pages present now. One that was present
+	// at the start and is gone now disappeared in some interval, which saved
+	// its original (writtenPages); a live reference to it would make a
+	// replay from a later interval, where it is absent or not yet present,
+	// read memory the process no longer has.
+	live := unionPages(nil, now)
+	final := make([]format.PageRef, len(live))
+	for i, a := range live {
 		final[i] = format.PageRef{Addr: a, Hash: liveHash(a)}
 	}
 	c := &format.Checkpoint{Header: s.hdr, Final: final, End: end}

@@ -71,6 +71,37 @@ func minimize(c *format.Checkpoint, store format.PageSource, oneStart bool, logf
 			addStack(iv.Maps, t.Regs.Rsp)
 		}
 	}
+	// With every start stored, a replay may also begin at a later interval,
+	// and needs what each page held there. A page the window wrote is one the
+	// trial touched, or one the window's memory calls created after the
+	// trial's start, which the trial met as fresh memory and never served:
+	// every written page keeps its references.
+	if !oneStart {
+		for _, iv := range c.Intervals {
+			for _, p := range iv.Written {
+				keep[p.Addr] = true
+			}
+		}
+	}
+	// A served page that no list holds was absent from every page set the
+	// dump took (not present at the start, gone at the end: a heap that
+	// grows and shrinks) and served as zeros (replayer zeroWhenAbsent): the
+	// file says so, or a replay of it would find the page missing.
+	listed := make(map[uint64]bool, len(c.Final))
+	for _, p := range c.Final {
+		listed[p.Addr] = true
+	}
+	for _, iv := range c.Intervals {
+		for _, p := range iv.Written {
+			listed[p.Addr] = true
+		}
+	}
+	for _, a := range res.Served {
+		if !listed[a] {
+			c.Final = append(c.Final, format.PageRef{Addr: a, Hash: format.ZeroHash})
+		}
+	}
+	sort.Slice(c.Final, func(i, j int) bool { return c.Final[i].Addr < c.Final[j].Addr })
 	c.Final = filterPages(c.Final, keep)
 	for i := range c.Intervals {
 		c.Intervals[i].Written = filterPages(c.Intervals[i].Written, keep)

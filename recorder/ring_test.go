@@ -213,3 +213,36 @@ func TestRingPacksLogsBeforeDropping(t *testing.T) {
 		t.Fatal("no log was packed")
 	}
 }
+
+// Pages of anonymous private memory that no mapping of the interval start
+// covered (a heap grown by brk, a new anonymous mmap, stack growth) get zero
+// originals when present; file and shared mappings, pages not present, and
+// pages of mappings that existed at the start do not.
+func TestNewPages(t *testing.T) {
+	const pg = format.PageSize
+	start := []format.Mapping{
+		{Start: 0x10000, End: 0x12000, Prot: format.ProtRead | format.ProtWrite, Path: "[heap]"},
+		{Start: 0x7f000, End: 0x80000, Prot: format.ProtRead | format.ProtWrite, Path: "[stack]"},
+	}
+	now := &pageSnapshot{
+		maps: []format.Mapping{
+			{Start: 0x10000, End: 0x14000, Prot: format.ProtRead | format.ProtWrite, Path: "[heap]"},
+			{Start: 0x20000, End: 0x22000, Prot: format.ProtRead | format.ProtWrite},
+			{Start: 0x30000, End: 0x32000, Prot: format.ProtRead, Inode: 9, Path: "/lib.so"},
+			{Start: 0x40000, End: 0x42000, Prot: format.ProtRead | format.ProtWrite, Shared: true},
+			{Start: 0x7d000, End: 0x80000, Prot: format.ProtRead | format.ProtWrite, Path: "[stack]"},
+		},
+		ents: [][]uint64{
+			{proc.PMPresent, proc.PMPresent, proc.PMPresent, 0}, // grown by two pages, one touched
+			{proc.PMSwapped, proc.PMPresent},                    // a new anonymous mapping
+			{proc.PMPresent, proc.PMPresent},                    // a new file mapping
+			{proc.PMPresent, proc.PMPresent},                    // new shared memory
+			{0, proc.PMPresent, proc.PMPresent},                 // the stack grew by two pages
+		},
+	}
+	got := newPages(start, now)
+	want := []uint64{0x12000, 0x20000, 0x20000 + pg, 0x7e000}
+	if fmt.Sprintf("%x", got) != fmt.Sprintf("%x", want) {
+		t.Errorf("new pages %x, want %x", got, want)
+	}
+}

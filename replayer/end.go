@@ -27,7 +27,16 @@ type breakpoint struct {
 	active   bool // the search is on
 	syscall  bool // the instruction there is `syscall`: never single-step it
 	stepping bool // single-stepping over the original instruction
-	hits     int
+	// rep describes a string instruction with a rep prefix there (0 size:
+	// none); repStepping says the search is single-stepping its iterations
+	// with the debug register off (repStep).
+	rep         repString
+	repStepping bool
+	// repWatching: a debug register watches the memory the instruction
+	// reaches shortly before the recorded end, so that only the last
+	// iterations are single-stepped (repStep).
+	repWatching bool
+	hits        int
 	// regsMatched counts hits where only memory differed; lastWhy says how.
 	regsMatched int
 	lastWhy     string
@@ -47,16 +56,141 @@ func (e *engine) atLogEnd(regs proc.Regs) (*Result, error) {
 		return e.verified(regs.Rip), nil
 	}
 	e.bp.lastWhy = "after the last syscall: " + why
-	var code [2]byte
+	// Up to 6 bytes of the instruction, within its page.
+	code := make([]byte, min(6, pageSize-int(end.Regs.Rip%pageSize)))
+	if len(code) < 2 {
+		code = code[:2]
+	}
 	if err := e.touch(end.Regs.Rip, len(code)); err != nil {
 		return nil, err
 	}
-	if err := e.mem.ReadAt(code[:], end.Regs.Rip); err != nil {
+	if err := e.mem.ReadAt(code, end.Regs.Rip); err != nil {
 		return nil, e.diverge(regs.Rip, e.lastSeq(), "the recorded end rip is not mapped in the replay",
 			fmt.Sprintf("code at %#x", end.Regs.Rip), err.Error())
 	}
-	e.bp = breakpoint{addr: end.Regs.Rip, orig: code[0], active: true, syscall: code[0] == 0x0f && code[1] == 0x05, hw: e.dbg == nil}
+	e.bp = breakpoint{addr: end.Regs.Rip, orig: code[0], active: true, syscall: code[0] == 0x0f && code[1] == 0x05, hw: e.dbg == nil,
+		rep: decodeRepString(code)}
 	return nil, e.armBreakpoint()
+}
+
+// repString is what the end search needs to know of a string instruction
+// with a rep prefix (movs, stos, lods, cmps, scas, ins, outs): its element
+// size, and which pointer registers it advances.
+type repString struct {
+	size     uint64 // bytes per iteration; 0: not a rep string instruction
+	rsi, rdi bool
+}
+
+// decodeRepString decodes the prefixes and opcode at the start of code.
+func decodeRepString(code []byte) repString {
+	var r repString
+	rep, opsize, w := false, false, false
+	for _, b := range code {
+		switch {
+		case b == 0xf3 || b == 0xf2:
+			rep = true
+			continue
+		case b == 0x66:
+			opsize = true
+			continue
+		case b == 0x67 || b == 0x2e || b == 0x3e || b == 0x26 || b == 0x64 || b == 0x65 || b == 0x36:
+			continue
+		case b >= 0x40 && b <= 0x4f: // REX, last before the opcode
+			w = b&8 != 0
+			continue
+		}
+		if !rep {
+			return r
+		}
+		wide := uint64(4)
+		if w {
+			wide = 8
+		} else if opsize {
+			wide = 2
+		}
+		switch b {
+		case 0xa4, 0xa5: // movs
+			r.rsi, r.rdi = true, true
+		case 0xa6, 0xa7: // cmps
+			r.rsi, r.rdi = true, true
+		case 0xaa, 0xab, 0xae, 0xaf, 0x6c, 0x6d: // stos, scas, ins
+			r.rdi = true
+		case 0xac, 0xad, 0x6e, 0x6f: // lods, outs
+			r.rsi = true
+		default:
+			return r
+		}
+		r.size = 1
+		if b&1 == 1 {
+			r.size = wide
+		}
+		return r
+	}
+	return r
+}
+
+// repMargin is how far before the recorded end, in bytes, a rep string
+// instruction's memory is watched; the iterations from there are single
+// steps. Fast-string operation may move a group of bytes per iteration and
+// report the watchpoint only after the group, so the margin must exceed a
+// group: the watch must fire while the end is still ahead.
+const repMargin = 4096
+
+// repApproach resumes a rep string instruction whose recorded end lies
+// ahead (repStep): single steps when it is near, else a debug register
+// (DR1, reads and writes of one byte) at the address the advancing pointer
+// reaches repMargin bytes before the end, then single steps.
+func (e *engine) repApproach(regs proc.Regs) (int, error) {
+	r, want := e.bp.rep, e.end.Regs
+	if (regs.Rcx-want.Rcx)*r.size <= repMargin {
+		e.bp.repStepping = true
+		return unix.PTRACE_SINGLESTEP, nil
+	}
+	ptr := want.Rdi
+	if !r.rdi {
+		ptr = want.Rsi
+	}
+	watch := ptr - repMargin
+	if regs.Eflags&0x400 != 0 {
+		watch = ptr + repMargin
+	}
+	if err := proc.SetDebugReg(e.stub.pid, 1, watch); err != nil {
+		return 0, err
+	}
+	// DR7: L1 (bit 2), RW1 = 11 read or write (bits 20-21), LEN1 = 00 one byte.
+	if err := proc.SetDebugReg(e.stub.pid, 7, 1<<2|3<<20); err != nil {
+		return 0, err
+	}
+	e.bp.repWatching = true
+	return unix.PTRACE_SYSCALL, nil
+}
+
+// repStep reports whether a stop at the end address, before a rep string
+// instruction, is the same execution of that instruction as the recorded
+// end, which a signal from outside interrupted between two iterations: the
+// instruction restarts at the same rip with fewer iterations left (rcx) and
+// its pointers advanced to match, everything else equal. Only single steps
+// reach that point: a breakpoint fires once, before the first iteration, and
+// a resumed instruction runs all of them.
+func (e *engine) repStep(regs proc.Regs) bool {
+	r, want := e.bp.rep, e.end.Regs
+	if r.size == 0 || regs.Rcx <= want.Rcx {
+		return false
+	}
+	dist := (regs.Rcx - want.Rcx) * r.size
+	if regs.Eflags&0x400 != 0 { // DF: the pointers go down
+		dist = -dist
+	}
+	if (r.rdi && want.Rdi-regs.Rdi != dist) || (!r.rdi && want.Rdi != regs.Rdi) ||
+		(r.rsi && want.Rsi-regs.Rsi != dist) || (!r.rsi && want.Rsi != regs.Rsi) {
+		return false
+	}
+	same := regs
+	same.Rcx, same.Rsi, same.Rdi = want.Rcx, want.Rsi, want.Rdi
+	return same.Rax == want.Rax && same.Rbx == want.Rbx && same.Rdx == want.Rdx && same.Rbp == want.Rbp &&
+		same.Rsp == want.Rsp && same.R8 == want.R8 && same.R9 == want.R9 && same.R10 == want.R10 &&
+		same.R11 == want.R11 && same.R12 == want.R12 && same.R13 == want.R13 && same.R14 == want.R14 &&
+		same.R15 == want.R15 && same.FsBase == want.FsBase
 }
 
 // DR7 bits for DR0: local enable; kind (bits 16-17) 00 is execution and
@@ -142,11 +276,51 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 		}
 		return nil, 0, e.diverge(regs.Rip, e.lastSeq(), reason, fmt.Sprintf("end at rip %#x", e.end.Regs.Rip), actual)
 	}
+	if sig == int(unix.SIGTRAP) && e.bp.active && e.bp.repWatching {
+		// The watched byte was reached: step the iterations left.
+		e.bp.repWatching = false
+		if err := proc.SetDebugReg(e.stub.pid, 7, 0); err != nil {
+			return nil, 0, err
+		}
+		if regs.Rip == e.bp.addr && regs.Rcx > e.end.Regs.Rcx {
+			e.bp.repStepping = true
+			return nil, unix.PTRACE_SINGLESTEP, nil
+		}
+		if regs.Rip == e.bp.addr && regs.Rcx == e.end.Regs.Rcx {
+			if res := e.endBreakpointHit(regs); res != nil {
+				return res, 0, nil
+			}
+		}
+		return nil, unix.PTRACE_SYSCALL, e.armBreakpoint()
+	}
+	if sig == int(unix.SIGTRAP) && e.bp.active && e.bp.repStepping {
+		// One iteration further: compare where the recorded end stood, step
+		// on while it is still ahead, else resume the search.
+		if regs.Rip == e.bp.addr && regs.Rcx > e.end.Regs.Rcx {
+			return nil, unix.PTRACE_SINGLESTEP, nil
+		}
+		e.bp.repStepping = false
+		if regs.Rip == e.bp.addr && regs.Rcx == e.end.Regs.Rcx {
+			if res := e.endBreakpointHit(regs); res != nil {
+				e.logf("the end lies inside a rep string instruction, with %d iterations left: reached by single steps", regs.Rcx)
+				return res, 0, nil
+			}
+		}
+		return nil, unix.PTRACE_SYSCALL, e.armBreakpoint()
+	}
 	if sig == int(unix.SIGTRAP) && e.bp.active && e.bp.hw && e.bp.armed && regs.Rip == e.bp.addr {
 		// Stopped before the instruction: compare, then resume into it
-		// (nothing to step over; a `syscall` there enters as usual).
+		// (nothing to step over; a `syscall` there enters as usual), or
+		// step through its iterations when the end lies among them.
 		if res := e.endBreakpointHit(regs); res != nil {
 			return res, 0, nil
+		}
+		if e.repStep(regs) {
+			if err := e.disarmBreakpoint(); err != nil {
+				return nil, 0, err
+			}
+			next, err := e.repApproach(regs)
+			return nil, next, err
 		}
 		return nil, unix.PTRACE_SYSCALL, nil
 	}

@@ -22,14 +22,18 @@ type lazyPage struct {
 }
 
 // serve makes the page holding addr accessible with its recorded content, if
-// it is a lazy page. It reports whether it served one.
+// it is a lazy page (or zeros, for an absent page known to have been zero:
+// guard.zero). It reports whether it served one.
 func (e *engine) serve(addr uint64) (bool, error) {
 	page := pageDown(addr)
 	lp, ok := e.lazy[page]
-	if !ok {
-		return false, nil
-	}
 	g, guarded := e.guards.find(page)
+	if !ok {
+		if !guarded || !g.zero {
+			return false, nil
+		}
+		lp.hash = format.ZeroHash
+	}
 	if !guarded {
 		delete(e.lazy, page)
 		return false, nil
@@ -57,7 +61,7 @@ func (e *engine) serve(addr uint64) (bool, error) {
 // touch serves every lazy page of [addr, addr+n) before the replayer reads or
 // writes that memory itself.
 func (e *engine) touch(addr uint64, n int) error {
-	if len(e.lazy) == 0 || n <= 0 {
+	if !e.opts.Lazy || n <= 0 {
 		return nil
 	}
 	for p := pageDown(addr); p < addr+uint64(n); p += pageSize {
@@ -70,12 +74,15 @@ func (e *engine) touch(addr uint64, n int) error {
 
 // lazyIn reports whether an output buffer lies on a page not served yet.
 func (e *engine) lazyIn(outs []format.OutBuf) bool {
-	if len(e.lazy) == 0 {
+	if !e.opts.Lazy {
 		return false
 	}
 	for _, o := range outs {
 		for p := pageDown(o.Addr); p < o.Addr+uint64(len(o.Data)); p += pageSize {
 			if _, ok := e.lazy[p]; ok {
+				return true
+			}
+			if g, ok := e.guards.find(p); ok && g.zero {
 				return true
 			}
 		}

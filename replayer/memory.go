@@ -17,8 +17,11 @@ func (e *engine) memoryEntry(p *pending, regs *proc.Regs) error {
 	a := rec.Args
 	p.real, p.want = true, rec.Ret
 	rewrite := func(nr int, args ...uint64) {
+		// The exit puts back the argument registers the program had: the
+		// kernel preserves them, and the log holds only those the call
+		// takes (the recorder zeroes the others).
 		p.rewrote = true
-		p.args = a
+		p.args = [6]uint64{regs.Rdi, regs.Rsi, regs.Rdx, regs.R10, regs.R8, regs.R9}
 		regs.OrigRax = uint64(nr)
 		dst := []*uint64{&regs.Rdi, &regs.Rsi, &regs.Rdx, &regs.R10, &regs.R8, &regs.R9}
 		for i, v := range args {

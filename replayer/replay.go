@@ -185,6 +185,7 @@ type engine struct {
 	pages   format.PageSource
 	opts    Options
 	k       int // position of the start interval in c.Intervals
+	first   int // position of the oldest interval a replay could start at
 	thread  format.Thread
 	log     []format.Syscall
 	next    int // position in log of the next syscall to execute
@@ -270,6 +271,12 @@ func prepare(c *format.Checkpoint, pages format.PageSource, opts Options) (*engi
 		return nil, fmt.Errorf("checkpoint stores no interval start a replay from interval %d could begin at", c.Intervals[k].Index)
 	}
 	k = s
+	// first: where a replay from the oldest possible start begins, the
+	// start the recorder's trial replay ran from (zeroWhenAbsent).
+	first := last + 1
+	for first < k && c.Intervals[first].StartOmitted {
+		first++
+	}
 	for _, iv := range c.Intervals[k:] {
 		if len(iv.Threads) != 1 {
 			return nil, fmt.Errorf("interval %d has %d threads: only single-threaded processes can be replayed yet", iv.Index, len(iv.Threads))
@@ -295,7 +302,7 @@ func prepare(c *format.Checkpoint, pages format.PageSource, opts Options) (*engi
 				signalName(s.Signo), s.Tid, s.Seq)
 		}
 	}
-	e := &engine{c: c, end: end, until: until, pages: pages, opts: opts, k: k, thread: iv.Threads[0], brkEnd: heapEnd(c, k)}
+	e := &engine{c: c, end: end, until: until, pages: pages, opts: opts, k: k, first: first, thread: iv.Threads[0], brkEnd: heapEnd(c, k)}
 	for _, s := range c.Syscalls {
 		if s.Seq >= iv.FirstSeq && s.Seq <= end.LastSeq {
 			e.log = append(e.log, s)

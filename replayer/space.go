@@ -3,6 +3,7 @@ package replayer
 import (
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/proc"
@@ -194,22 +195,24 @@ func (e *engine) rebuild() error {
 
 	// Guard what the checkpoint does not hold. A region recorded as PROT_NONE
 	// needs no guard: it faults in both runs, and pages that the program later
-	// makes accessible there are fresh zero pages in both.
+	// makes accessible there are fresh zero pages in both. Nor does one whose
+	// absent pages are known to be zeros.
 	guarded := 0
 	for _, r := range regs {
 		if r.Prot == 0 {
 			continue
 		}
+		absent := func(a uint64) bool {
+			_, ok := state[a]
+			return !ok && !e.zeroWhenAbsent(r.Mapping)
+		}
 		for a := r.Start; a < r.End; {
-			if _, ok := state[a]; ok {
+			if !absent(a) {
 				a += pageSize
 				continue
 			}
 			b := a
-			for b < r.End {
-				if _, ok := state[b]; ok {
-					break
-				}
+			for b < r.End && absent(b) {
 				b += pageSize
 			}
 			if _, err := s.injectOK(fmt.Sprintf("guard %#x-%#x", a, b), unix.SYS_MPROTECT, a, b-a, unix.PROT_NONE); err != nil {
@@ -239,8 +242,33 @@ func (e *engine) rebuildLazy(regs []region, state map[uint64]format.Hash) error 
 		if _, err := e.stub.injectOK(fmt.Sprintf("guard %#x-%#x", r.Start, r.End), unix.SYS_MPROTECT, r.Start, r.End-r.Start, unix.PROT_NONE); err != nil {
 			return err
 		}
-		e.guards.add(guard{start: r.Start, end: r.End, prot: r.Prot})
+		e.guards.add(guard{start: r.Start, end: r.End, prot: r.Prot, zero: e.zeroWhenAbsent(r.Mapping)})
 	}
 	e.logf("rebuilt %d regions lazily, %d pages servable", len(regs), len(e.lazy))
 	return nil
+}
+
+// zeroWhenAbsent reports whether a page of mapping m (of the
+// start interval), which the checkpoint does not hold, is to read as zeros:
+// not present at the start. That needs m to be anonymous private memory,
+// and either
+//   - the checkpoint to hold every page that was present (Header.FullPages:
+//     the recorder's own checkpoint before its trial replay, or a
+//     --full-pages file): a page it lacks is one the program first touched
+//     during the window and that was gone again at its end (a heap that
+//     grows and shrinks with every large allocation); or
+//   - the replay to start after the oldest start, where the trial replay
+//     that chose the pages ran from: the window's memory calls may have
+//     created a page since, which the trial met as fresh memory and never
+//     served. What such a page held at a later start is kept if the window
+//     wrote it (the recorder keeps every written page's references for
+//     such files); else it was not present there.
+//
+// Otherwise an absent page is one a minimized checkpoint left out, and
+// stays a divergence when touched.
+func (e *engine) zeroWhenAbsent(m format.Mapping) bool {
+	if m.Shared || m.Inode != 0 || !(m.Path == "" || m.Path == "[heap]" || m.Path == "[stack]" || strings.HasPrefix(m.Path, "[anon:")) {
+		return false
+	}
+	return e.c.Header.FullPages || e.k > e.first
 }

@@ -5,11 +5,14 @@ import "sort"
 // guard is a range the replayer made PROT_NONE although the program expects
 // it accessible: the checkpoint lacks its content. prot is what the program
 // believes the protection is; reason is the divergence message when it is
-// touched ("" means the generic "not in the checkpoint").
+// touched ("" means the generic "not in the checkpoint"). zero says a page
+// here that the checkpoint lacks was not present at the start, so it reads
+// as zeros (zeroWhenAbsent).
 type guard struct {
 	start, end uint64
 	prot       uint32
 	reason     string
+	zero       bool
 }
 
 // guardSet is a sorted list of non-overlapping guards.

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -112,4 +113,106 @@ func residentMB(pid int) int {
 		}
 	}
 	return 0
+}
+
+// A python3 that rewrites the same 4 MB of its heap with fresh random bytes
+// all the time (in-process, no syscalls), reading a file and the clock in
+// between: every interval writes a new version of about 1,000 pages. The
+// default checkpoint stores one version of each (the start of the window's
+// first interval); --all-starts stores every interval's originals. Both
+// verify, and so does a replay asked to start at the last interval: from
+// that interval itself with every start stored, from the stored start
+// through it otherwise (and tpreplay says so).
+const rewriteScript = `
+import os, random, sys, time
+random.seed(7)
+buf = bytearray(4 << 20)
+path = os.path.join(sys.argv[1], "input.txt")
+with open(path, "w") as f:
+    f.write("some input line\n" * 100)
+print("ready", flush=True)
+off = 0
+while True:
+    buf[off:off + 65536] = random.randbytes(65536)
+    off = (off + 65536) % len(buf)
+    with open(path) as f:
+        f.read()
+    time.time()
+`
+
+func TestPython3OneStoredStart(t *testing.T) {
+	requireRoot(t)
+	type result struct {
+		ck   string
+		size int64
+	}
+	res := map[string]result{}
+	for _, mode := range []string{"default", "all-starts"} {
+		dir := t.TempDir()
+		script := filepath.Join(dir, "rewrite.py")
+		if err := os.WriteFile(script, []byte(rewriteScript), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		target, out, done := startTarget(t, "/usr/bin/python3", "-S", script, dir)
+		deadline := time.Now().Add(30 * time.Second)
+		for !strings.Contains(out.String(), "ready") {
+			if time.Now().After(deadline) {
+				t.Fatal("python3 did not start")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		var extra []string
+		if mode == "all-starts" {
+			extra = []string{"--all-starts"}
+		}
+		ck := attachAndCrash(t, target, done, 1500*time.Millisecond, extra...)
+		st, err := os.Stat(ck)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res[mode] = result{ck, st.Size()}
+		t.Logf("%s: %.1f MB", mode, float64(st.Size())/1e6)
+		// The trial replay must have succeeded: a fallback to every
+		// present page would make both files large and prove nothing.
+		if note := pageSetNote(t, ck); !strings.HasPrefix(note, "pages touched by a trial replay") {
+			t.Fatalf("%s: not minimized: %s", mode, note)
+		}
+		replay(t, ck)
+		idx := intervalsOf(t, ck)
+		if len(idx) < 3 {
+			t.Fatalf("%s: only %d replayable intervals", mode, len(idx))
+		}
+		last := idx[len(idx)-1]
+		got, code := runTool(t, "tpreplay", "--from", fmt.Sprint(last), ck)
+		note := fmt.Sprintf("does not store the start of interval %d; replayed from interval %d", last, idx[0])
+		switch {
+		case code != 0 || !verifiedRe.MatchString(got):
+			t.Errorf("%s: --from %d: exit %d:\n%s", mode, last, code, got)
+		case mode == "default" && !strings.Contains(got, note):
+			t.Errorf("default: --from %d does not say %q:\n%s", last, note, got)
+		case mode == "all-starts" && (strings.Contains(got, "does not store") || !strings.Contains(got, " 1 intervals,")):
+			t.Errorf("--all-starts: --from %d did not start there:\n%s", last, got)
+		}
+	}
+	if d, a := res["default"].size, res["all-starts"].size; d*2 > a {
+		t.Errorf("one stored start: %d bytes, every start: %d bytes; want at most half", d, a)
+	}
+}
+
+// pageSetNote is the checkpoint's note on its page set (tpinspect --json).
+func pageSetNote(t *testing.T, ckpt string) string {
+	t.Helper()
+	out, code := runTool(t, "tpinspect", "--json", ckpt)
+	if code != 0 {
+		t.Fatalf("tpinspect --json: exit %d: %s", code, out)
+	}
+	var v struct {
+		Process struct {
+			Note string `json:"page_set_note"`
+		} `json:"process"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("tpinspect --json: %v", err)
+	}
+	return v.Process.Note
 }
