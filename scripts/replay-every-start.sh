@@ -8,8 +8,10 @@
 # with the flags given for SECS seconds (default 1.7), then killed with
 # SIGSEGV. Prints the checkpoint's size (or why the trial replay failed) and
 # every `tpreplay --from K` that did not verify; a checkpoint that failed is
-# kept in $KEEP (default /tmp/tprec-failed). Example:
-#   bash scripts/replay-every-start.sh --all-starts -- perl -e 'my %h; $h{$_ % 5000} = "x" x $_ for 1..1e9'
+# kept in $KEEP (default /tmp/tprec-failed). Example (a loop that makes
+# syscalls: one that makes none for seconds cannot be verified in time, see
+# README, "Current limits"):
+#   bash scripts/replay-every-start.sh --all-starts -- perl -e 'my %h; for (1..1e9) { $h{$_ % 5000} = "x" x ($_ % 300); time unless $_ % 1000 }'
 set -uo pipefail
 cd "$(dirname "$0")/.."
 flags=()
