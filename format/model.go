@@ -12,7 +12,10 @@
 // each interval names the first sequence number it owns.
 package format
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // PageSize is the only page size the format knows (x86-64 base pages).
 const PageSize = 4096
@@ -136,6 +139,14 @@ type Mapping struct {
 	Dev        string // "fd:01"
 	Inode      uint64
 	Path       string // file path or "[heap]", "[stack]", "[vdso]"..., "" for anonymous
+}
+
+// AnonymousPrivate reports whether m is memory of the process's own that no
+// file backs: the heap, the stack, anonymous mmaps (named or not). A page of
+// it that was never present reads as zeros.
+func (m Mapping) AnonymousPrivate() bool {
+	return !m.Shared && m.Inode == 0 &&
+		(m.Path == "" || m.Path == "[heap]" || m.Path == "[stack]" || strings.HasPrefix(m.Path, "[anon:"))
 }
 
 // PageRef says: the page at Addr has the content named by Hash.

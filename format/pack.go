@@ -176,7 +176,7 @@ func unpack(d *dec, c *codec) []byte {
 		}
 		left -= want
 	}
-	if len(parts) == 1 && len(parts[0]) == int(rawLen) {
+	if len(parts) == 1 {
 		return parts[0]
 	}
 	out := make([]byte, 0, rawLen)

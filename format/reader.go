@@ -61,6 +61,20 @@ func (f *File) complete() bool {
 	return f.major < VersionMajor || f.minor <= VersionMinor
 }
 
+// unpacked unpacks the packed payload d holds (SYSCL; INTVL from version
+// 3), decodes it with decode and returns its unpacked size.
+func (f *File) unpacked(d *dec, decode func(*dec)) int64 {
+	b := unpack(d, f.codec)
+	if d.fail != nil {
+		return 0
+	}
+	d2 := &dec{b: b, base: -1, fileOff: d.base, sec: d.sec}
+	decode(d2)
+	d2.end(f.complete())
+	d.fail = d2.fail
+	return int64(len(b))
+}
+
 // Stats are byte counts of a checkpoint file, for tpinspect.
 type Stats struct {
 	FileSize int64
@@ -420,31 +434,17 @@ func Decode(r io.ReaderAt, size int64) (*File, error) {
 				c.Intervals = decodeIntervals(d, f.major)
 				return
 			}
-			b := unpack(d, f.codec)
-			if d.fail != nil {
-				return
-			}
-			raw[SecInterval] = int64(len(b))
-			d2 := &dec{b: b, base: -1, fileOff: d.base, sec: d.sec}
-			c.Intervals = decodeIntervals(d2, f.major)
-			d2.end(f.complete())
-			d.fail = d2.fail
+			raw[SecInterval] = f.unpacked(d, func(d2 *dec) { c.Intervals = decodeIntervals(d2, f.major) })
 		}},
 		{SecFinal, func(d *dec) { c.Final = d.pageRefs("final page") }},
 		{SecSyscalls, func(d *dec) {
-			b := unpack(d, f.codec)
-			if d.fail != nil {
-				return
-			}
-			raw[SecSyscalls] = int64(len(b))
-			d2 := &dec{b: b, base: -1, fileOff: d.base, sec: d.sec}
-			if f.major == 1 {
-				c.Syscalls = decodeSyscallsV1(d2)
-			} else {
-				c.Syscalls = decodeSyscalls(d2, f.major)
-			}
-			d2.end(f.complete())
-			d.fail = d2.fail
+			raw[SecSyscalls] = f.unpacked(d, func(d2 *dec) {
+				if f.major == 1 {
+					c.Syscalls = decodeSyscallsV1(d2)
+				} else {
+					c.Syscalls = decodeSyscalls(d2, f.major)
+				}
+			})
 		}},
 		{SecSignals, func(d *dec) { c.Signals = decodeSignals(d) }},
 		{SecEnd, func(d *dec) { decodeEnd(d, &c.End) }},

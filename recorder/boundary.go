@@ -383,7 +383,7 @@ func mergePages(a, b []uint64) []uint64 {
 func newPages(start []format.Mapping, now *pageSnapshot) []uint64 {
 	var out []uint64
 	for i, m := range now.maps {
-		if m.Shared || m.Inode != 0 || proc.Special(m) || now.ents[i] == nil {
+		if !m.AnonymousPrivate() || now.ents[i] == nil {
 			continue
 		}
 		if k := sort.Search(len(start), func(k int) bool { return start[k].End > m.Start }); k < len(start) &&

@@ -185,12 +185,10 @@ func (e *engine) repStep(regs proc.Regs) bool {
 		(r.rsi && want.Rsi-regs.Rsi != dist) || (!r.rsi && want.Rsi != regs.Rsi) {
 		return false
 	}
+	// The flags too: cmps and scas set them at every iteration.
 	same := regs
-	same.Rcx, same.Rsi, same.Rdi = want.Rcx, want.Rsi, want.Rdi
-	return same.Rax == want.Rax && same.Rbx == want.Rbx && same.Rdx == want.Rdx && same.Rbp == want.Rbp &&
-		same.Rsp == want.Rsp && same.R8 == want.R8 && same.R9 == want.R9 && same.R10 == want.R10 &&
-		same.R11 == want.R11 && same.R12 == want.R12 && same.R13 == want.R13 && same.R14 == want.R14 &&
-		same.R15 == want.R15 && same.FsBase == want.FsBase
+	same.Rcx, same.Rsi, same.Rdi, same.Eflags = want.Rcx, want.Rsi, want.Rdi, want.Eflags
+	return len(regsDiff(want, same)) == 0
 }
 
 // DR7 bits for DR0: local enable; kind (bits 16-17) 00 is execution and
@@ -405,7 +403,29 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 // program's), fs_base/gs_base, the arithmetic flags, and the digests of the
 // recorded end pages. It returns "" on a match, else what differs.
 func (e *engine) matchEnd(regs proc.Regs) string {
-	want := e.end.Regs
+	diffs := regsDiff(e.end.Regs, regs)
+	if len(diffs) > 0 {
+		return strings.Join(diffs, ", ")
+	}
+	page := make([]byte, pageSize)
+	for _, d := range e.end.Digests {
+		if err := e.touch(d.Addr, pageSize); err != nil {
+			return err.Error()
+		}
+		if err := e.mem.ReadAt(page, d.Addr); err != nil {
+			return fmt.Sprintf("page %#x unreadable", d.Addr)
+		}
+		if format.DigestPage(d.Addr, page, e.end.Rseq, e.end.Regs.Rsp) != d.Hash {
+			diffs = append(diffs, fmt.Sprintf("page %#x content", d.Addr))
+		}
+	}
+	return strings.Join(diffs, ", ")
+}
+
+// regsDiff lists the registers of regs that differ from the recorded want:
+// the general registers (orig_rax aside), fs_base/gs_base and the
+// arithmetic flags.
+func regsDiff(want, regs proc.Regs) []string {
 	var diffs []string
 	cmp := func(name string, w, g uint64) {
 		if w != g {
@@ -435,20 +455,5 @@ func (e *engine) matchEnd(regs proc.Regs) string {
 	// the debugger's handling of the stop.
 	const arith = 0xcd5
 	cmp("eflags", want.Eflags&arith, regs.Eflags&arith)
-	if len(diffs) > 0 {
-		return strings.Join(diffs, ", ")
-	}
-	page := make([]byte, pageSize)
-	for _, d := range e.end.Digests {
-		if err := e.touch(d.Addr, pageSize); err != nil {
-			return err.Error()
-		}
-		if err := e.mem.ReadAt(page, d.Addr); err != nil {
-			return fmt.Sprintf("page %#x unreadable", d.Addr)
-		}
-		if format.DigestPage(d.Addr, page, e.end.Rseq, e.end.Regs.Rsp) != d.Hash {
-			diffs = append(diffs, fmt.Sprintf("page %#x content", d.Addr))
-		}
-	}
-	return strings.Join(diffs, ", ")
+	return diffs
 }

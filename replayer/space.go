@@ -3,7 +3,6 @@ package replayer
 import (
 	"fmt"
 	"sort"
-	"strings"
 
 	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/proc"
@@ -267,8 +266,5 @@ func (e *engine) rebuildLazy(regs []region, state map[uint64]format.Hash) error 
 // Otherwise an absent page is one a minimized checkpoint left out, and
 // stays a divergence when touched.
 func (e *engine) zeroWhenAbsent(m format.Mapping) bool {
-	if m.Shared || m.Inode != 0 || !(m.Path == "" || m.Path == "[heap]" || m.Path == "[stack]" || strings.HasPrefix(m.Path, "[anon:")) {
-		return false
-	}
-	return e.c.Header.FullPages || e.k > e.first
+	return m.AnonymousPrivate() && (e.c.Header.FullPages || e.k > e.first)
 }

@@ -53,7 +53,7 @@ func serveGDB(c *cli.Context, stdout, stderr io.Writer) error {
 	}
 	defer s.Close()
 	if from := c.Int("from"); from >= 0 && s.From() != from {
-		fmt.Fprintf(stderr, "tpreplay: the checkpoint does not store the start of interval %d; the replay starts at interval %d, the nearest earlier one it stores\n", from, s.From())
+		fromNote(stderr, from, s.From())
 	}
 	// Ctrl-C belongs to GDB (it sends an interrupt packet); SIGTERM ends us.
 	signal.Ignore(os.Interrupt)

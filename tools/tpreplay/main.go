@@ -112,7 +112,7 @@ func replay(ctx context.Context, path string, opts replayer.Options, timing bool
 	load := time.Since(t0)
 	res, err := replayer.Run(ctx, f.Checkpoint, f, opts)
 	if err == nil && opts.From >= 0 && res.From != opts.From {
-		fmt.Fprintf(w, "tpreplay: the checkpoint does not store the start of interval %d; replayed from interval %d, the nearest earlier one it stores, through it\n", opts.From, res.From)
+		fromNote(w, opts.From, res.From)
 	}
 	if timing && err == nil {
 		c := f.Checkpoint
@@ -130,4 +130,10 @@ func replay(ctx context.Context, path string, opts replayer.Options, timing bool
 			load.Round(time.Microsecond), res.Duration.Round(time.Microsecond), res.Syscalls, res.From, recorded.Round(time.Millisecond), ratio)
 	}
 	return res, err
+}
+
+// fromNote says that the replay asked to start at interval asked began at
+// interval from, whose start the checkpoint stores, and ran through asked.
+func fromNote(w io.Writer, asked, from int) {
+	fmt.Fprintf(w, "tpreplay: the checkpoint does not store the start of interval %d; replayed from interval %d, the nearest earlier one it stores, through it\n", asked, from)
 }
