@@ -13,6 +13,7 @@
 package format
 
 import (
+	"fmt"
 	"strings"
 	"time"
 )
@@ -107,6 +108,33 @@ type Thread struct {
 	// none). The kernel rewrites it behind the program's back (cpu_id after
 	// a migration), so it is left out of the end-state digests.
 	Rseq Rseq
+}
+
+// ThreadOf returns the interval's thread tid.
+func (iv *Interval) ThreadOf(tid int) (Thread, bool) {
+	for _, t := range iv.Threads {
+		if t.Tid == tid {
+			return t, true
+		}
+	}
+	return Thread{}, false
+}
+
+// Runner returns the thread a replay runs through the interval: tid, the
+// thread the checkpoint ends in. Replay runs one thread; the others must
+// have been waiting in a syscall at the interval start (the recorder marks
+// an interval in which a second thread ran as not replayable).
+func (iv *Interval) Runner(tid int) (Thread, error) {
+	t, ok := iv.ThreadOf(tid)
+	if !ok {
+		return Thread{}, fmt.Errorf("interval %d has no thread %d, the thread the checkpoint ends in", iv.Index, tid)
+	}
+	for _, o := range iv.Threads {
+		if o.Tid != tid && !o.InSyscall {
+			return Thread{}, fmt.Errorf("interval %d: thread %d was running at its start besides thread %d: replay runs one thread", iv.Index, o.Tid, tid)
+		}
+	}
+	return t, nil
 }
 
 // Rseq is a thread's rseq registration (PTRACE_GET_RSEQ_CONFIGURATION).

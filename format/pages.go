@@ -3,6 +3,7 @@ package format
 import (
 	"crypto/sha256"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 )
@@ -139,16 +140,19 @@ func EndDigestPages(rsp uint64, written []PageRef) []uint64 {
 // EndDigestPages names for its thread (the stack page under rsp, the pages
 // the interval before it wrote), read from pages through the stored start
 // state (StartState), which it needs. Pages not mapped there are left out;
-// an interval of several threads, which replay does not run, gets none.
+// an interval replay cannot run (not one running thread, Runner) gets none.
 func (c *Checkpoint) BoundaryDigests(u int, pages PageSource) ([]PageRef, error) {
 	iv := &c.Intervals[u]
-	if u == 0 || len(iv.Threads) != 1 {
+	if u == 0 {
+		return nil, nil
+	}
+	t, err := iv.Runner(c.End.Tid)
+	if err != nil {
 		return nil, nil
 	}
 	if iv.StartOmitted {
 		return nil, fmt.Errorf("interval %d: its start is not stored", iv.Index)
 	}
-	t := iv.Threads[0]
 	state := c.StartState(u)
 	var out []PageRef
 	for _, a := range EndDigestPages(t.Regs.Rsp, c.Intervals[u-1].Written) {
@@ -163,9 +167,27 @@ func (c *Checkpoint) BoundaryDigests(u int, pages PageSource) ([]PageRef, error)
 		if err != nil {
 			return nil, fmt.Errorf("page %#x at the start of interval %d: %w", a, iv.Index, err)
 		}
-		out = append(out, PageRef{Addr: a, Hash: DigestPage(a, data, t.Rseq, t.Regs.Rsp)})
+		out = append(out, PageRef{Addr: a, Hash: DigestPage(a, data, c.RseqAreas(), t.Regs.Rsp)})
 	}
 	return out, nil
+}
+
+// RseqAreas lists the rseq areas of every thread of the checkpoint (each
+// interval's threads and the end's), which digests leave out (DigestPage).
+func (c *Checkpoint) RseqAreas() []Rseq {
+	var out []Rseq
+	add := func(r Rseq) {
+		if r.Len != 0 && !slices.Contains(out, r) {
+			out = append(out, r)
+		}
+	}
+	add(c.End.Rseq)
+	for _, iv := range c.Intervals {
+		for _, t := range iv.Threads {
+			add(t.Rseq)
+		}
+	}
+	return out
 }
 
 // Mapped reports whether addr lies in one of maps (sorted, not overlapping).
@@ -177,13 +199,15 @@ func Mapped(maps []Mapping, addr uint64) bool {
 // DigestPage is the hash an end-state digest holds for the page at addr,
 // for a thread whose stack pointer is rsp. Two kinds of bytes are zeroed
 // first, because they may differ between a recording and a faithful replay
-// without the program depending on them: the rseq area rs (the kernel
-// rewrites its cpu_id after a migration, outside any syscall), and the dead
+// without the program depending on them: the rseq areas of the threads
+// (RseqAreas: the kernel rewrites their cpu_id after a migration, outside
+// any syscall, and does so for the threads replay does not run whenever
+// they resume from a boundary's stop), and the dead
 // part of the stack, from rsp-DeadStack up to the 128-byte red zone under rsp
 // (leftovers of calls that have returned, which the program writes before it
 // reads; they were seen to differ between a recording under load and its
 // replay while every register and every live byte agreed).
-func DigestPage(addr uint64, data []byte, rs Rseq, rsp uint64) Hash {
+func DigestPage(addr uint64, data []byte, rseqs []Rseq, rsp uint64) Hash {
 	masked := data
 	zero := func(lo, hi uint64) {
 		lo, hi = max(lo, addr), min(hi, addr+PageSize)
@@ -195,8 +219,10 @@ func DigestPage(addr uint64, data []byte, rs Rseq, rsp uint64) Hash {
 		}
 		clear(masked[lo-addr : hi-addr])
 	}
-	if rs.Len != 0 {
-		zero(rs.Addr, rs.Addr+uint64(rs.Len))
+	for _, rs := range rseqs {
+		if rs.Len != 0 {
+			zero(rs.Addr, rs.Addr+uint64(rs.Len))
+		}
 	}
 	if rsp > DeadStack+128 {
 		zero(rsp-DeadStack, rsp-128)

@@ -70,15 +70,15 @@ func (c *stepClock) log(s *session, what string) {
 // target blocked, so nothing is delivered in the middle of an injection;
 // signals that arrive meanwhile stay pending and are delivered afterwards.
 func (s *session) withSignalsBlocked(fn func() error) error {
-	mask, err := proc.GetSigmask(s.pid)
+	mask, err := proc.GetSigmask(s.ctl)
 	if err != nil {
 		return err
 	}
-	if err := proc.SetSigmask(s.pid, ^uint64(0)); err != nil {
+	if err := proc.SetSigmask(s.ctl, ^uint64(0)); err != nil {
 		return err
 	}
 	ferr := fn()
-	if err := proc.SetSigmask(s.pid, mask); err != nil && ferr == nil {
+	if err := proc.SetSigmask(s.ctl, mask); err != nil && ferr == nil {
 		ferr = err
 	}
 	return ferr
@@ -96,15 +96,7 @@ func (s *session) openInterval(now time.Time) error {
 func (s *session) openIntervalFrom(now time.Time, snap *pageSnapshot) error {
 	clk := newStepClock()
 	defer clk.log(s, "open")
-	regs, err := proc.GetRegs(s.pid)
-	if err != nil {
-		return err
-	}
-	xs, err := proc.GetXState(s.pid)
-	if err != nil {
-		return err
-	}
-	mask, err := proc.GetSigmask(s.pid)
+	threads, running, err := s.threadStates()
 	if err != nil {
 		return err
 	}
@@ -122,24 +114,23 @@ func (s *session) openIntervalFrom(now time.Time, snap *pageSnapshot) error {
 	}
 	maps := snap.maps
 	present := snap.present()
-	nregs, inSys := normalize(regs)
-	rseq := threadRseq(s.pid)
-	if inSys && int64(regs.Rax) == -516 && s.restartOf == nil {
-		// Stopped in a call the kernel resumes through restart_syscall, whose
-		// entry the recorder did not see (it attached during the call).
-		s.restartOf = &proc.SyscallInfo{Op: proc.SyscallEntry, Nr: regs.OrigRax,
-			Args: [6]uint64{regs.Rdi, regs.Rsi, regs.Rdx, regs.R10, regs.R8, regs.R9}}
-	}
 	iv := &interval{
 		meta: format.Interval{
 			Index:      s.nextIndex,
 			Start:      now,
 			FirstSeq:   s.seq + 1,
-			Threads:    []format.Thread{{Tid: s.pid, Regs: nregs, XState: xs, SigMask: mask, InSyscall: inSys, Rseq: rseq}},
+			Threads:    threads,
 			Maps:       maps,
 			Replayable: true,
 		},
 		present: present,
+	}
+	switch {
+	case len(running) == 1:
+		iv.runner.tid = running[0]
+	case len(running) > 1:
+		iv.meta.Replayable = false
+		iv.meta.Reason = fmt.Sprintf("threads %d and %d were both running at the interval start: replay runs one thread", running[0], running[1])
 	}
 	for _, m := range maps {
 		if m.Path == "[uprobes]" {
@@ -170,6 +161,57 @@ func (s *session) openIntervalFrom(now time.Time, snap *pageSnapshot) error {
 	err = s.src.opened(s)
 	clk.mark("opened")
 	return err
+}
+
+// threadStates reads the state of every thread at an interval start (the
+// others held by holdOthers), the leader first, and lists those running
+// user code rather than waiting in a syscall.
+func (s *session) threadStates() (threads []format.Thread, running []int, err error) {
+	tids := make([]int, 0, len(s.threads))
+	for tid, t := range s.threads {
+		if tid != s.pid && !t.exiting {
+			tids = append(tids, tid)
+		}
+	}
+	slices.Sort(tids)
+	tids = append([]int{s.pid}, tids...)
+	for _, tid := range tids {
+		t := s.threads[tid]
+		regs, err := proc.GetRegs(tid)
+		if err != nil {
+			return nil, nil, fmt.Errorf("registers of thread %d: %w", tid, err)
+		}
+		xs, err := proc.GetXState(tid)
+		if err != nil {
+			return nil, nil, err
+		}
+		mask, err := proc.GetSigmask(tid)
+		if err != nil {
+			return nil, nil, err
+		}
+		var nregs format.Regs
+		var inSys bool
+		if t != nil && t.entry != nil && t.held {
+			// Held at a syscall-entry stop (ptrace backend): about to
+			// execute the call.
+			nregs, inSys = regs, true
+			nregs.Rax, nregs.Rip, nregs.OrigRax = nregs.OrigRax, nregs.Rip-2, ^uint64(0)
+		} else {
+			nregs, inSys = normalize(regs)
+		}
+		if inSys && int64(regs.Rax) == -516 && s.restarts[tid] == nil {
+			// Stopped in a call the kernel resumes through restart_syscall,
+			// whose entry the recorder did not see (it attached during the
+			// call).
+			s.restarts[tid] = &proc.SyscallInfo{Op: proc.SyscallEntry, Nr: regs.OrigRax,
+				Args: [6]uint64{regs.Rdi, regs.Rsi, regs.Rdx, regs.R10, regs.R8, regs.R9}}
+		}
+		threads = append(threads, format.Thread{Tid: tid, Regs: nregs, XState: xs, SigMask: mask, InSyscall: inSys, Rseq: threadRseq(tid)})
+		if !inSys {
+			running = append(running, tid)
+		}
+	}
+	return threads, running, nil
 }
 
 // closeInterval saves the originals of the pages written during the current

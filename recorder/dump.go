@@ -105,12 +105,12 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 		}
 	}
 	var err error
-	if end.XState, err = proc.GetXState(s.pid); err != nil {
+	if end.XState, err = proc.GetXState(end.Tid); err != nil {
 		return nil, nil, nil, err
 	}
 	end.Regs, _ = normalize(end.Regs)
 	end.LastSeq = s.seq
-	end.Rseq = threadRseq(s.pid)
+	end.Rseq = threadRseq(end.Tid)
 
 	maps, err := proc.ReadMaps(s.pid)
 	if err != nil {
@@ -204,7 +204,7 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 // --full-pages), reads the final content of the pages kept, and writes it.
 func (s *session) finish(path string, c *format.Checkpoint, src *liveSource, t0 time.Time, held time.Duration) error {
 	var err error
-	if c.End.Digests, err = digests(c.End.Digests, src, c.End.Rseq, c.End.Regs.Rsp); err != nil {
+	if c.End.Digests, err = digests(c.End.Digests, src, c.RseqAreas(), c.End.Regs.Rsp); err != nil {
 		return err
 	}
 	// Digests of each interval start, from the memory recorded there, before
@@ -255,14 +255,14 @@ func (s *session) finish(path string, c *format.Checkpoint, src *liveSource, t0 
 
 // digests computes the end-state digests of the listed pages
 // (format.EndDigestPages) from the live source.
-func digests(pages []format.PageRef, src *liveSource, rs format.Rseq, rsp uint64) ([]format.PageRef, error) {
+func digests(pages []format.PageRef, src *liveSource, rseqs []format.Rseq, rsp uint64) ([]format.PageRef, error) {
 	var out []format.PageRef
 	for _, p := range pages {
 		data, err := src.read(p.Addr)
 		if err != nil {
 			continue // unmapped since: nothing to compare
 		}
-		out = append(out, format.PageRef{Addr: p.Addr, Hash: format.DigestPage(p.Addr, data, rs, rsp)})
+		out = append(out, format.PageRef{Addr: p.Addr, Hash: format.DigestPage(p.Addr, data, rseqs, rsp)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Addr < out[j].Addr })
 	return out, nil

@@ -98,7 +98,7 @@ type pendingCall struct {
 // openLog is the syscall log of the open interval. The reader goroutine
 // appends each call as its record completes, numbered and checked, while the
 // target runs; a boundary only takes the log (sync), so the stop costs the
-// same whatever the number of calls. Calls of a single-threaded target
+// same whatever the number of calls. Calls of one thread
 // complete in sequence order (every part of a call is committed before the
 // next call starts), so appending keeps the order; a call whose parts did
 // not all arrive leaves a gap, which makes the interval not replayable.
@@ -112,9 +112,10 @@ type openLog struct {
 	// memCalls are the positions of every call that mapped, unmapped or
 	// moved memory: what resolveMmaps looks through after a file mmap.
 	memCalls []int
-	// restartOf is the call the interval started in, if the kernel resumes
-	// it through restart_syscall (session.restartOf at the open).
-	restartOf *proc.SyscallInfo
+	// restarts are the calls the interval started in that the kernel
+	// resumes through restart_syscall (session.restarts at the open).
+	restarts map[int]*proc.SyscallInfo
+	runner   runner
 }
 
 func (l *openLog) fail(why string) {
@@ -128,16 +129,17 @@ func (l *openLog) add(q uint64, rec format.Syscall, problem string) {
 	if q < l.nextQ {
 		return // from before the interval, or the recorder's own injected call
 	}
+	rec.Seq = q - l.delta
+	// Checked first: calls of two threads can complete out of order, which
+	// would otherwise show as a gap.
+	if why := l.runner.ran(&rec); why != "" {
+		l.fail(why)
+	}
 	if q > l.nextQ {
 		l.fail(fmt.Sprintf("eBPF syscall log has a gap: calls %d to %d are missing", l.nextQ-l.delta, q-1-l.delta))
 	}
 	l.nextQ = q + 1
-	rec.Seq = q - l.delta
-	if rec.Nr == unix.SYS_RESTART_SYSCALL && l.restartOf != nil {
-		// The interrupted call was in progress when the interval began.
-		rec.Nr, rec.Args = int(l.restartOf.Nr), l.restartOf.Args
-	}
-	l.restartOf = nil
+	restarted(&rec, l.restarts)
 	if why := replayProblem(&rec, problem); why != "" {
 		l.fail(why)
 	}
@@ -636,10 +638,11 @@ func (e *ebpfSource) opened(s *session) error {
 	if _, _, err := e.losses(); err != nil {
 		return err
 	}
-	l := &openLog{firstQ: p.Seq + 1, nextQ: p.Seq + 1, restartOf: s.restartOf}
-	s.restartOf = nil
+	l := &openLog{firstQ: p.Seq + 1, nextQ: p.Seq + 1, restarts: s.restarts}
+	s.restarts = map[int]*proc.SyscallInfo{}
 	if s.cur != nil {
 		l.delta = l.firstQ - s.cur.meta.FirstSeq
+		l.runner = s.cur.runner
 	}
 	e.mu.Lock()
 	e.calls = map[uint64]*pendingCall{}

@@ -194,7 +194,7 @@ func TestOpenLog(t *testing.T) {
 	if len(l2.mmaps) != 1 || l2.mmaps[0] != 0 || !strings.Contains(l2.reason, "not in the syscall table") {
 		t.Errorf("mmaps %v, reason %q", l2.mmaps, l2.reason)
 	}
-	l3 := &openLog{firstQ: 5, nextQ: 5, delta: 4, restartOf: &proc.SyscallInfo{Nr: unix.SYS_NANOSLEEP, Args: [6]uint64{0x10, 0x20}}}
+	l3 := &openLog{firstQ: 5, nextQ: 5, delta: 4, restarts: map[int]*proc.SyscallInfo{0: {Nr: unix.SYS_NANOSLEEP, Args: [6]uint64{0x10, 0x20}}}}
 	l3.add(5, format.Syscall{Nr: unix.SYS_RESTART_SYSCALL}, "")
 	l3.add(6, format.Syscall{Nr: unix.SYS_RESTART_SYSCALL}, "")
 	if c0, c1 := l3.calls.at(0), l3.calls.at(1); c0.Nr != unix.SYS_NANOSLEEP || c0.Args[0] != 0x10 || c1.Nr != unix.SYS_RESTART_SYSCALL {

@@ -56,8 +56,8 @@ func (s *session) addMappedFile(rec *format.Syscall, f *os.File) {
 // The file is opened now and matched with the call's record when the
 // interval's log is complete (resolveMmaps), so a mapping the program
 // removes before the boundary keeps its content.
-func (s *session) openMarkedMmap() {
-	regs, err := proc.GetRegs(s.pid)
+func (s *session) openMarkedMmap(tid int) {
+	regs, err := proc.GetRegs(tid)
 	if err != nil || int64(regs.Rax) < 0 {
 		return
 	}

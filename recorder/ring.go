@@ -26,6 +26,7 @@ type interval struct {
 	pendingMmaps []int
 	memCalls     []int  // positions in syscalls of the calls that changed the memory map
 	lost         uint64 // events the syscall log source lost in it
+	runner       runner // the thread that ran in it (ptrace backend; eBPF keeps it in its openLog)
 }
 
 // pageRun is a run of consecutive present pages [start, end).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -14,9 +15,6 @@ import (
 	"github.com/tprec/tprec/proc"
 	"golang.org/x/sys/unix"
 )
-
-// ErrMultiThreaded is returned for a target with more than one thread.
-var ErrMultiThreaded = errors.New("multi-threaded targets are not supported yet")
 
 // ErrNoProcess is returned when the target does not exist (or vanished).
 var ErrNoProcess = errors.New("no such process")
@@ -55,12 +53,19 @@ type session struct {
 	hdr   format.Header
 	state state
 
-	cur         *interval
-	nextIndex   int
-	seq         uint64
-	entry       *proc.SyscallInfo // syscall in progress
-	restartOf   *proc.SyscallInfo // last call interrupted for restart_syscall
-	execOrphans map[int]bool      // shadows that die after the target's exec
+	cur       *interval
+	nextIndex int
+	seq       uint64
+	// threads are the target's threads, the leader (pid) among them.
+	threads map[int]*thread
+	// ctl is the thread the recorder injects its calls through: the leader,
+	// or the thread a crash stopped.
+	ctl     int
+	waiters *waiters
+	// restarts are, per thread, the call interrupted with
+	// ERESTART_RESTARTBLOCK that restart_syscall will finish.
+	restarts    map[int]*proc.SyscallInfo
+	execOrphans map[int]bool // shadows that die after the target's exec
 	src         source
 	shadow      *shadow
 	zombie      int // killed shadow the target still has to reap
@@ -79,6 +84,19 @@ type session struct {
 	pending     sync.WaitGroup // checkpoints being finished
 }
 
+// thread is one thread of the target.
+type thread struct {
+	tid   int
+	entry *proc.SyscallInfo // ptrace backend: the call between its entry and exit stops
+	// While holdOthers holds the thread: held, and how to resume it (req
+	// with sig, or PTRACE_LISTEN in a group stop). exiting: held at its
+	// exit; fatal: held in the delivery of a fatal signal.
+	held, listen, exiting, fatal bool
+	req, sig                     int
+}
+
+func (t *thread) hold(req, sig int) { t.held, t.req, t.sig = true, req, sig }
+
 // Record records a process until it exits or ctx is cancelled (then it
 // detaches and leaves the process running). requests delivers dump requests.
 func Record(ctx context.Context, o Options, requests <-chan struct{}) error {
@@ -86,7 +104,8 @@ func Record(ctx context.Context, o Options, requests <-chan struct{}) error {
 	if err := os.MkdirAll(o.OutputDir, 0o755); err != nil {
 		return fmt.Errorf("create output directory: %w", err)
 	}
-	s := &session{o: o, tr: proc.NewTracer(), ring: newRing(o.Keep, o.MaxMemory)}
+	s := &session{o: o, tr: proc.NewTracer(), ring: newRing(o.Keep, o.MaxMemory),
+		threads: map[int]*thread{}, restarts: map[int]*proc.SyscallInfo{}, waiters: newWaiters()}
 	defer s.tr.Close()
 	var launched *exec.Cmd
 	var release func() error
@@ -112,10 +131,12 @@ func Record(ctx context.Context, o Options, requests <-chan struct{}) error {
 			return err
 		}
 	}
-	ready, ack := startWaiter(s.pid)
+	for tid := range s.threads {
+		s.waiters.add(tid, tid == s.pid)
+	}
 	ticker := time.NewTicker(o.Interval)
 	defer ticker.Stop()
-	err = s.tr.Do(func() error { return s.loop(ctx, ticker.C, requests, ready, ack) })
+	err = s.tr.Do(func() error { return s.loop(ctx, ticker.C, requests) })
 	s.pending.Wait() // checkpoints still being minimized and written
 	if launched != nil {
 		// The launched command is our child: collect it so it does not linger.
@@ -124,17 +145,13 @@ func Record(ctx context.Context, o Options, requests <-chan struct{}) error {
 	return err
 }
 
-// attach seizes a running process and asks it to stop.
+// attach seizes a running process, every thread of it, and asks it to stop.
 func (s *session) attach(pid int) error {
 	if pid <= 0 {
 		return fmt.Errorf("attach: invalid pid %d", pid)
 	}
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d/task", pid)); err != nil {
 		return fmt.Errorf("attach to %d: %w", pid, ErrNoProcess)
-	}
-	if len(tasks) > 1 {
-		return fmt.Errorf("attach to %d: it has %d threads: %w", pid, len(tasks), ErrMultiThreaded)
 	}
 	if err := proc.Seize(pid, targetOptions); err != nil {
 		if errors.Is(err, unix.EPERM) {
@@ -145,9 +162,49 @@ func (s *session) attach(pid int) error {
 		}
 		return err
 	}
-	s.pid = pid
+	s.pid, s.ctl = pid, pid
+	s.threads[pid] = &thread{tid: pid}
+	if err := s.seizeThreads(); err != nil {
+		for tid := range s.threads {
+			proc.Detach(tid, 0)
+		}
+		return err
+	}
 	s.hdr.StartTime = time.Now()
 	return s.interrupt()
+}
+
+// seizeThreads seizes the threads of the process besides its leader, until
+// no new one appears: a thread created by one already seized is attached by
+// the kernel (PTRACE_O_TRACECLONE) and reported by its creator's clone event.
+func (s *session) seizeThreads() error {
+	for {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", s.pid))
+		if err != nil {
+			return fmt.Errorf("attach to %d: %w", s.pid, ErrNoProcess)
+		}
+		added := false
+		for _, e := range tasks {
+			tid, err := strconv.Atoi(e.Name())
+			if err != nil || s.threads[tid] != nil {
+				continue
+			}
+			switch err := proc.Seize(tid, targetOptions); {
+			case err == nil:
+			case errors.Is(err, unix.ESRCH):
+				continue // it exited meanwhile
+			case errors.Is(err, unix.EPERM):
+				// Attached already, as a thread that a seized one created.
+			default:
+				return fmt.Errorf("attach to thread %d of %d: %w", tid, s.pid, err)
+			}
+			s.threads[tid] = &thread{tid: tid}
+			added = true
+		}
+		if !added {
+			return nil
+		}
+	}
 }
 
 // launch starts cmd held at a pipe read in /bin/sh, seizes that shell, and
@@ -172,7 +229,8 @@ func (s *session) launch(argv []string) (*exec.Cmd, func() error, error) {
 		w.Close()
 		return nil, nil, err
 	}
-	s.pid = sh.Process.Pid
+	s.pid, s.ctl = sh.Process.Pid, sh.Process.Pid
+	s.threads[s.pid] = &thread{tid: s.pid}
 	s.hdr.StartTime = time.Now()
 	// The seize may land in the last steps of the shell's own exec (Start
 	// returns once the exec is under way), which then reports an exec event.
@@ -237,36 +295,48 @@ func (s *session) wanted() bool {
 	return s.state == stateStarting || s.want.boundary || s.want.dump
 }
 
-// startWaiter returns a channel that says "a wait event is pending" without
-// consuming it (waitid with WNOWAIT): the tracer thread can then select on
-// the interval timer and on events at once. Any thread of the process may wait
-// for tracees of any of its threads (kernel/exit.c: do_wait walks the group).
+// waiters say "a wait event is pending" for each thread of the target
+// without consuming it (waitid with WNOWAIT, one goroutine per thread): the
+// tracer thread can then select on the interval timer and on events at once.
+// Any thread of the process may wait for tracees of any of its threads
+// (kernel/exit.c: do_wait walks the group).
 //
-// It waits for the target only: the process also has other children and
-// tracees (shadows, the stub of a trial replay running in the background),
-// whose events belong to whoever waits for them by pid.
-func startWaiter(pid int) (<-chan struct{}, chan<- struct{}) {
-	ready := make(chan struct{})
-	ack := make(chan struct{})
+// They wait for the target's threads only: the process also has other
+// children and tracees (shadows, the stub of a trial replay running in the
+// background), whose events belong to whoever waits for them by pid.
+type waiters struct {
+	ready chan int // the thread with a pending event
+	ack   chan struct{}
+}
+
+func newWaiters() *waiters {
+	return &waiters{ready: make(chan int), ack: make(chan struct{})}
+}
+
+// add starts waiting for tid. A thread's waiter ends when the thread is gone;
+// the leader's keeps reporting, so that the loop sees the process end.
+func (w *waiters) add(tid int, leader bool) {
 	go func() {
 		for {
 			var info unix.Siginfo
-			err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WSTOPPED|unix.WNOWAIT|unix.WALL, nil)
+			err := unix.Waitid(unix.P_PID, tid, &info, unix.WEXITED|unix.WSTOPPED|unix.WNOWAIT|unix.WALL, nil)
 			if err == unix.EINTR {
 				continue
 			}
 			if err != nil {
+				if !leader {
+					return
+				}
 				// ECHILD: nothing left to wait for; the loop ends on its own.
 				time.Sleep(10 * time.Millisecond)
 			}
-			ready <- struct{}{}
-			<-ack
+			w.ready <- tid
+			<-w.ack
 		}
 	}()
-	return ready, ack
 }
 
-func (s *session) loop(ctx context.Context, tick <-chan time.Time, requests <-chan struct{}, ready <-chan struct{}, ack chan<- struct{}) error {
+func (s *session) loop(ctx context.Context, tick <-chan time.Time, requests <-chan struct{}) error {
 	var status <-chan time.Time
 	if s.o.StatusEvery > 0 {
 		t := time.NewTicker(s.o.StatusEvery)
@@ -293,9 +363,9 @@ func (s *session) loop(ctx context.Context, tick <-chan time.Time, requests <-ch
 					return s.fail(err)
 				}
 			}
-		case <-ready:
-			err := s.drain()
-			ack <- struct{}{}
+		case tid := <-s.waiters.ready:
+			err := s.drain(tid)
+			s.waiters.ack <- struct{}{}
 			if err != nil {
 				return s.fail(err)
 			}
@@ -307,12 +377,16 @@ func (s *session) loop(ctx context.Context, tick <-chan time.Time, requests <-ch
 	return nil
 }
 
-// drain handles every pending stop.
-func (s *session) drain() error {
+// drain handles every pending stop of a thread.
+func (s *session) drain(tid int) error {
 	for {
-		st, ok, err := proc.WaitNoHang(s.pid)
+		st, ok, err := proc.WaitNoHang(tid)
 		if err == unix.ECHILD {
-			s.gone = true
+			if tid == s.pid {
+				s.gone = true
+			} else {
+				delete(s.threads, tid)
+			}
 			return nil
 		}
 		if err != nil {
@@ -335,17 +409,16 @@ func (s *session) handle(st proc.Stop) error {
 	if os.Getenv("TPREC_DEBUG") == "stops" {
 		s.logf("stop: %v status %#x", st, uint32(st.Status))
 	}
-	if st.Tid != s.pid {
-		// A shadow (killed ones report their exit here) or a thread we refuse.
-		if s.shadow != nil && st.Tid == s.shadow.pid {
-			return nil
-		}
-		if st.Tid == s.zombie || st.Exited() {
-			return nil
-		}
+	t := s.threads[st.Tid]
+	if t == nil {
+		// A shadow, or a killed one reporting its exit.
 		return nil
 	}
 	if st.Exited() {
+		if t.tid != s.pid {
+			delete(s.threads, t.tid)
+			return nil
+		}
 		s.gone = true
 		s.exitStatus = st.Status
 		s.logf("process %d %s", s.pid, exitText(st.Status))
@@ -354,13 +427,21 @@ func (s *session) handle(st proc.Stop) error {
 		return nil
 	}
 	if st.SyscallStop() {
-		return s.onSyscall()
+		return s.onSyscall(t)
 	}
 	switch ev := st.Event(); ev {
 	case unix.PTRACE_EVENT_STOP:
-		return s.onEventStop(st)
+		return s.onEventStop(t, st)
 	case unix.PTRACE_EVENT_EXEC:
 		s.logf("process %d called exec: recording starts over in the new program", s.pid)
+		// Every other thread is gone; the one that called exec goes on as
+		// the leader (kernel/exec: de_thread).
+		for tid := range s.threads {
+			if tid != s.pid {
+				delete(s.threads, tid)
+			}
+		}
+		clear(s.restarts)
 		// The kernel turns the exit signal of a child whose parent has
 		// exec'd since into SIGCHLD (kernel/signal.c: do_notify_parent,
 		// parent_exec_id), and a traced child notifies its parent when its
@@ -387,41 +468,79 @@ func (s *session) handle(st proc.Stop) error {
 		// Setup waits for a stop; without syscall stops (eBPF) ask for one.
 		return s.interrupt()
 	case unix.PTRACE_EVENT_CLONE:
-		child, _ := proc.EventMsg(s.pid)
-		s.logf("process %d created thread %d: %v; recording stops, the process runs on", s.pid, child, ErrMultiThreaded)
-		s.giveUp(int(child))
-		return nil
+		child, err := proc.EventMsg(t.tid)
+		if err != nil {
+			return err
+		}
+		s.onClone(t, int(child))
+		return s.resume(t.tid, 0)
 	case unix.PTRACE_EVENT_EXIT:
-		if s.o.OnExit && s.state == stateRecording {
+		if t.tid == s.pid && s.o.OnExit && s.state == stateRecording {
 			msg, _ := proc.EventMsg(s.pid)
 			regs, err := proc.GetRegs(s.pid)
 			if err != nil {
 				return err
 			}
 			end := format.EndState{Kind: format.EndExit, Tid: s.pid, ExitCode: int(unix.WaitStatus(msg).ExitStatus()), Regs: regs}
-			if err := s.dump(end, format.EndExit); err != nil {
+			err = s.holdOthers(s.pid)
+			if err == nil {
+				err = s.dump(end, format.EndExit)
+			}
+			if err != nil {
 				s.logf("dump at exit: %v", err)
 			}
+			if err := s.releaseOthers(); err != nil {
+				return err
+			}
 		}
-		return proc.Resume(unix.PTRACE_CONT, s.pid, 0)
+		return s.resume(t.tid, 0)
 	case 0:
 	default:
-		return proc.Resume(s.src.resumeRequest(), s.pid, 0)
+		return s.resume(t.tid, 0)
 	}
-	return s.onSignal(st.Signal())
+	return s.onSignal(t, st.Signal())
 }
 
-func (s *session) onSyscall() error {
-	si, err := proc.GetSyscallInfo(s.pid)
+// resume restarts a thread after a stop; a thread that vanished meanwhile
+// (killed) is not an error: its exit is reported next.
+func (s *session) resume(tid int, sig int) error {
+	if err := proc.Resume(s.src.resumeRequest(), tid, sig); err != nil && !proc.Gone(err) {
+		return err
+	}
+	return nil
+}
+
+// onClone follows a clone of the target: a new thread is recorded from now
+// on (replay runs one thread, so the interval it starts in is not
+// replayable); a new process is let go.
+func (s *session) onClone(t *thread, child int) {
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d/task/%d", s.pid, child)); err != nil {
+		// A child process (clone without CLONE_THREAD and without SIGCHLD
+		// as its exit signal): not this recording's. It starts in a stop
+		// of its own; let it run untraced.
+		if _, err := proc.Wait(child); err == nil {
+			proc.Detach(child, 0)
+		}
+		return
+	}
+	if s.threads[child] == nil {
+		s.threads[child] = &thread{tid: child}
+		s.waiters.add(child, false)
+	}
+	s.notReplayable(fmt.Sprintf("thread %d started thread %d (replay runs one thread)", t.tid, child))
+}
+
+func (s *session) onSyscall(t *thread) error {
+	si, err := proc.GetSyscallInfo(t.tid)
 	if err != nil {
 		return err
 	}
 	if si.Op == proc.SyscallEntry {
-		s.entry = &si
-		if err := proc.Resume(s.src.resumeRequest(), s.pid, 0); err != nil {
+		t.entry = &si
+		if err := s.resume(t.tid, 0); err != nil {
 			return err
 		}
-		if s.wanted() {
+		if t.tid == s.pid && s.wanted() {
 			// Nothing can be injected at a syscall-entry stop; the exit stop
 			// will do. A blocking call is cut short (and restarted by the
 			// kernel later) by a new interrupt.
@@ -430,40 +549,57 @@ func (s *session) onSyscall() error {
 		return nil
 	}
 	if si.Op == proc.SyscallExit {
-		if s.entry != nil && si.Ret == -516 && s.entry.Nr != unix.SYS_RESTART_SYSCALL {
-			e := *s.entry
-			s.restartOf = &e // ERESTART_RESTARTBLOCK: restart_syscall will finish it
-		}
-		if s.entry != nil && s.cur != nil && !restarting(si.Ret) {
-			s.logPtraceSyscall(s.entry, si)
-		}
-		s.entry = nil
+		s.syscallExit(t, si)
 	}
-	if s.wanted() {
+	if t.tid == s.pid && s.wanted() {
 		if err := s.act(); err != nil {
 			return err
 		}
 	}
-	return proc.Resume(s.src.resumeRequest(), s.pid, 0)
+	return s.resume(t.tid, 0)
 }
 
-func (s *session) onEventStop(st proc.Stop) error {
+// syscallExit logs the call a thread completes (ptrace backend).
+func (s *session) syscallExit(t *thread, si proc.SyscallInfo) {
+	if t.entry != nil && si.Ret == -516 && t.entry.Nr != unix.SYS_RESTART_SYSCALL {
+		e := *t.entry
+		s.restarts[t.tid] = &e // ERESTART_RESTARTBLOCK: restart_syscall will finish it
+	}
+	if t.entry != nil && s.cur != nil && !restarting(si.Ret) {
+		s.logPtraceSyscall(t.tid, t.entry, si)
+	}
+	t.entry = nil
+}
+
+func (s *session) onEventStop(t *thread, st proc.Stop) error {
 	if sig := st.Status.StopSignal(); sig != unix.SIGTRAP {
 		// A group stop (SIGSTOP, SIGTSTP...): stay stopped until SIGCONT, as
 		// without tprec.
-		return proc.Listen(s.pid)
+		return proc.Listen(t.tid)
 	}
-	if s.wanted() {
+	if t.tid == s.pid && s.wanted() {
 		if err := s.act(); err != nil {
 			return err
 		}
 	}
-	return proc.Resume(s.src.resumeRequest(), s.pid, 0)
+	return s.resume(t.tid, 0)
 }
 
-// act does what waits for a stop. The target is in an event stop or a
-// syscall-exit stop: both let the recorder inject syscalls.
+// act does what waits for a stop. The leader is in an event stop or a
+// syscall-exit stop: both let the recorder inject syscalls. The other
+// threads are held meanwhile.
 func (s *session) act() error {
+	if err := s.holdOthers(s.pid); err != nil {
+		return err
+	}
+	err := s.actHeld()
+	if rerr := s.releaseOthers(); err == nil {
+		err = rerr
+	}
+	return err
+}
+
+func (s *session) actHeld() error {
 	switch {
 	case s.state == stateStarting:
 		return s.start()
@@ -486,52 +622,200 @@ func (s *session) act() error {
 	return nil
 }
 
-func (s *session) onSignal(sig int) error {
-	if sig == 0 {
-		return proc.Resume(s.src.resumeRequest(), s.pid, 0)
-	}
+// suppressed reports whether a signal stop is one the program must not see:
+// the eBPF programs' own signal, or the SIGCHLD of a shadow after an exec.
+// It does what that signal was for.
+func (s *session) suppressed(t *thread, sig int) bool {
 	if sig == int(unix.SIGCHLD) && len(s.execOrphans) > 0 {
-		if info, err := proc.GetSiginfo(s.pid); err == nil && s.execOrphans[int(int32(le32(info[16:])))] {
+		if info, err := proc.GetSiginfo(t.tid); err == nil && s.execOrphans[int(int32(le32(info[16:])))] {
 			delete(s.execOrphans, int(int32(le32(info[16:]))))
-			return proc.Resume(s.src.resumeRequest(), s.pid, 0)
+			return true
 		}
 	}
 	if s.src.ownSignal(sig) {
-		s.openMarkedMmap()
-		return proc.Resume(s.src.resumeRequest(), s.pid, 0)
+		s.openMarkedMmap(t.tid)
+		return true
+	}
+	return false
+}
+
+func (s *session) onSignal(t *thread, sig int) error {
+	if sig == 0 || s.suppressed(t, sig) {
+		return s.resume(t.tid, 0)
 	}
 	if s.state == stateRecording && fatalSignals[unix.Signal(sig)] {
-		regs, err := proc.GetRegs(s.pid)
-		if err != nil {
-			return err
-		}
-		info, err := proc.GetSiginfo(s.pid)
-		if err != nil {
-			return err
-		}
-		s.logf("process %d received %v at rip %#x: writing checkpoint", s.pid, unix.SignalName(unix.Signal(sig)), regs.Rip)
-		end := format.EndState{Kind: format.EndSignal, Tid: s.pid, Signo: sig, Siginfo: info, Regs: regs}
-		if err := s.dump(end, format.EndSignal); err != nil {
-			s.logf("dump at %v: %v", unix.SignalName(unix.Signal(sig)), err)
-		}
-		// If a handler survives the signal, recording starts afresh.
-		s.state = stateStarting
-		s.ring.reset()
-		// The dump shadow's injection left the target in a stop of its own:
-		// deliver the signal with its original siginfo, as if nothing
-		// had happened in between.
-		if err := proc.SetSiginfo(s.pid, info); err != nil {
-			return err
-		}
-		return proc.Resume(s.src.resumeRequest(), s.pid, sig)
+		return s.crash(t, sig)
 	}
-	if s.cur != nil {
-		regs, _ := proc.GetRegs(s.pid)
-		info, _ := proc.GetSiginfo(s.pid)
-		s.cur.signals = append(s.cur.signals, format.SignalEvent{Seq: s.seq, Tid: s.pid, Signo: sig, Siginfo: info, Regs: regs})
-		s.notReplayable(fmt.Sprintf("signal %s delivered after syscall %d (signal replay is not supported yet)", unix.SignalName(unix.Signal(sig)), s.seq))
+	s.noteSignal(t, sig)
+	return s.resume(t.tid, sig)
+}
+
+// noteSignal records a non-fatal signal delivered during the interval.
+func (s *session) noteSignal(t *thread, sig int) {
+	if s.cur == nil {
+		return
 	}
-	return proc.Resume(s.src.resumeRequest(), s.pid, sig)
+	regs, _ := proc.GetRegs(t.tid)
+	info, _ := proc.GetSiginfo(t.tid)
+	s.cur.signals = append(s.cur.signals, format.SignalEvent{Seq: s.seq, Tid: t.tid, Signo: sig, Siginfo: info, Regs: regs})
+	s.notReplayable(fmt.Sprintf("signal %s delivered to thread %d after syscall %d (signal replay is not supported yet)", unix.SignalName(unix.Signal(sig)), t.tid, s.seq))
+}
+
+// crash writes the checkpoint of a fatal signal that stopped thread t in its
+// delivery, the other threads held, then lets the signal proceed.
+func (s *session) crash(t *thread, sig int) error {
+	regs, err := proc.GetRegs(t.tid)
+	if err != nil {
+		return err
+	}
+	info, err := proc.GetSiginfo(t.tid)
+	if err != nil {
+		return err
+	}
+	s.logf("process %d received %v at rip %#x: writing checkpoint", s.pid, unix.SignalName(unix.Signal(sig)), regs.Rip)
+	if err := s.holdOthers(t.tid); err != nil {
+		return err
+	}
+	s.ctl = t.tid
+	end := format.EndState{Kind: format.EndSignal, Tid: t.tid, Signo: sig, Siginfo: info, Regs: regs}
+	if err := s.dump(end, format.EndSignal); err != nil {
+		s.logf("dump at %v: %v", unix.SignalName(unix.Signal(sig)), err)
+	}
+	s.ctl = s.pid
+	// If a handler survives the signal, recording starts afresh.
+	s.state = stateStarting
+	s.ring.reset()
+	// The dump shadow's injection left the thread in a stop of its own:
+	// deliver the signal with its original siginfo, as if nothing had
+	// happened in between.
+	if err := proc.SetSiginfo(t.tid, info); err != nil {
+		return err
+	}
+	if err := s.releaseOthers(); err != nil {
+		return err
+	}
+	return s.resume(t.tid, sig)
+}
+
+// holdOthers stops every thread but except, and keeps them stopped until
+// releaseOthers: a boundary or a dump sees the whole process at one instant,
+// and the shadow forked then holds no half-done write of another thread.
+// Whatever a thread reports on its way to the stop is taken into account: a
+// syscall it completes is logged, a thread it creates is held too, a signal
+// waits in its delivery stop (a fatal one is handled when it is released).
+func (s *session) holdOthers(except int) error {
+	var pending []*thread
+	for tid, t := range s.threads {
+		if tid == except || t.held {
+			continue
+		}
+		if err := proc.Interrupt(tid); err != nil && !proc.Gone(err) {
+			return fmt.Errorf("stop thread %d: %w", tid, err)
+		}
+		pending = append(pending, t)
+	}
+	for len(pending) > 0 {
+		t := pending[0]
+		pending = pending[1:]
+		for !t.held && s.threads[t.tid] != nil {
+			st, err := proc.Wait(t.tid)
+			if err != nil || st.Exited() {
+				delete(s.threads, t.tid)
+				break
+			}
+			req := s.src.resumeRequest()
+			switch {
+			case st.SyscallStop():
+				si, err := proc.GetSyscallInfo(t.tid)
+				if err != nil {
+					return err
+				}
+				if si.Op == proc.SyscallEntry {
+					t.entry = &si
+				} else if si.Op == proc.SyscallExit {
+					s.syscallExit(t, si)
+				}
+				t.hold(req, 0)
+			case st.Event() == unix.PTRACE_EVENT_STOP:
+				t.hold(req, 0)
+				t.listen = st.Status.StopSignal() != unix.SIGTRAP // in a group stop
+			case st.Event() == unix.PTRACE_EVENT_CLONE:
+				child, err := proc.EventMsg(t.tid)
+				if err != nil {
+					return err
+				}
+				s.onClone(t, int(child))
+				if nt := s.threads[int(child)]; nt != nil && !nt.held {
+					pending = append(pending, nt)
+				}
+				t.hold(req, 0)
+			case st.Event() == unix.PTRACE_EVENT_EXIT:
+				t.exiting = true
+				t.hold(req, 0)
+			case st.Event() != 0:
+				t.hold(req, 0)
+			default:
+				sig := st.Signal()
+				if s.suppressed(t, sig) {
+					if err := s.resume(t.tid, 0); err != nil {
+						return err
+					}
+					if err := proc.Interrupt(t.tid); err != nil && !proc.Gone(err) {
+						return err
+					}
+					continue
+				}
+				t.hold(req, sig)
+				t.fatal = s.state == stateRecording && fatalSignals[unix.Signal(sig)]
+				if !t.fatal {
+					s.noteSignal(t, sig)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// releaseOthers resumes the threads holdOthers stopped, each as its stop
+// requires; a thread held in the delivery of a fatal signal is handled as a
+// crash first.
+func (s *session) releaseOthers() error {
+	var crashed []*thread
+	for _, t := range s.threads {
+		if !t.held {
+			continue
+		}
+		if t.fatal {
+			crashed = append(crashed, t)
+			continue
+		}
+		t.held = false
+		var err error
+		if t.listen {
+			err = proc.Listen(t.tid)
+		} else {
+			err = proc.Resume(t.req, t.tid, t.sig)
+		}
+		t.sig, t.listen = 0, false
+		if err != nil && !proc.Gone(err) {
+			return fmt.Errorf("resume thread %d: %w", t.tid, err)
+		}
+	}
+	for _, t := range crashed {
+		t.held, t.fatal = false, false
+		sig := t.sig
+		t.sig = 0
+		if s.state != stateRecording {
+			if err := s.resume(t.tid, sig); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := s.crash(t, sig); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // start sets recording up at the first stop: header, vDSO patch, interval 0.
@@ -575,11 +859,23 @@ func (s *session) detach(why string) error {
 	if err := s.stopForDetach(); err != nil {
 		return err
 	}
+	if s.gone {
+		return nil
+	}
+	if err := s.holdOthers(s.pid); err != nil {
+		return err
+	}
 	s.killShadow()
 	s.reapZombie(true)
 	if s.vdso != nil && s.mem != nil {
 		if err := s.vdso.undo(s.mem); err != nil {
 			s.logf("restore vdso: %v", err)
+		}
+	}
+	for tid, t := range s.threads {
+		if tid != s.pid && t.held {
+			// A thread in a group stop stays stopped, as without tprec.
+			proc.Detach(tid, t.sig)
 		}
 	}
 	err := proc.Detach(s.pid, 0)
@@ -623,19 +919,6 @@ func (s *session) stopForDetach() error {
 			return err
 		}
 	}
-}
-
-// giveUp stops recording a process that became something we cannot record,
-// and lets it (and the new thread) run on.
-func (s *session) giveUp(newTid int) {
-	s.abandonIntervals()
-	if newTid > 0 {
-		// The new thread starts with a pending stop; detach it right away.
-		if _, err := proc.Wait(newTid); err == nil {
-			proc.Detach(newTid, 0)
-		}
-	}
-	s.state = stateStopped
 }
 
 func (s *session) fail(err error) error {

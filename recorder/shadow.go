@@ -24,7 +24,7 @@ const badStack = 0x1000
 // in it kills it (the kernel forces a blocked fatal signal to its default).
 func (s *session) createShadow() (*shadow, error) {
 	flags := uint64(unix.CLONE_FILES) // low byte 0: no exit signal
-	res, err := proc.Inject(s.pid, s.vdso.insn, unix.SYS_CLONE, flags, badStack, 0, 0, 0)
+	res, err := proc.Inject(s.ctl, s.vdso.insn, unix.SYS_CLONE, flags, badStack, 0, 0, 0)
 	if err != nil {
 		if res.Child > 0 {
 			unix.Kill(res.Child, unix.SIGKILL)
@@ -159,6 +159,6 @@ func (s *session) reap(pid int) bool {
 	if s.vdso == nil {
 		return false
 	}
-	res, err := proc.Inject(s.pid, s.vdso.insn, unix.SYS_WAIT4, uint64(pid), 0, unix.WNOHANG|unix.WALL, 0)
+	res, err := proc.Inject(s.ctl, s.vdso.insn, unix.SYS_WAIT4, uint64(pid), 0, unix.WNOHANG|unix.WALL, 0)
 	return err == nil && res.Ret == int64(pid)
 }

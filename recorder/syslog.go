@@ -55,13 +55,11 @@ func (s *session) appendSyscall(rec format.Syscall, problem string) {
 	}
 	s.seq++
 	rec.Seq = s.seq
-	if rec.Nr == unix.SYS_RESTART_SYSCALL && s.restartOf != nil {
-		// A source that did not see the interrupted call (it was in progress
-		// when recording began): the interval start recorded it.
-		rec.Nr, rec.Args = int(s.restartOf.Nr), s.restartOf.Args
-	}
-	s.restartOf = nil
+	restarted(&rec, s.restarts)
 	if why := replayProblem(&rec, problem); why != "" {
+		s.notReplayable(why)
+	}
+	if why := s.cur.runner.ran(&rec); why != "" {
 		s.notReplayable(why)
 	}
 	s.noteMmap(&rec)
@@ -69,6 +67,41 @@ func (s *session) appendSyscall(rec format.Syscall, problem string) {
 		s.cur.memCalls = append(s.cur.memCalls, s.cur.syscalls.len())
 	}
 	s.cur.syscalls.append(rec)
+}
+
+// restarted turns a restart_syscall record into the call it finishes: one
+// the kernel interrupted with ERESTART_RESTARTBLOCK (a boundary stop did, or
+// it was in progress when recording began). The program sees one call, so
+// the log holds one: the interrupted call with the final result and what it
+// wrote (poll's revents, nanosleep's remainder). Any call of the thread ends
+// the wait for it.
+func restarted(rec *format.Syscall, restarts map[int]*proc.SyscallInfo) {
+	r := restarts[rec.Tid]
+	if r == nil {
+		return
+	}
+	if rec.Nr == unix.SYS_RESTART_SYSCALL {
+		rec.Nr, rec.Args = int(r.Nr), r.Args
+	}
+	delete(restarts, rec.Tid)
+}
+
+// runner is the one thread that runs in an interval. Replay runs one
+// thread: the others must stay blocked in the syscall they were in at the
+// interval start (a server's idle worker threads waiting for a job), so an
+// interval in which a second thread ran is not replayable.
+type runner struct{ tid int }
+
+// ran notes that rec's thread completed a call, and says why the interval is
+// not replayable if another thread ran in it.
+func (r *runner) ran(rec *format.Syscall) string {
+	if r.tid == 0 {
+		r.tid = rec.Tid
+	}
+	if rec.Tid == r.tid {
+		return ""
+	}
+	return fmt.Sprintf("threads %d and %d both ran (%s by thread %d at seq %d): replay runs one thread", r.tid, rec.Tid, syscalls.Name(rec.Nr), rec.Tid, rec.Seq)
 }
 
 // replayProblem says why a logged call makes its interval not replayable:
@@ -131,16 +164,9 @@ func (l *callLog) all() func(yield func(*format.Syscall) bool) {
 
 // logPtraceSyscall builds the record of a call seen at its entry and exit
 // stops, reading the memory the kernel wrote for it.
-func (s *session) logPtraceSyscall(e *proc.SyscallInfo, x proc.SyscallInfo) {
-	rec := format.Syscall{Tid: s.pid, Nr: int(e.Nr), Args: e.Args, Ret: x.Ret, Rip: x.Rip}
-	if rec.Nr == unix.SYS_RESTART_SYSCALL && s.restartOf != nil {
-		// restart_syscall finishes a call the kernel interrupted with
-		// ERESTART_RESTARTBLOCK (a boundary stop did). The program sees one
-		// call, so the log holds one: the interrupted call with the final
-		// result and what it wrote (poll's revents, nanosleep's remainder).
-		rec.Nr, rec.Args = int(s.restartOf.Nr), s.restartOf.Args
-	}
-	s.restartOf = nil
+func (s *session) logPtraceSyscall(tid int, e *proc.SyscallInfo, x proc.SyscallInfo) {
+	rec := format.Syscall{Tid: tid, Nr: int(e.Nr), Args: e.Args, Ret: x.Ret, Rip: x.Rip}
+	restarted(&rec, s.restarts)
 	d, ok := syscalls.Lookup(rec.Nr)
 	if !ok || d.Kind == syscalls.Unsupported {
 		s.appendSyscall(rec, "")

@@ -409,13 +409,17 @@ func (e *engine) matchEnd(regs proc.Regs) string {
 	}
 	page := make([]byte, pageSize)
 	for _, d := range e.end.Digests {
-		if err := e.touch(d.Addr, pageSize); err != nil {
+		data, lazy, err := e.peek(d.Addr)
+		if err != nil {
 			return err.Error()
 		}
-		if err := e.mem.ReadAt(page, d.Addr); err != nil {
-			return fmt.Sprintf("page %#x unreadable", d.Addr)
+		if !lazy {
+			if err := e.mem.ReadAt(page, d.Addr); err != nil {
+				return fmt.Sprintf("page %#x unreadable", d.Addr)
+			}
+			data = page
 		}
-		if format.DigestPage(d.Addr, page, e.end.Rseq, e.end.Regs.Rsp) != d.Hash {
+		if format.DigestPage(d.Addr, data, e.rseqs, e.end.Regs.Rsp) != d.Hash {
 			diffs = append(diffs, fmt.Sprintf("page %#x content", d.Addr))
 		}
 	}

@@ -305,7 +305,7 @@ func (rec *recording) finish(c *format.Checkpoint, pid int, mem *proc.Mem, regs 
 			continue
 		}
 		if format.HashPage(page) != h || a == stack {
-			c.End.Digests = append(c.End.Digests, format.PageRef{Addr: a, Hash: format.DigestPage(a, page, c.End.Rseq, regs.Rsp)})
+			c.End.Digests = append(c.End.Digests, format.PageRef{Addr: a, Hash: format.DigestPage(a, page, c.RseqAreas(), regs.Rsp)})
 		}
 	}
 	c.Intervals[0].End = time.Now()

@@ -90,11 +90,44 @@ func (e *engine) lazyIn(outs []format.OutBuf) bool {
 	return false
 }
 
-// servedPages lists the served page addresses in order.
+// peek returns the content a page not served yet would be served with,
+// without serving it, and counts it as served: the end-state comparison reads
+// the digest pages this way, also at a syscall-entry stop, where the mprotect
+// a serve injects cannot run (a page only the kernel wrote, such as another
+// thread's rseq area, is first read there). ok is false for a page that is
+// not lazy (any more).
+func (e *engine) peek(addr uint64) (data []byte, ok bool, err error) {
+	if !e.opts.Lazy {
+		return nil, false, nil
+	}
+	page := pageDown(addr)
+	lp, ok := e.lazy[page]
+	g, guarded := e.guards.find(page)
+	if !guarded || (!ok && !g.zero) {
+		return nil, false, nil
+	}
+	if !ok || lp.hash == format.ZeroHash {
+		data = make([]byte, pageSize)
+	} else if data, err = e.pages.Page(lp.hash); err != nil {
+		return nil, false, fmt.Errorf("page %#x: %w", page, err)
+	}
+	if e.peeked == nil {
+		e.peeked = map[uint64]bool{}
+	}
+	e.peeked[page] = true
+	return data, true, nil
+}
+
+// servedPages lists the served (or peeked) page addresses in order.
 func (e *engine) servedPages() []uint64 {
-	out := make([]uint64, 0, len(e.served))
+	out := make([]uint64, 0, len(e.served)+len(e.peeked))
 	for p := range e.served {
 		out = append(out, p)
+	}
+	for p := range e.peeked {
+		if !e.served[p] {
+			out = append(out, p)
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out

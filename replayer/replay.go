@@ -181,6 +181,8 @@ const (
 type engine struct {
 	c       *format.Checkpoint
 	end     format.EndState // what the replay must reach: c.End, or an interval start (Options.Until)
+	rseqs   []format.Rseq   // left out of the digests (format.DigestPage)
+	peeked  map[uint64]bool // lazy pages the end comparison read without serving (peek)
 	until   int             // position in c.Intervals where the replay ends (len when at c.End)
 	pages   format.PageSource
 	opts    Options
@@ -278,11 +280,12 @@ func prepare(c *format.Checkpoint, pages format.PageSource, opts Options) (*engi
 		first++
 	}
 	for _, iv := range c.Intervals[k:] {
-		if len(iv.Threads) != 1 {
-			return nil, fmt.Errorf("interval %d has %d threads: only single-threaded processes can be replayed yet", iv.Index, len(iv.Threads))
+		if _, err := iv.Runner(c.End.Tid); err != nil {
+			return nil, err
 		}
 	}
 	iv := c.Intervals[k]
+	thread, _ := iv.Runner(c.End.Tid)
 	end := c.End
 	until := len(c.Intervals)
 	if opts.Until > 0 {
@@ -302,7 +305,7 @@ func prepare(c *format.Checkpoint, pages format.PageSource, opts Options) (*engi
 				signalName(s.Signo), s.Tid, s.Seq)
 		}
 	}
-	e := &engine{c: c, end: end, until: until, pages: pages, opts: opts, k: k, first: first, thread: iv.Threads[0], brkEnd: heapEnd(c, k)}
+	e := &engine{c: c, end: end, until: until, pages: pages, opts: opts, k: k, first: first, thread: thread, brkEnd: heapEnd(c, k), rseqs: c.RseqAreas()}
 	for _, s := range c.Syscalls {
 		if s.Seq >= iv.FirstSeq && s.Seq <= end.LastSeq {
 			e.log = append(e.log, s)
@@ -313,7 +316,7 @@ func prepare(c *format.Checkpoint, pages format.PageSource, opts Options) (*engi
 			return nil, fmt.Errorf("syscall log has a gap: #%d follows #%d", s.Seq, iv.FirstSeq+uint64(i)-1)
 		}
 		if s.Tid != e.thread.Tid {
-			return nil, fmt.Errorf("syscall #%d belongs to thread %d, not to the process's only thread %d", s.Seq, s.Tid, e.thread.Tid)
+			return nil, fmt.Errorf("syscall #%d belongs to thread %d, not to thread %d that replay runs", s.Seq, s.Tid, e.thread.Tid)
 		}
 		d, _ := syscalls.Lookup(s.Nr)
 		if ok, why := syscalls.Check(d, s.Args); !ok {
@@ -360,10 +363,10 @@ func boundaryEnd(c *format.Checkpoint, k, until int, pages format.PageSource) (i
 		return 0, format.EndState{}, fmt.Errorf("a replay from interval %d cannot end at interval %d", c.Intervals[k].Index, until)
 	}
 	iv := c.Intervals[u]
-	if len(iv.Threads) != 1 {
-		return 0, format.EndState{}, fmt.Errorf("interval %d has %d threads", iv.Index, len(iv.Threads))
+	t, err := iv.Runner(c.End.Tid)
+	if err != nil {
+		return 0, format.EndState{}, err
 	}
-	t := iv.Threads[0]
 	end := format.EndState{Kind: format.EndRequest, Tid: t.Tid, Regs: t.Regs, XState: t.XState, LastSeq: iv.FirstSeq - 1, Rseq: t.Rseq, Digests: iv.Digests}
 	if len(iv.Digests) == 0 && !iv.StartOmitted {
 		var err error
@@ -612,6 +615,7 @@ func (e *engine) onEntry(regs proc.Regs, nr int, args [6]uint64) (*Result, error
 			return nil, e.diverge(regs.Rip, e.lastSeq(), "the program did not exit after the last recorded syscall",
 				fmt.Sprintf("exit_group(%d)", end.ExitCode), e.describe(nr, args))
 		}
+		inCall := ""
 		if !e.realFault {
 			// The recording may have ended inside this very call (a dump
 			// request or a kill while it blocked): its end state is then
@@ -619,11 +623,14 @@ func (e *engine) onEntry(regs proc.Regs, nr int, args [6]uint64) (*Result, error
 			at := regs
 			at.Rip -= 2
 			at.Rax = uint64(nr)
-			if e.matchEnd(at) == "" {
+			if inCall = e.matchEnd(at); inCall == "" {
 				return e.verified(at.Rip), nil
 			}
 		}
 		actual := e.describe(nr, args)
+		if inCall != "" && regs.Rip-2 == e.end.Regs.Rip {
+			actual += fmt.Sprintf(" (as the call the recording ended in: %s)", inCall)
+		}
 		if e.bp.hits > 0 {
 			actual += fmt.Sprintf(" (the recorded end rip was reached %d times; last difference: %s)", e.bp.hits, e.bp.lastWhy)
 			if e.bp.regsMatched > 0 {

@@ -280,7 +280,7 @@ func TestReplayRefusesSignalsInWindow(t *testing.T) {
 		Header:    format.Header{Arch: "x86_64"},
 		Intervals: []format.Interval{{FirstSeq: 1, Replayable: true, Threads: []format.Thread{{Tid: 1}}}},
 		Signals:   []format.SignalEvent{{Seq: 4, Tid: 1, Signo: int(unix.SIGUSR1)}},
-		End:       format.EndState{Kind: format.EndExit},
+		End:       format.EndState{Kind: format.EndExit, Tid: 1},
 	}
 	_, err := Run(context.Background(), rec, format.NewMemStore(), Options{From: -1})
 	if err == nil || !strings.Contains(err.Error(), "SIGUSR1") || !strings.Contains(err.Error(), "#4") {
@@ -288,7 +288,14 @@ func TestReplayRefusesSignalsInWindow(t *testing.T) {
 	}
 	rec.Signals = nil
 	rec.Intervals[0].Threads = append(rec.Intervals[0].Threads, format.Thread{Tid: 2})
-	if _, err := Run(context.Background(), rec, format.NewMemStore(), Options{From: -1}); err == nil || !strings.Contains(err.Error(), "2 threads") {
+	if _, err := Run(context.Background(), rec, format.NewMemStore(), Options{From: -1}); err == nil || !strings.Contains(err.Error(), "thread 2 was running at its start besides thread 1") {
+		t.Fatalf("got %v", err)
+	}
+	// A second thread waiting in a syscall is fine; the one the
+	// checkpoint ends in must be there.
+	rec.Intervals[0].Threads[1].InSyscall = true
+	rec.End.Tid = 3
+	if _, err := Run(context.Background(), rec, format.NewMemStore(), Options{From: -1}); err == nil || !strings.Contains(err.Error(), "no thread 3") {
 		t.Fatalf("got %v", err)
 	}
 }

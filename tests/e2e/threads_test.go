@@ -1,0 +1,248 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// pythonThreads runs a loop of file reads and hashing in one thread while
+// two more threads wait on an event, as a server's idle workers do. With
+// "main" the loop runs in the main thread; with "worker" in a third thread
+// that the main thread joins.
+const pythonThreads = `
+import hashlib, sys, threading, time
+ev = threading.Event()
+def work():
+    t0 = time.time(); n = 0; d = {}
+    while time.time() - t0 < 120:
+        with open("/etc/services", "rb") as f:
+            b = f.read(2000)
+        d[n % 5000] = hashlib.sha256(b + str(n).encode()).hexdigest()
+        n += 1
+        if n % 50 == 0:
+            time.sleep(0.002)
+idle = [threading.Thread(target=ev.wait) for _ in range(2)]
+for t in idle:
+    t.start()
+if sys.argv[1] == "main":
+    work()
+else:
+    w = threading.Thread(target=work)
+    w.start()
+    w.join()
+`
+
+// tids lists the threads of a process, lowest first (the leader, then in
+// creation order).
+func tids(t *testing.T, pid int) []int {
+	t.Helper()
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, e := range ents {
+		if n, err := strconv.Atoi(e.Name()); err == nil {
+			out = append(out, n)
+		}
+	}
+	sort.Ints(out)
+	return out
+}
+
+// crashThread attaches tprec to a running multi-threaded program, waits,
+// sends SIGSEGV to one of its threads (a process-directed kill may land in
+// any thread that does not block it, an idle one too), and returns the
+// checkpoint tprec wrote.
+func crashThread(t *testing.T, target *exec.Cmd, done chan error, tid int, after time.Duration, extra ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	pid := target.Process.Pid
+	rec := startTprec(t, append([]string{"--pid", fmt.Sprint(pid), "--output", dir}, extra...)...)
+	rec.waitRecording(t)
+	time.Sleep(after)
+	if err := unix.Tgkill(pid, tid, unix.SIGSEGV); err != nil {
+		t.Fatalf("tgkill %d %d SIGSEGV: %v", pid, tid, err)
+	}
+	select {
+	case err := <-done:
+		ee, ok := err.(*exec.ExitError)
+		if !ok || !ee.Sys().(syscall.WaitStatus).Signaled() || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGSEGV {
+			t.Fatalf("target did not die of SIGSEGV: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("target did not die; tprec stderr:\n%s", rec.stderr)
+	}
+	if err := rec.wait(t, 60*time.Second); err != nil {
+		t.Fatalf("tprec: %v\n%s", err, rec.stderr)
+	}
+	t.Logf("tprec:\n%s", rec.stderr)
+	cks := checkpoints(t, dir)
+	if len(cks) != 1 {
+		t.Fatalf("want one checkpoint, got %v\n%s", cks, rec.stderr)
+	}
+	if strings.Contains(rec.stderr.String(), "trial replay failed") {
+		t.Errorf("the trial replay failed:\n%s", rec.stderr)
+	}
+	return cks[0]
+}
+
+// A process whose other threads wait for work is recorded, crashed in the
+// thread that runs (the main one, or a worker the main thread joins), and
+// replayed to the verified crash: replay runs that thread alone.
+func TestThreadsOneRunning(t *testing.T) {
+	requireRoot(t)
+	py := "/usr/bin/python3"
+	dir := t.TempDir()
+	script := filepath.Join(dir, "threads.py")
+	if err := os.WriteFile(script, []byte(pythonThreads), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	forBackends(t, func(t *testing.T, backend string) {
+		for _, mode := range []string{"main", "worker"} {
+			t.Run(mode, func(t *testing.T) {
+				target, _, done := startTarget(t, py, "-S", script, mode)
+				want := 3
+				if mode == "worker" {
+					want = 4
+				}
+				var ts []int
+				for i := 0; i < 100 && len(ts) < want; i++ {
+					time.Sleep(20 * time.Millisecond)
+					ts = tids(t, target.Process.Pid)
+				}
+				if len(ts) != want {
+					t.Fatalf("python3 has threads %v, want %d", ts, want)
+				}
+				runner := ts[0]
+				if mode == "worker" {
+					runner = ts[len(ts)-1]
+				}
+				ck := crashThread(t, target, done, runner, 1500*time.Millisecond, "--backend", backend)
+				ivs := intervalsIn(t, ck)
+				if len(ivs) < 2 {
+					t.Errorf("%d intervals in the checkpoint, want several: %+v", len(ivs), ivs)
+				}
+				for _, iv := range ivs {
+					if iv.Threads != want {
+						t.Errorf("interval %d lists %d threads, want %d", iv.Index, iv.Threads, want)
+					}
+				}
+				out := replay(t, ck)
+				if !strings.Contains(out, "signal SIGSEGV") {
+					t.Errorf("replay did not end at the SIGSEGV:\n%s", out)
+				}
+			})
+		}
+	})
+}
+
+// Two threads that both run: the intervals say why replay cannot run them,
+// tpreplay refuses with that reason, and the process dies of its own signal
+// as it would have.
+func TestThreadsBothRunningRefused(t *testing.T) {
+	requireRoot(t)
+	py := "/usr/bin/python3"
+	prog := `
+import threading, time
+def spin():
+    n = 0
+    while True:
+        n += 1
+        if n % 20000 == 0:
+            time.sleep(0.001)
+threading.Thread(target=spin, daemon=True).start()
+spin()
+`
+	target, _, done := startTarget(t, py, "-S", "-c", prog)
+	time.Sleep(300 * time.Millisecond)
+	ck := crashThreadAnyway(t, target, done)
+	ivs := intervalsIn(t, ck)
+	both := 0
+	for _, iv := range ivs {
+		if !iv.Replayable && strings.Contains(iv.Reason, "replay runs one thread") {
+			both++
+		}
+	}
+	if both == 0 {
+		t.Fatalf("no interval says that two threads ran: %+v", ivs)
+	}
+	out, code := runTool(t, "tpreplay", ck)
+	if code == 0 || !strings.Contains(out, "one thread") {
+		t.Fatalf("tpreplay on two running threads: exit %d, %q", code, out)
+	}
+}
+
+// crashThreadAnyway is crashThread to the main thread for a checkpoint whose
+// trial replay is expected to fail.
+func crashThreadAnyway(t *testing.T, target *exec.Cmd, done chan error) string {
+	t.Helper()
+	dir := t.TempDir()
+	pid := target.Process.Pid
+	rec := startTprec(t, "--pid", fmt.Sprint(pid), "--output", dir)
+	rec.waitRecording(t)
+	time.Sleep(1200 * time.Millisecond)
+	if err := unix.Tgkill(pid, pid, unix.SIGSEGV); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("target did not die; tprec stderr:\n%s", rec.stderr)
+	}
+	if err := rec.wait(t, 60*time.Second); err != nil {
+		t.Fatalf("tprec: %v\n%s", err, rec.stderr)
+	}
+	cks := checkpoints(t, dir)
+	if len(cks) != 1 {
+		t.Fatalf("want one checkpoint, got %v\n%s", cks, rec.stderr)
+	}
+	return cks[0]
+}
+
+// Debian's redis-server as shipped (three background-job threads and
+// jemalloc's background thread besides the main one), under redis-benchmark
+// load: recorded, crashed in its main thread, the checkpoint minimized by the
+// trial replay and replayed to the verified crash.
+func TestRedisServerThreads(t *testing.T) {
+	requireRoot(t)
+	srv := needTool(t, "redis-server")
+	bench := needTool(t, "redis-benchmark")
+	cli := needTool(t, "redis-cli")
+	port := "6431"
+	target, _, done := startTarget(t, srv, "--port", port, "--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", t.TempDir())
+	pid := target.Process.Pid
+	for i := 0; ; i++ {
+		if exec.Command(cli, "-p", port, "ping").Run() == nil {
+			break
+		}
+		if i == 100 {
+			t.Fatal("redis-server did not answer")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := len(tids(t, pid)); n < 2 {
+		t.Fatalf("redis-server has %d threads; this test is about several", n)
+	}
+	load := exec.Command(bench, "-p", port, "-n", "10000000", "-c", "10", "-r", "100000", "-t", "set,get", "-q")
+	if err := load.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { load.Process.Kill(); load.Wait() })
+	ck := crashThread(t, target, done, pid, 2*time.Second)
+	ivs := intervalsIn(t, ck)
+	if len(ivs) < 2 || ivs[0].Threads < 2 {
+		t.Errorf("intervals %+v: want several, each with every thread", ivs)
+	}
+	replay(t, ck)
+}
