@@ -119,17 +119,14 @@ for m in $MODES; do
 	log "clock_gettime via python time.monotonic $m: $(for i in $(seq "$RUNS"); do vdso_ns "$m"; done | median | xargs printf %.0f) ns per call"
 done
 
-# --- server: redis-server on loopback, recorded by attaching to it. Redis 7
-# always starts three background-job threads, which tprec refuses (it records
-# single-threaded processes); scripts/bench/onethread.c keeps it to one
-# thread, for the unrecorded baseline too. A run whose recorder is not
-# recording when the load starts counts as a failure, not as a figure.
-gcc -O2 -shared -fPIC -o "$WORK/onethread.so" scripts/bench/onethread.c
+# --- server: redis-server on loopback as Debian ships it (its main thread,
+# three background-job threads and jemalloc's), recorded by attaching to it.
+# A run whose recorder is not recording when the load starts counts as a
+# failure, not as a figure.
 if command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null; then
 	redis_rps() {
 		local mode=$1 port=6399 rec=
-		LD_PRELOAD=$WORK/onethread.so $PRIO redis-server --port $port --save "" --appendonly no \
-			--jemalloc-bg-thread no --crash-log-enabled no --daemonize no >/dev/null 2>&1 &
+		$PRIO redis-server --port $port --save "" --appendonly no --daemonize no >/dev/null 2>&1 &
 		REDIS_PID=$!
 		for i in $(seq 50); do redis-cli -p $port ping >/dev/null 2>&1 && break; sleep 0.1; done
 		case $mode in
