@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"syscall"
 )
@@ -334,9 +335,22 @@ func encodePages(z *codec, c *Checkpoint, pages PageSource) (idx, store []byte, 
 	table.u32(uint32(nBlocks))
 	tableLen := 4 + nBlocks*16
 	var data bytes.Buffer
-	raw := make([]byte, 0, PagesPerBlock*PageSize)
+	// Blocks are read, then compressed side by side, a batch at a time.
+	batch := make([][]byte, 0, 4*runtime.GOMAXPROCS(0))
+	flush := func() {
+		for i, stored := range z.compressEach(batch, len(order)*PageSize) {
+			if stored == nil {
+				stored = batch[i]
+			}
+			table.u64(uint64(tableLen + data.Len()))
+			table.u32(uint32(len(stored)))
+			table.u32(uint32(len(batch[i])))
+			data.Write(stored)
+		}
+		batch = batch[:0]
+	}
 	for b := 0; b < nBlocks; b++ {
-		raw = raw[:0]
+		raw := make([]byte, 0, PagesPerBlock*PageSize)
 		for i := b * PagesPerBlock; i < min((b+1)*PagesPerBlock, len(order)); i++ {
 			h := order[i]
 			p, err := pages.Page(h)
@@ -352,15 +366,11 @@ func encodePages(z *codec, c *Checkpoint, pages PageSource) (idx, store []byte, 
 			slots = append(slots, slot{h, uint32(b), uint32(len(raw))})
 			raw = append(raw, p...)
 		}
-		stored := z.compress(raw)
-		if stored == nil {
-			stored = raw
+		if batch = append(batch, raw); len(batch) == cap(batch) {
+			flush()
 		}
-		table.u64(uint64(tableLen + data.Len()))
-		table.u32(uint32(len(stored)))
-		table.u32(uint32(len(raw)))
-		data.Write(stored)
 	}
+	flush()
 	sort.Slice(slots, func(i, j int) bool { return bytes.Compare(slots[i].h[:], slots[j].h[:]) < 0 })
 	var ix enc
 	ix.u32(uint32(len(slots)))
