@@ -62,6 +62,10 @@ type session struct {
 	// or the thread a crash stopped.
 	ctl     int
 	waiters *waiters
+	// holdRetry: a thread did not stop in time for the last act; the next
+	// waits until then.
+	holdRetry time.Time
+	crashed   int // signal of the last crash checkpoint
 	// restarts are, per thread, the call interrupted with
 	// ERESTART_RESTARTBLOCK that restart_syscall will finish.
 	restarts    map[int]*proc.SyscallInfo
@@ -357,8 +361,10 @@ func (s *session) loop(ctx context.Context, tick <-chan time.Time, requests <-ch
 				s.logf("%s", s.statusLine(time.Now()))
 			}
 		case <-tick:
-			if s.state == stateRecording {
-				s.want.boundary = true
+			if s.state == stateRecording || s.state == stateStarting {
+				// Starting: setup was put off (a thread did not stop in
+				// time, act); ask again.
+				s.want.boundary = s.state == stateRecording
 				if err := s.interrupt(); err != nil && !proc.Gone(err) {
 					return s.fail(err)
 				}
@@ -482,7 +488,7 @@ func (s *session) handle(st proc.Stop) error {
 				return err
 			}
 			end := format.EndState{Kind: format.EndExit, Tid: s.pid, ExitCode: int(unix.WaitStatus(msg).ExitStatus()), Regs: regs}
-			err = s.holdOthers(s.pid)
+			err = s.holdOthers(s.pid, 0)
 			if err == nil {
 				err = s.dump(end, format.EndExit)
 			}
@@ -589,8 +595,18 @@ func (s *session) onEventStop(t *thread, st proc.Stop) error {
 // syscall-exit stop: both let the recorder inject syscalls. The other
 // threads are held meanwhile.
 func (s *session) act() error {
-	if err := s.holdOthers(s.pid); err != nil {
-		return err
+	if time.Now().Before(s.holdRetry) {
+		return nil
+	}
+	if err := s.holdOthers(s.pid, holdTimeout); err != nil {
+		if !errors.Is(err, errThreadBusy) {
+			return err
+		}
+		// Tried again after an interval, at the stop the timer asks for
+		// (not at every syscall stop of the ptrace backend meanwhile).
+		s.holdRetry = time.Now().Add(s.o.Interval)
+		s.logf("%v: the boundary waits for the next interval", err)
+		return s.releaseOthers()
 	}
 	err := s.actHeld()
 	if rerr := s.releaseOthers(); err == nil {
@@ -672,8 +688,16 @@ func (s *session) crash(t *thread, sig int) error {
 	if err != nil {
 		return err
 	}
+	if sig == s.crashed && selfSent(info, s.pid) {
+		// A crash handler (redis-server's crash log, for one) that ran
+		// after the checkpoint of the crash and now raises the same signal
+		// again to die of it: the first checkpoint is the one that matters.
+		s.logf("process %d raised %v itself after its handler ran: no second checkpoint", s.pid, unix.SignalName(unix.Signal(sig)))
+		return s.resume(t.tid, sig)
+	}
 	s.logf("process %d received %v at rip %#x: writing checkpoint", s.pid, unix.SignalName(unix.Signal(sig)), regs.Rip)
-	if err := s.holdOthers(t.tid); err != nil {
+	s.crashed = sig
+	if err := s.holdOthers(t.tid, 0); err != nil {
 		return err
 	}
 	s.ctl = t.tid
@@ -697,13 +721,28 @@ func (s *session) crash(t *thread, sig int) error {
 	return s.resume(t.tid, sig)
 }
 
+// holdTimeout bounds how long a boundary or a dump request waits for the
+// other threads to stop. A thread in an uninterruptible sleep (I/O on a
+// network file system, a vfork waiting for its child to exec) stops only when
+// the sleep ends, and the leader, stopped meanwhile, must not wait for it:
+// the boundary is tried again at the next tick. A crash and a detach wait as
+// long as it takes.
+const holdTimeout = 100 * time.Millisecond
+
+// errThreadBusy says a thread did not stop within holdTimeout.
+var errThreadBusy = errors.New("a thread did not stop in time")
+
 // holdOthers stops every thread but except, and keeps them stopped until
 // releaseOthers: a boundary or a dump sees the whole process at one instant,
 // and the shadow forked then holds no half-done write of another thread.
 // Whatever a thread reports on its way to the stop is taken into account: a
 // syscall it completes is logged, a thread it creates is held too, a signal
 // waits in its delivery stop (a fatal one is handled when it is released).
-func (s *session) holdOthers(except int) error {
+//
+// With a timeout, a thread that has not stopped by then makes it return
+// errThreadBusy (the threads it holds stay held, for releaseOthers); the
+// thread's stop comes later and is handled as any other.
+func (s *session) holdOthers(except int, timeout time.Duration) error {
 	var pending []*thread
 	for tid, t := range s.threads {
 		if tid == except || t.held {
@@ -714,11 +753,15 @@ func (s *session) holdOthers(except int) error {
 		}
 		pending = append(pending, t)
 	}
+	deadline := time.Now().Add(timeout)
 	for len(pending) > 0 {
 		t := pending[0]
 		pending = pending[1:]
 		for !t.held && s.threads[t.tid] != nil {
-			st, err := proc.Wait(t.tid)
+			st, err := s.waitHeld(t.tid, timeout, deadline)
+			if errors.Is(err, errThreadBusy) {
+				return fmt.Errorf("thread %d: %w", t.tid, err)
+			}
 			if err != nil || st.Exited() {
 				delete(s.threads, t.tid)
 				break
@@ -774,6 +817,27 @@ func (s *session) holdOthers(except int) error {
 		}
 	}
 	return nil
+}
+
+// waitHeld waits for the next stop of a thread being held: without a
+// timeout, as long as it takes; with one, polling until deadline (most
+// threads stop within a few tens of microseconds).
+func (s *session) waitHeld(tid int, timeout time.Duration, deadline time.Time) (proc.Stop, error) {
+	if timeout <= 0 {
+		return proc.Wait(tid)
+	}
+	pause := 20 * time.Microsecond
+	for {
+		st, ok, err := proc.WaitNoHang(tid)
+		if err != nil || ok {
+			return st, err
+		}
+		if time.Now().After(deadline) {
+			return proc.Stop{}, errThreadBusy
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, 5*time.Millisecond)
+	}
 }
 
 // releaseOthers resumes the threads holdOthers stopped, each as its stop
@@ -862,7 +926,7 @@ func (s *session) detach(why string) error {
 	if s.gone {
 		return nil
 	}
-	if err := s.holdOthers(s.pid); err != nil {
+	if err := s.holdOthers(s.pid, 0); err != nil {
 		return err
 	}
 	s.killShadow()
@@ -933,6 +997,17 @@ func (s *session) fail(err error) error {
 
 func (s *session) logf(f string, args ...any) {
 	fmt.Fprintf(s.o.Log, "tprec: "+f+"\n", args...)
+}
+
+// selfSent reports whether a siginfo is that of a signal the process pid
+// sent itself (kill, tgkill, raise, abort: si_code <= 0 with its own pid as
+// the sender).
+func selfSent(info []byte, pid int) bool {
+	if len(info) < 20 {
+		return false
+	}
+	code := int32(le32(info[8:]))
+	return code <= 0 && int(int32(le32(info[16:]))) == pid
 }
 
 func exitText(ws unix.WaitStatus) string {

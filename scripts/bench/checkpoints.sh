@@ -2,7 +2,7 @@
 # Checkpoint benchmarks (part of make bench; can run alone:
 # sudo bash scripts/bench/checkpoints.sh). For each workload, RUNS times: start
 # it, attach tprec (default backend, --interval $INTERVAL --keep $KEEP), let it
-# run SECS seconds, crash it with kill -SEGV, and measure
+# run SECS seconds, crash it with SIGSEGV to its main thread, and measure
 #   - the checkpoint's size per second of recorded history (tpinspect --json:
 #     dump time - start of the oldest retained interval),
 #   - how long the process was held and how long from the fatal signal to the
@@ -230,7 +230,7 @@ col() { awk -v w="$1" -v c="$2" '$1 == w {print $c}' "$RAW" | median; }
 table() {
 	echo "Measured $(date -u +%F) on $(uname -r), $(nproc) CPUs: median of $RUNS runs, each recorded"
 	echo "for ${SECS} s with --interval $INTERVAL --keep $KEEP (default backend), then crashed with"
-	echo "kill -SEGV. Raw figures: \`$RAW\`."
+	echo "SIGSEGV to its main thread. Raw figures: \`$RAW\`."
 	echo
 	echo "| workload | history | syscalls | checkpoint | per second of history | held | signal to file | of which trial replay | load | replay (rebuild + re-execution) | replay / history | verified | gcore image | gcore time | gcore / checkpoint |"
 	echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"

@@ -246,3 +246,35 @@ func TestRedisServerThreads(t *testing.T) {
 	}
 	replay(t, ck)
 }
+
+// A thread that waits for its vfork child sleeps uninterruptibly and does not
+// stop for a boundary until the child is done (a second here). The boundary
+// then waits for the next interval instead of holding the other threads
+// that long: the main thread of testdata/vforkwait.c, which measures its own
+// pauses, is never stopped for more than a fraction of that.
+func TestThreadInUninterruptibleWait(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	prog := cc(t, "testdata/vforkwait.c", dir)
+	forBackends(t, func(t *testing.T, backend string) {
+		out := t.TempDir()
+		rec := startTprec(t, "--backend", backend, "--output", out, "--", prog, "5")
+		if err := rec.wait(t, 60*time.Second); err != nil {
+			t.Fatalf("tprec: %v\n%s", err, rec.stderr)
+		}
+		log := rec.stderr.String()
+		var pause float64
+		if i := strings.Index(log, "longest pause "); i < 0 {
+			t.Fatalf("the program did not finish:\n%s", log)
+		} else if _, err := fmt.Sscanf(log[i:], "longest pause %g s", &pause); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(log, "did not stop in time") {
+			t.Errorf("no boundary met the waiting thread:\n%s", log)
+		}
+		if pause > 0.5 {
+			t.Errorf("the main thread paused for %.3f s\n%s", pause, log)
+		}
+		t.Logf("longest pause of the main thread: %.3f s", pause)
+	})
+}
