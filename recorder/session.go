@@ -371,6 +371,15 @@ func (s *session) loop(ctx context.Context, tick <-chan time.Time, requests <-ch
 			}
 		case tid := <-s.waiters.ready:
 			err := s.drain(tid)
+			if proc.Gone(err) {
+				// A thread was killed between its stop and a request
+				// about it (a crash in another thread ends the whole
+				// group): its exit is reported next.
+				if debugStops {
+					s.logf("thread %d: %v", tid, err)
+				}
+				err = nil
+			}
 			s.waiters.ack <- struct{}{}
 			if err != nil {
 				return s.fail(err)
@@ -488,7 +497,7 @@ func (s *session) handle(st proc.Stop) error {
 				return err
 			}
 			end := format.EndState{Kind: format.EndExit, Tid: s.pid, ExitCode: int(unix.WaitStatus(msg).ExitStatus()), Regs: regs}
-			err = s.holdOthers(s.pid, 0)
+			err = s.holdPatiently(s.pid)
 			if err == nil {
 				err = s.dump(end, format.EndExit)
 			}
@@ -599,6 +608,9 @@ func (s *session) act() error {
 		return nil
 	}
 	if err := s.holdOthers(s.pid, holdTimeout); err != nil {
+		if proc.Gone(err) {
+			return nil // the process is going away; its exits come next
+		}
 		if !errors.Is(err, errThreadBusy) {
 			return err
 		}
@@ -611,6 +623,11 @@ func (s *session) act() error {
 	err := s.actHeld()
 	if rerr := s.releaseOthers(); err == nil {
 		err = rerr
+	}
+	if proc.Gone(err) {
+		// Killed meanwhile (a crash in another thread ends the whole
+		// group): its exits come next.
+		return nil
 	}
 	return err
 }
@@ -697,7 +714,10 @@ func (s *session) crash(t *thread, sig int) error {
 	}
 	s.logf("process %d received %v at rip %#x: writing checkpoint", s.pid, unix.SignalName(unix.Signal(sig)), regs.Rip)
 	s.crashed = sig
-	if err := s.holdOthers(t.tid, 0); err != nil {
+	if err := s.holdPatiently(t.tid); err != nil {
+		if rerr := s.releaseOthers(); rerr != nil {
+			s.logf("resume the other threads: %v", rerr)
+		}
 		return err
 	}
 	s.ctl = t.tid
@@ -711,11 +731,12 @@ func (s *session) crash(t *thread, sig int) error {
 	s.ring.reset()
 	// The dump shadow's injection left the thread in a stop of its own:
 	// deliver the signal with its original siginfo, as if nothing had
-	// happened in between.
-	if err := proc.SetSiginfo(t.tid, info); err != nil {
-		return err
+	// happened in between. The other threads go on whatever happens.
+	err = proc.SetSiginfo(t.tid, info)
+	if rerr := s.releaseOthers(); err == nil {
+		err = rerr
 	}
-	if err := s.releaseOthers(); err != nil {
+	if err != nil {
 		return err
 	}
 	return s.resume(t.tid, sig)
@@ -725,9 +746,12 @@ func (s *session) crash(t *thread, sig int) error {
 // other threads to stop. A thread in an uninterruptible sleep (I/O on a
 // network file system, a vfork waiting for its child to exec) stops only when
 // the sleep ends, and the leader, stopped meanwhile, must not wait for it:
-// the boundary is tried again at the next tick. A crash and a detach wait as
-// long as it takes.
-const holdTimeout = 100 * time.Millisecond
+// the boundary is tried again at the next tick. A crash, a dump at exit and a
+// detach wait longer (holdPatiently), and then go on without that thread.
+const (
+	holdTimeout  = 100 * time.Millisecond
+	holdPatience = 2 * time.Second
+)
 
 // errThreadBusy says a thread did not stop within holdTimeout.
 var errThreadBusy = errors.New("a thread did not stop in time")
@@ -766,66 +790,91 @@ func (s *session) holdOthers(except int, timeout time.Duration) error {
 				delete(s.threads, t.tid)
 				break
 			}
-			req := s.src.resumeRequest()
-			switch {
-			case st.SyscallStop():
-				si, err := proc.GetSyscallInfo(t.tid)
-				if err != nil {
-					return err
-				}
-				if si.Op == proc.SyscallEntry {
-					t.entry = &si
-				} else if si.Op == proc.SyscallExit {
-					s.syscallExit(t, si)
-				}
-				t.hold(req, 0)
-			case st.Event() == unix.PTRACE_EVENT_STOP:
-				t.hold(req, 0)
-				t.listen = st.Status.StopSignal() != unix.SIGTRAP // in a group stop
-			case st.Event() == unix.PTRACE_EVENT_CLONE:
-				child, err := proc.EventMsg(t.tid)
-				if err != nil {
-					return err
-				}
-				s.onClone(t, int(child))
-				if nt := s.threads[int(child)]; nt != nil && !nt.held {
-					pending = append(pending, nt)
-				}
-				t.hold(req, 0)
-			case st.Event() == unix.PTRACE_EVENT_EXIT:
-				t.exiting = true
-				t.hold(req, 0)
-			case st.Event() != 0:
-				t.hold(req, 0)
-			default:
-				sig := st.Signal()
-				if s.suppressed(t, sig) {
-					if err := s.resume(t.tid, 0); err != nil {
-						return err
-					}
-					if err := proc.Interrupt(t.tid); err != nil && !proc.Gone(err) {
-						return err
-					}
-					continue
-				}
-				t.hold(req, sig)
-				t.fatal = s.state == stateRecording && fatalSignals[unix.Signal(sig)]
-				if !t.fatal {
-					s.noteSignal(t, sig)
-				}
+			nt, err := s.holdStop(t, st)
+			if err != nil {
+				return err
+			}
+			if nt != nil {
+				pending = append(pending, nt)
 			}
 		}
 	}
 	return nil
 }
 
-// waitHeld waits for the next stop of a thread being held: without a
-// timeout, as long as it takes; with one, polling until deadline (most
-// threads stop within a few tens of microseconds).
-func (s *session) waitHeld(tid int, timeout time.Duration, deadline time.Time) (proc.Stop, error) {
-	if timeout <= 0 {
-		return proc.Wait(tid)
+// holdStop takes one stop of a thread being held into account (holdOthers):
+// the thread is held at it, except after its own signal (the eBPF programs',
+// suppressed), which resumes it and asks it to stop again. A thread it
+// created is returned, to be held too.
+func (s *session) holdStop(t *thread, st proc.Stop) (*thread, error) {
+	req := s.src.resumeRequest()
+	var created *thread
+	switch {
+	case st.SyscallStop():
+		si, err := proc.GetSyscallInfo(t.tid)
+		if err != nil {
+			return nil, err
+		}
+		if si.Op == proc.SyscallEntry {
+			t.entry = &si
+		} else if si.Op == proc.SyscallExit {
+			s.syscallExit(t, si)
+		}
+		t.hold(req, 0)
+	case st.Event() == unix.PTRACE_EVENT_STOP:
+		t.hold(req, 0)
+		t.listen = st.Status.StopSignal() != unix.SIGTRAP // in a group stop
+	case st.Event() == unix.PTRACE_EVENT_CLONE:
+		child, err := proc.EventMsg(t.tid)
+		if err != nil {
+			return nil, err
+		}
+		s.onClone(t, int(child))
+		if nt := s.threads[int(child)]; nt != nil && !nt.held {
+			created = nt
+		}
+		t.hold(req, 0)
+	case st.Event() == unix.PTRACE_EVENT_EXIT:
+		t.exiting = true
+		t.hold(req, 0)
+	case st.Event() != 0:
+		t.hold(req, 0)
+	default:
+		sig := st.Signal()
+		if s.suppressed(t, sig) {
+			if err := s.resume(t.tid, 0); err != nil {
+				return nil, err
+			}
+			if err := proc.Interrupt(t.tid); err != nil && !proc.Gone(err) {
+				return nil, err
+			}
+			return nil, nil
+		}
+		t.hold(req, sig)
+		t.fatal = s.state == stateRecording && fatalSignals[unix.Signal(sig)]
+		if !t.fatal {
+			s.noteSignal(t, sig)
+		}
 	}
+	return created, nil
+}
+
+// holdPatiently is holdOthers for what cannot be put off (a crash, a dump
+// at exit, a detach): a thread that does not stop within holdPatience is
+// left running, and said so; whatever needs its registers then fails on its
+// own, with that thread named.
+func (s *session) holdPatiently(except int) error {
+	err := s.holdOthers(except, holdPatience)
+	if errors.Is(err, errThreadBusy) {
+		s.logf("%v: going on without it", err)
+		return nil
+	}
+	return err
+}
+
+// waitHeld waits for the next stop of a thread being held, polling until
+// deadline (most threads stop within a few tens of microseconds).
+func (s *session) waitHeld(tid int, timeout time.Duration, deadline time.Time) (proc.Stop, error) {
 	pause := 20 * time.Microsecond
 	for {
 		st, ok, err := proc.WaitNoHang(tid)
@@ -926,7 +975,7 @@ func (s *session) detach(why string) error {
 	if s.gone {
 		return nil
 	}
-	if err := s.holdOthers(s.pid, 0); err != nil {
+	if err := s.holdPatiently(s.pid); err != nil {
 		return err
 	}
 	s.killShadow()
@@ -956,7 +1005,7 @@ func (s *session) stopForDetach() error {
 		return err
 	}
 	for {
-		st, err := proc.Wait(s.pid)
+		st, err := s.waitLeader()
 		if err != nil {
 			return err
 		}
@@ -982,6 +1031,40 @@ func (s *session) stopForDetach() error {
 		if err := s.interrupt(); err != nil {
 			return err
 		}
+	}
+}
+
+// waitLeader waits for the leader's next stop outside the loop. Meanwhile
+// it lets the other threads finish dying, and holds those that stop: the
+// leader of an exiting thread group is reported only once every other
+// thread is gone, and a traced thread is gone only when its tracer has let it
+// past its exit stop and collected it.
+func (s *session) waitLeader() (proc.Stop, error) {
+	pause := 20 * time.Microsecond
+	for {
+		st, ok, err := proc.WaitNoHang(s.pid)
+		if err != nil || ok {
+			return st, err
+		}
+		for tid, t := range s.threads {
+			if tid == s.pid || t.held {
+				continue
+			}
+			ts, ok, err := proc.WaitNoHang(tid)
+			switch {
+			case err != nil || (ok && ts.Exited()):
+				delete(s.threads, tid)
+			case !ok:
+			case ts.Event() == unix.PTRACE_EVENT_EXIT:
+				s.resume(tid, 0)
+			default:
+				if _, err := s.holdStop(t, ts); err != nil {
+					return proc.Stop{}, err
+				}
+			}
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, 5*time.Millisecond)
 	}
 }
 
