@@ -278,3 +278,73 @@ func TestThreadInUninterruptibleWait(t *testing.T) {
 		t.Logf("longest pause of the main thread: %.3f s", pause)
 	})
 }
+
+// pythonThreadedSum computes a hash chain in the main thread while two
+// threads wake every 50 ms until it is done, then prints the chain's end.
+const pythonThreadedSum = `
+import hashlib, threading
+ev = threading.Event()
+def idle():
+    while not ev.wait(0.05):
+        pass
+ts = [threading.Thread(target=idle) for _ in range(2)]
+for t in ts:
+    t.start()
+h = b""
+for i in range(5000000):
+    h = hashlib.sha256(h + str(i).encode()).digest()
+    if i % 5000 == 0:
+        with open("/etc/hostname", "rb") as f:
+            f.read()
+ev.set()
+for t in ts:
+    t.join()
+print(h.hex())
+`
+
+// Killing tprec while it records a multi-threaded process leaves every
+// thread untraced and running: the process ends with the output of an
+// unrecorded run, and no shadow outlives tprec.
+func TestThreadedTargetUnharmedWhenTprecKilled(t *testing.T) {
+	requireRoot(t)
+	py := "/usr/bin/python3"
+	ref, err := exec.Command(py, "-S", "-c", pythonThreadedSum).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	target, out, done := startTarget(t, py, "-S", "-c", pythonThreadedSum)
+	pid := target.Process.Pid
+	time.Sleep(200 * time.Millisecond)
+	rec := startTprec(t, "--pid", fmt.Sprint(pid), "--output", t.TempDir(), "--interval", "100ms")
+	rec.waitRecording(t)
+	time.Sleep(630 * time.Millisecond) // mid-interval
+	threads := tids(t, pid)
+	shadows := childrenOf(pid)
+	if len(threads) < 3 || len(shadows) == 0 {
+		t.Fatalf("threads %v, shadows %v: the test would prove nothing", threads, shadows)
+	}
+	rec.cmd.Process.Kill()
+	rec.wait(t, 10*time.Second)
+	time.Sleep(200 * time.Millisecond)
+	for _, tid := range threads {
+		if tr := tracerOf(t, tid); tr != "0" && tr != "" {
+			t.Errorf("thread %d is still traced by %s", tid, tr)
+		}
+	}
+	for _, s := range shadows {
+		if st := procState(s); st != "" && st != "Z" && st != "X" {
+			t.Errorf("shadow %d is alive after tprec was killed (state %s)", s, st)
+		}
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("python3 failed after tprec was killed: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("python3 did not finish after tprec was killed")
+	}
+	if got := out.String(); got != string(ref) {
+		t.Fatalf("output %q, an unrecorded run printed %q", got, ref)
+	}
+}
