@@ -954,8 +954,18 @@ func (s *session) start() error {
 		return err
 	}
 	if s.vdso == nil {
-		if s.vdso, err = patchVDSO(s.mem, maps); err != nil {
+		var rips []uint64
+		for tid := range s.threads {
+			if r, err := proc.GetRegs(tid); err == nil {
+				rips = append(rips, r.Rip)
+			}
+		}
+		if s.vdso, err = patchVDSO(s.mem, maps, rips); err != nil {
 			return err
+		}
+		if s.vdso == nil {
+			s.logf("a thread is stopped inside a vDSO entry point: recording starts at the next stop")
+			return nil
 		}
 	}
 	s.fillHeader()
@@ -981,6 +991,7 @@ func (s *session) detach(why string) error {
 	s.killShadow()
 	s.reapZombie(true)
 	if s.vdso != nil && s.mem != nil {
+		s.leaveVDSO()
 		if err := s.vdso.undo(s.mem); err != nil {
 			s.logf("restore vdso: %v", err)
 		}
@@ -996,6 +1007,27 @@ func (s *session) detach(why string) error {
 		s.logf("detached from process %d (%s); it runs on", s.pid, why)
 	}
 	return err
+}
+
+// leaveVDSO moves every stopped thread out of the vDSO stubs before they
+// are undone (vdsoPatch.leave).
+func (s *session) leaveVDSO() {
+	for tid, t := range s.threads {
+		if tid != s.pid && !t.held {
+			continue
+		}
+		regs, err := proc.GetRegs(tid)
+		if err != nil {
+			continue
+		}
+		moved, err := s.vdso.leave(&regs, s.mem)
+		if err == nil && moved {
+			err = proc.SetRegs(tid, regs)
+		}
+		if err != nil {
+			s.logf("thread %d inside the patched vDSO: %v", tid, err)
+		}
+	}
 }
 
 // stopForDetach gets the target into an event stop, handling whatever else

@@ -27,6 +27,7 @@ type vdsoPatch struct {
 type vdsoSite struct {
 	addr uint64
 	orig []byte
+	stub []byte
 }
 
 var vdsoRedirects = []struct {
@@ -46,8 +47,34 @@ func vdsoStub(nr int) []byte {
 	return b
 }
 
-// patchVDSO patches the [vdso] of a stopped process.
-func patchVDSO(mem *proc.Mem, maps []format.Mapping) (*vdsoPatch, error) {
+// patchVDSO patches the [vdso] of a stopped process, unless one of its
+// threads is stopped inside an entry point's first bytes (rips): resumed
+// there, it would run the middle of a stub. Then it returns nil and no error,
+// and the caller tries again at a later stop.
+func patchVDSO(mem *proc.Mem, maps []format.Mapping, rips []uint64) (*vdsoPatch, error) {
+	p, err := planVDSO(mem, maps)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range p.sites {
+		for _, rip := range rips {
+			if rip > s.addr && rip < s.addr+uint64(len(s.stub)) {
+				return nil, nil
+			}
+		}
+	}
+	for i, s := range p.sites {
+		if err := mem.WriteAt(s.stub, s.addr); err != nil {
+			p.sites = p.sites[:i]
+			p.undo(mem)
+			return nil, fmt.Errorf("patch vdso: %w", err)
+		}
+	}
+	return p, nil
+}
+
+// planVDSO finds the entry points to patch and their original bytes.
+func planVDSO(mem *proc.Mem, maps []format.Mapping) (*vdsoPatch, error) {
 	var vm *format.Mapping
 	for i := range maps {
 		if maps[i].Path == "[vdso]" {
@@ -91,11 +118,7 @@ func patchVDSO(mem *proc.Mem, maps []format.Mapping) (*vdsoPatch, error) {
 			return nil, fmt.Errorf("patch vdso: %s at %#x outside the image", r.sym, a)
 		}
 		orig := append([]byte(nil), img[a-vm.Start:a-vm.Start+uint64(len(stub))]...)
-		if err := mem.WriteAt(stub, a); err != nil {
-			p.undo(mem)
-			return nil, fmt.Errorf("patch vdso: %w", err)
-		}
-		p.sites = append(p.sites, vdsoSite{addr: a, orig: orig})
+		p.sites = append(p.sites, vdsoSite{addr: a, orig: orig, stub: stub})
 		if p.insn == 0 {
 			p.insn = a + 5
 		}
@@ -104,6 +127,32 @@ func patchVDSO(mem *proc.Mem, maps []format.Mapping) (*vdsoPatch, error) {
 		return nil, fmt.Errorf("patch vdso: no known time function in the vDSO")
 	}
 	return p, nil
+}
+
+// leave moves a stopped thread out of the stubs, so that undo cannot leave
+// it in the middle of the original code (a thread interrupted on its way back
+// from a stub's syscall sits on the stub's `ret`). A stub's instructions start
+// at 0 (`mov eax`), 5 (`syscall`) and 7 (`ret`): at 5 the call has not been
+// made and the function is entered again from its start, with the same
+// arguments; at 7 the `ret` is done here. It reports whether it moved the
+// thread.
+func (p *vdsoPatch) leave(regs *format.Regs, mem *proc.Mem) (bool, error) {
+	for _, s := range p.sites {
+		switch regs.Rip - s.addr {
+		case 5:
+			regs.Rip = s.addr
+			return true, nil
+		case 7:
+			var b [8]byte
+			if err := mem.ReadAt(b[:], regs.Rsp); err != nil {
+				return false, err
+			}
+			regs.Rip = binary.LittleEndian.Uint64(b[:])
+			regs.Rsp += 8
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // undo writes the original bytes back.

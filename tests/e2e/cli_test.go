@@ -364,3 +364,43 @@ func tamper(t *testing.T, ck, path string, k int, fn func(*format.Interval)) {
 		t.Fatal(err)
 	}
 }
+
+// A detach restores the vDSO's original code while the process sits in a
+// stop; a thread stopped inside a patched entry point (on its way back from
+// the stub's syscall, most of the time in testdata/clockloop.c) is first moved
+// out of it. Five attach/detach cycles on a program that only reads the
+// clock leave it running to its normal exit (before the fix it died of
+// SIGSEGV at the first one).
+func TestDetachOutOfPatchedVDSO(t *testing.T) {
+	requireRoot(t)
+	prog := cc(t, "testdata/clockloop.c", t.TempDir())
+	forBackends(t, func(t *testing.T, backend string) {
+		target, _, done := startTarget(t, prog, "6")
+		pid := target.Process.Pid
+		for i := 0; i < 5; i++ {
+			select {
+			case err := <-done:
+				t.Fatalf("clockloop ended after %d detaches: %v", i, err)
+			default:
+			}
+			rec := startTprec(t, "--backend", backend, "--pid", fmt.Sprint(pid), "--output", t.TempDir())
+			rec.waitRecording(t)
+			time.Sleep(300 * time.Millisecond)
+			rec.cmd.Process.Signal(syscall.SIGINT)
+			if err := rec.wait(t, 30*time.Second); err != nil {
+				t.Fatalf("tprec: %v\n%s", err, rec.stderr)
+			}
+			if !strings.Contains(rec.stderr.String(), "detached") {
+				t.Fatalf("tprec did not detach:\n%s", rec.stderr)
+			}
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("clockloop after 5 detaches: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("clockloop did not finish")
+		}
+	})
+}
