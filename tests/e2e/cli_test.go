@@ -369,13 +369,13 @@ func tamper(t *testing.T, ck, path string, k int, fn func(*format.Interval)) {
 // stop; a thread stopped inside a patched entry point (on its way back from
 // the stub's syscall, most of the time in testdata/clockloop.c) is first moved
 // out of it. Five attach/detach cycles on a program that only reads the
-// clock leave it running to its normal exit (before the fix it died of
-// SIGSEGV at the first one).
+// clock leave it running (before the fix it died of SIGSEGV at the first
+// one).
 func TestDetachOutOfPatchedVDSO(t *testing.T) {
 	requireRoot(t)
 	prog := cc(t, "testdata/clockloop.c", t.TempDir())
 	forBackends(t, func(t *testing.T, backend string) {
-		target, _, done := startTarget(t, prog, "6")
+		target, _, done := startTarget(t, prog, "120")
 		pid := target.Process.Pid
 		for i := 0; i < 5; i++ {
 			select {
@@ -394,13 +394,11 @@ func TestDetachOutOfPatchedVDSO(t *testing.T) {
 				t.Fatalf("tprec did not detach:\n%s", rec.stderr)
 			}
 		}
+		time.Sleep(200 * time.Millisecond)
 		select {
 		case err := <-done:
-			if err != nil {
-				t.Fatalf("clockloop after 5 detaches: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatal("clockloop did not finish")
+			t.Fatalf("clockloop ended after 5 detaches: %v", err)
+		default:
 		}
 	})
 }
