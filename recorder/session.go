@@ -683,9 +683,12 @@ func (s *session) onSignal(t *thread, sig int) error {
 	return s.resume(t.tid, sig)
 }
 
-// noteSignal records a non-fatal signal delivered during the interval.
+// noteSignal records a non-fatal signal delivered during the interval. One
+// the program ignores (SIGPIPE set to SIG_IGN by most servers, SIGCHLD left
+// at its default by redis-server, whose background saves end with one) does
+// nothing to it and is not recorded: the window goes on through it.
 func (s *session) noteSignal(t *thread, sig int) {
-	if s.cur == nil {
+	if s.cur == nil || ignoredSignal(s.pid, sig) {
 		return
 	}
 	regs, _ := proc.GetRegs(t.tid)
@@ -1112,6 +1115,36 @@ func (s *session) fail(err error) error {
 
 func (s *session) logf(f string, args ...any) {
 	fmt.Fprintf(s.o.Log, "tprec: "+f+"\n", args...)
+}
+
+// defaultIgnored are the signals whose default action is to ignore them.
+var defaultIgnored = map[unix.Signal]bool{unix.SIGCHLD: true, unix.SIGURG: true, unix.SIGWINCH: true}
+
+// ignoredSignal reports whether process pid ignores sig: its disposition is
+// SIG_IGN, or the default one of a signal ignored by default (the SigIgn and
+// SigCgt masks of /proc/PID/status). Delivering it changes nothing in the
+// program, so a replay has nothing to reproduce.
+func ignoredSignal(pid, sig int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil || sig < 1 || sig > 64 {
+		return false
+	}
+	var ign, cgt uint64
+	seen := 0
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "SigIgn:"); ok {
+			ign, err = strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			seen++
+		} else if v, ok := strings.CutPrefix(l, "SigCgt:"); ok {
+			cgt, err = strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			seen++
+		}
+		if err != nil {
+			return false
+		}
+	}
+	bit := uint64(1) << (sig - 1)
+	return seen == 2 && (ign&bit != 0 || (cgt&bit == 0 && defaultIgnored[unix.Signal(sig)]))
 }
 
 // selfSent reports whether a siginfo is that of a signal the process pid

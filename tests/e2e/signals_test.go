@@ -1,0 +1,80 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// pythonIgnoring ignores SIGUSR1 (as servers ignore SIGPIPE) and leaves
+// SIGWINCH at its default, which ignores it too, while it reads a file and
+// hashes in a loop.
+const pythonIgnoring = `
+import hashlib, signal, time
+signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+t0 = time.time(); n = 0; d = {}
+while time.time() - t0 < 120:
+    with open("/etc/services", "rb") as f:
+        b = f.read(2000)
+    d[n % 5000] = hashlib.sha256(b + str(n).encode()).hexdigest()
+    n += 1
+    if n % 50 == 0:
+        time.sleep(0.002)
+`
+
+// Signals the program ignores change nothing in it, so they do not cut the
+// replayable window: sent every 50 ms during the recording, the checkpoint
+// still replays from its first interval.
+func TestIgnoredSignalsKeepWindow(t *testing.T) {
+	requireRoot(t)
+	py := "/usr/bin/python3"
+	script := filepath.Join(t.TempDir(), "ignoring.py")
+	if err := os.WriteFile(script, []byte(pythonIgnoring), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	forBackends(t, func(t *testing.T, backend string) {
+		target, _, done := startTarget(t, py, "-S", script)
+		pid := target.Process.Pid
+		time.Sleep(300 * time.Millisecond)
+		stop := make(chan struct{})
+		sent := make(chan int)
+		go func() {
+			n := 0
+			for {
+				select {
+				case <-stop:
+					sent <- n
+					return
+				case <-time.After(50 * time.Millisecond):
+					sig := unix.SIGUSR1
+					if n%2 == 1 {
+						sig = unix.SIGWINCH
+					}
+					if syscall.Kill(pid, sig) == nil {
+						n++
+					}
+				}
+			}
+		}()
+		ck := crashThread(t, target, done, pid, 1500*time.Millisecond, "--backend", backend)
+		close(stop)
+		if n := <-sent; n < 20 {
+			t.Fatalf("only %d signals sent", n)
+		}
+		ivs := intervalsIn(t, ck)
+		for _, iv := range ivs {
+			if strings.Contains(iv.Reason, "signal") {
+				t.Errorf("interval %d: %s", iv.Index, iv.Reason)
+			}
+		}
+		if len(ivs) < 5 {
+			t.Errorf("%d intervals in the checkpoint, want most of the 8 kept: %+v", len(ivs), ivs)
+		}
+		replay(t, ck)
+	})
+}
