@@ -60,6 +60,21 @@ var ioctlRequests = map[uint32]int{
 	ioctlFIOASYNC:    0,
 }
 
+// cloneAccept accepts a clone that makes a new process sharing no memory
+// with the caller and writing nothing into it (a fork: glibc's sets only
+// CLONE_CHILD_SETTID and CLONE_CHILD_CLEARTID, which concern the child).
+func cloneAccept(args [6]uint64) (bool, string) {
+	const shared = unix.CLONE_VM | unix.CLONE_THREAD | unix.CLONE_VFORK | unix.CLONE_SIGHAND
+	const writes = unix.CLONE_PARENT_SETTID | unix.CLONE_PIDFD
+	switch f := args[0]; {
+	case f&shared != 0:
+		return false, noteThreads + " (a thread, or a child sharing memory)"
+	case f&writes != 0:
+		return false, "CLONE_PARENT_SETTID and CLONE_PIDFD are not supported"
+	}
+	return true, ""
+}
+
 func ioctlAccept(args [6]uint64) (bool, string) {
 	req := uint32(args[1])
 	if _, ok := ioctlRequests[req]; !ok {

@@ -148,8 +148,11 @@ var table = []Desc{
 	// Most options store the length actually written in *optlen.
 	{Nr: unix.SYS_GETSOCKOPT, Name: "getsockopt", Kind: Emulate, Args: a(aFd, aInt, aInt, aOut, aOut),
 		Outs: outs(argPtr(3, 4), fixed(4, sizeofInt32))},
-	{Nr: unix.SYS_CLONE, Name: "clone", Kind: Unsupported, Args: a(aHex, aPtr, aPtr, aPtr, aPtr), Note: noteThreads},
-	{Nr: unix.SYS_FORK, Name: "fork", Kind: Unsupported, Args: a(), Note: noteThreads},
+	// A fork (no shared memory) changes nothing in the parent but its result:
+	// the child is another process, not recorded, and what the parent later
+	// learns of it comes through its own logged calls (wait4, kill, pipes).
+	{Nr: unix.SYS_CLONE, Name: "clone", Kind: Emulate, Args: a(aHex, aPtr, aPtr, aPtr, aPtr), Accept: cloneAccept},
+	{Nr: unix.SYS_FORK, Name: "fork", Kind: Emulate, Args: a()},
 	{Nr: unix.SYS_VFORK, Name: "vfork", Kind: Unsupported, Args: a(), Note: noteThreads},
 	{Nr: unix.SYS_EXECVE, Name: "execve", Kind: Unsupported, Args: a(aStr, aPtr, aPtr), Note: noteExec},
 	{Nr: unix.SYS_EXIT, Name: "exit", Kind: Exit, Args: a(aInt)},

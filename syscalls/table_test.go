@@ -135,7 +135,7 @@ func TestKinds(t *testing.T) {
 		unix.SYS_ARCH_PRCTL: Process, unix.SYS_RT_SIGACTION: Process, unix.SYS_RT_SIGPROCMASK: Process,
 		unix.SYS_SIGALTSTACK: Process, unix.SYS_RT_SIGRETURN: Process,
 		unix.SYS_EXIT: Exit, unix.SYS_EXIT_GROUP: Exit,
-		unix.SYS_CLONE: Unsupported, unix.SYS_CLONE3: Unsupported, unix.SYS_FORK: Unsupported,
+		unix.SYS_CLONE: Emulate, unix.SYS_CLONE3: Unsupported, unix.SYS_FORK: Emulate,
 		unix.SYS_VFORK: Unsupported, unix.SYS_EXECVE: Unsupported, unix.SYS_EXECVEAT: Unsupported,
 		unix.SYS_IO_URING_SETUP: Unsupported, unix.SYS_IO_URING_ENTER: Unsupported,
 		unix.SYS_USERFAULTFD: Unsupported, unix.SYS_PTRACE: Unsupported, unix.SYS_SECCOMP: Unsupported,
@@ -226,8 +226,17 @@ func TestCheck(t *testing.T) {
 	}
 
 	clone, _ := Lookup(unix.SYS_CLONE)
-	if ok, why := Check(clone, [6]uint64{}); ok || !strings.HasPrefix(why, "clone: ") {
-		t.Errorf("clone: ok=%v why=%q", ok, why)
+	thread := uint64(unix.CLONE_VM | unix.CLONE_FS | unix.CLONE_FILES | unix.CLONE_SIGHAND | unix.CLONE_THREAD |
+		unix.CLONE_SYSVSEM | unix.CLONE_SETTLS | unix.CLONE_PARENT_SETTID | unix.CLONE_CHILD_CLEARTID)
+	if ok, why := Check(clone, [6]uint64{thread}); ok || !strings.HasPrefix(why, "clone: ") {
+		t.Errorf("clone of a thread: ok=%v why=%q", ok, why)
+	}
+	if ok, why := Check(clone, [6]uint64{unix.CLONE_PARENT_SETTID | uint64(unix.SIGCHLD)}); ok {
+		t.Errorf("clone writing the parent's memory accepted: %q", why)
+	}
+	fork := uint64(unix.CLONE_CHILD_SETTID | unix.CLONE_CHILD_CLEARTID | uint64(unix.SIGCHLD))
+	if ok, why := Check(clone, [6]uint64{fork}); !ok {
+		t.Errorf("glibc's fork refused: %q", why)
 	}
 	if ok, _ := Check(nil, [6]uint64{}); ok {
 		t.Error("Check(nil) accepted")
