@@ -14,6 +14,7 @@ package format
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -110,23 +111,13 @@ type Thread struct {
 	Rseq Rseq
 }
 
-// ThreadOf returns the interval's thread tid.
-func (iv *Interval) ThreadOf(tid int) (Thread, bool) {
-	for _, t := range iv.Threads {
-		if t.Tid == tid {
-			return t, true
-		}
-	}
-	return Thread{}, false
-}
-
 // Runner returns the thread a replay runs through the interval: tid, the
 // thread the checkpoint ends in. Replay runs one thread; the others must
 // have been waiting in a syscall at the interval start (the recorder marks
 // an interval in which a second thread ran as not replayable).
 func (iv *Interval) Runner(tid int) (Thread, error) {
-	t, ok := iv.ThreadOf(tid)
-	if !ok {
+	i := slices.IndexFunc(iv.Threads, func(t Thread) bool { return t.Tid == tid })
+	if i < 0 {
 		return Thread{}, fmt.Errorf("interval %d has no thread %d, the thread the checkpoint ends in", iv.Index, tid)
 	}
 	for _, o := range iv.Threads {
@@ -134,7 +125,7 @@ func (iv *Interval) Runner(tid int) (Thread, error) {
 			return Thread{}, fmt.Errorf("interval %d: thread %d was running at its start besides thread %d: replay runs one thread", iv.Index, o.Tid, tid)
 		}
 	}
-	return t, nil
+	return iv.Threads[i], nil
 }
 
 // Rseq is a thread's rseq registration (PTRACE_GET_RSEQ_CONFIGURATION).

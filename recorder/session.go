@@ -785,7 +785,7 @@ func (s *session) holdOthers(except int, timeout time.Duration) error {
 		t := pending[0]
 		pending = pending[1:]
 		for !t.held && s.threads[t.tid] != nil {
-			st, err := s.waitHeld(t.tid, timeout, deadline)
+			st, err := s.waitHeld(t.tid, deadline)
 			if errors.Is(err, errThreadBusy) {
 				return fmt.Errorf("thread %d: %w", t.tid, err)
 			}
@@ -877,8 +877,8 @@ func (s *session) holdPatiently(except int) error {
 
 // waitHeld waits for the next stop of a thread being held, polling until
 // deadline (most threads stop within a few tens of microseconds).
-func (s *session) waitHeld(tid int, timeout time.Duration, deadline time.Time) (proc.Stop, error) {
-	pause := 20 * time.Microsecond
+func (s *session) waitHeld(tid int, deadline time.Time) (proc.Stop, error) {
+	var pause backoff
 	for {
 		st, ok, err := proc.WaitNoHang(tid)
 		if err != nil || ok {
@@ -887,9 +887,17 @@ func (s *session) waitHeld(tid int, timeout time.Duration, deadline time.Time) (
 		if time.Now().After(deadline) {
 			return proc.Stop{}, errThreadBusy
 		}
-		time.Sleep(pause)
-		pause = min(2*pause, 5*time.Millisecond)
+		pause.wait()
 	}
+}
+
+// backoff is the pause between two polls of a thread's stop: from 20 us
+// (most threads stop within a few tens of microseconds), doubling up to 5 ms.
+type backoff time.Duration
+
+func (b *backoff) wait() {
+	*b = backoff(min(max(2*time.Duration(*b), 20*time.Microsecond), 5*time.Millisecond))
+	time.Sleep(time.Duration(*b))
 }
 
 // releaseOthers resumes the threads holdOthers stopped, each as its stop
@@ -1075,7 +1083,7 @@ func (s *session) stopForDetach() error {
 // thread is gone, and a traced thread is gone only when its tracer has let it
 // past its exit stop and collected it.
 func (s *session) waitLeader() (proc.Stop, error) {
-	pause := 20 * time.Microsecond
+	var pause backoff
 	for {
 		st, ok, err := proc.WaitNoHang(s.pid)
 		if err != nil || ok {
@@ -1098,8 +1106,7 @@ func (s *session) waitLeader() (proc.Stop, error) {
 				}
 			}
 		}
-		time.Sleep(pause)
-		pause = min(2*pause, 5*time.Millisecond)
+		pause.wait()
 	}
 }
 

@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,20 +9,16 @@ import (
 // pythonForks forks a child that exits at once, and waits for it, every few
 // milliseconds between file reads (a server's background save, a shell-out),
 // each fork ending with a SIGCHLD the program leaves at its default.
-const pythonForks = `
-import hashlib, os, time
-t0 = time.time(); n = 0; d = {}
-while time.time() - t0 < 120:
-    with open("/etc/services", "rb") as f:
-        b = f.read(2000)
-    d[n % 5000] = hashlib.sha256(b + str(n).encode()).hexdigest()
-    n += 1
+const pythonForks = pythonWork + `
+import os
+def fork(n):
     if n % 200 == 0:
         pid = os.fork()
         if pid == 0:
             os._exit(7)
         _, st = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(st) == 7
+work(fork)
 `
 
 // A fork is replayed as its result: the child is another process, and the
@@ -33,10 +27,7 @@ while time.time() - t0 < 120:
 func TestForksInWindow(t *testing.T) {
 	requireRoot(t)
 	py := "/usr/bin/python3"
-	script := filepath.Join(t.TempDir(), "forks.py")
-	if err := os.WriteFile(script, []byte(pythonForks), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	script := pythonScript(t, "forks.py", pythonForks)
 	forBackends(t, func(t *testing.T, backend string) {
 		target, _, done := startTarget(t, py, "-S", script)
 		time.Sleep(300 * time.Millisecond)

@@ -176,13 +176,23 @@ func startTarget(t *testing.T, name string, args ...string) (*exec.Cmd, *bytes.B
 // from outside, and returns the checkpoint tprec wrote.
 func attachAndCrash(t *testing.T, target *exec.Cmd, done chan error, after time.Duration, extra ...string) string {
 	t.Helper()
+	ck, _ := crashWith(t, target, done, after, func(pid int) error { return syscall.Kill(pid, syscall.SIGSEGV) }, extra...)
+	return ck
+}
+
+// crashWith attaches tprec to a running program, waits, crashes it with
+// send (a SIGSEGV to the process or to one thread), requires that it die of
+// SIGSEGV and that tprec write one checkpoint, and returns that checkpoint
+// and tprec's stderr.
+func crashWith(t *testing.T, target *exec.Cmd, done chan error, after time.Duration, send func(pid int) error, extra ...string) (string, string) {
+	t.Helper()
 	dir := t.TempDir()
-	args := append([]string{"--pid", fmt.Sprint(target.Process.Pid), "--output", dir}, extra...)
-	rec := startTprec(t, args...)
+	pid := target.Process.Pid
+	rec := startTprec(t, append([]string{"--pid", fmt.Sprint(pid), "--output", dir}, extra...)...)
 	rec.waitRecording(t)
 	time.Sleep(after)
-	if err := syscall.Kill(target.Process.Pid, syscall.SIGSEGV); err != nil {
-		t.Fatalf("kill -SEGV: %v (the program ended too early?)", err)
+	if err := send(pid); err != nil {
+		t.Fatalf("send SIGSEGV: %v (the program ended too early?)", err)
 	}
 	select {
 	case err := <-done:
@@ -193,7 +203,7 @@ func attachAndCrash(t *testing.T, target *exec.Cmd, done chan error, after time.
 	case <-time.After(30 * time.Second):
 		t.Fatalf("target did not die; tprec stderr:\n%s", rec.stderr)
 	}
-	if err := rec.wait(t, 30*time.Second); err != nil {
+	if err := rec.wait(t, 60*time.Second); err != nil {
 		t.Fatalf("tprec: %v\n%s", err, rec.stderr)
 	}
 	t.Logf("tprec:\n%s", rec.stderr)
@@ -201,7 +211,18 @@ func attachAndCrash(t *testing.T, target *exec.Cmd, done chan error, after time.
 	if len(cks) != 1 {
 		t.Fatalf("want one checkpoint, got %v\n%s", cks, rec.stderr)
 	}
-	return cks[0]
+	return cks[0], rec.stderr.String()
+}
+
+// pythonScript writes a python3 program into a temporary file and returns
+// its path.
+func pythonScript(t *testing.T, name, src string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // keepFailed copies a checkpoint that did not replay to $TPREC_KEEP_FAILED

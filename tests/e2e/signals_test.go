@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,17 +12,10 @@ import (
 // pythonIgnoring ignores SIGUSR1 (as servers ignore SIGPIPE) and leaves
 // SIGWINCH at its default, which ignores it too, while it reads a file and
 // hashes in a loop.
-const pythonIgnoring = `
-import hashlib, signal, time
+const pythonIgnoring = pythonWork + `
+import signal
 signal.signal(signal.SIGUSR1, signal.SIG_IGN)
-t0 = time.time(); n = 0; d = {}
-while time.time() - t0 < 120:
-    with open("/etc/services", "rb") as f:
-        b = f.read(2000)
-    d[n % 5000] = hashlib.sha256(b + str(n).encode()).hexdigest()
-    n += 1
-    if n % 50 == 0:
-        time.sleep(0.002)
+work()
 `
 
 // Signals the program ignores change nothing in it, so they do not cut the
@@ -33,10 +24,7 @@ while time.time() - t0 < 120:
 func TestIgnoredSignalsKeepWindow(t *testing.T) {
 	requireRoot(t)
 	py := "/usr/bin/python3"
-	script := filepath.Join(t.TempDir(), "ignoring.py")
-	if err := os.WriteFile(script, []byte(pythonIgnoring), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	script := pythonScript(t, "ignoring.py", pythonIgnoring)
 	forBackends(t, func(t *testing.T, backend string) {
 		target, _, done := startTarget(t, py, "-S", script)
 		pid := target.Process.Pid
