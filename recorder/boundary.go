@@ -124,6 +124,7 @@ func (s *session) openIntervalFrom(now time.Time, snap *pageSnapshot) error {
 			Replayable: true,
 		},
 		present: present,
+		shared:  snap.shared,
 	}
 	switch {
 	case len(running) == 1:
@@ -278,6 +279,13 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 	clk.mark(fmt.Sprintf("pagemap (%d written)", len(written)))
 	s.src.checkWritten(s, iv.meta.Maps, written)
 	written = mergePages(written, vanishedPages(iv.meta.Maps, iv.present, snap.maps, iv.remapped()))
+	// The shadow shares the target's shared mappings: their start content
+	// is the copy this interval's open took.
+	sharedOrig, written, appeared := iv.shared.originals(snap.shared, written)
+	if appeared != 0 && iv.meta.Replayable {
+		iv.meta.Replayable = false
+		iv.meta.Reason = fmt.Sprintf("a page of a shared writable mapping (%#x) was first mapped during the interval: its content at the start is unknown", appeared)
+	}
 	// Anonymous pages that were not mapped at the interval start (the stack
 	// grew into them on a fault, or a memory call of the interval made
 	// them: brk, mmap) started as nothing, which a replay sees as zeros.
@@ -305,6 +313,9 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 		}
 		for _, a := range grown {
 			iv.meta.Written = append(iv.meta.Written, format.PageRef{Addr: a, Hash: format.ZeroHash})
+		}
+		for _, p := range sharedOrig {
+			s.ring.addPage(iv, p.addr, p.data)
 		}
 		clk.mark("store")
 		finish()
@@ -467,14 +478,20 @@ func recorded(m format.Mapping) bool {
 // opens in the same stop takes its present pages from it. Reading the
 // pagemap walks the page tables (12 ms for 1 GB resident here).
 type pageSnapshot struct {
-	maps []format.Mapping
-	ents [][]uint64 // per mapping, one entry per page; nil for special ones
+	maps   []format.Mapping
+	ents   [][]uint64 // per mapping, one entry per page; nil for special ones
+	shared *sharedPages
 }
 
 // readSnapshot reads the target's pagemap over maps: the recorded mappings
 // (present pages) and the private ones (written pages).
 func (s *session) readSnapshot(maps []format.Mapping) (*pageSnapshot, error) {
-	return s.readSnapshotOf(maps, func(m format.Mapping) bool { return !proc.Special(m) })
+	snap, err := s.readSnapshotOf(maps, func(m format.Mapping) bool { return !proc.Special(m) })
+	if err != nil {
+		return nil, err
+	}
+	snap.shared = s.readShared(snap)
+	return snap, nil
 }
 
 func (s *session) readSnapshotOf(maps []format.Mapping, keep func(format.Mapping) bool) (*pageSnapshot, error) {
@@ -592,16 +609,6 @@ func sameFrame(a, b uint64) bool {
 		return false
 	}
 	return a&proc.PMPFNMask == b&proc.PMPFNMask
-}
-
-// presentPages lists the pages of recorded mappings that are in memory (or
-// swapped out) now.
-func (s *session) presentPages(maps []format.Mapping) ([]pageRun, error) {
-	snap, err := s.readSnapshotOf(maps, recorded)
-	if err != nil {
-		return nil, fmt.Errorf("present pages: %w", err)
-	}
-	return snap.present(), nil
 }
 
 // abandonIntervals forgets the ring and the current interval (exec replaced

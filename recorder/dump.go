@@ -25,7 +25,7 @@ import (
 func (s *session) dump(end format.EndState, reason string) error {
 	t0 := time.Now()
 	clk := newStepClock()
-	c, store, assemble, err := s.collect(end, reason, t0, clk)
+	c, src, assemble, err := s.collect(end, reason, t0, clk)
 	if err != nil {
 		return err
 	}
@@ -48,7 +48,7 @@ func (s *session) dump(end format.EndState, reason string) error {
 	clk.mark("dump shadow")
 	clk.log(s, "dump")
 	work := func() {
-		src := &liveSource{pid: live, store: store}
+		src.pid = live
 		err := assemble()
 		if err == nil {
 			err = s.finish(path, c, src, t0, held)
@@ -84,7 +84,7 @@ func (s *session) dump(end format.EndState, reason string) error {
 // may run while the session goes on recording: it reads only intervals and
 // pages that are no longer changed, by pointer, so the ring dropping them
 // meanwhile does not matter.
-func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk *stepClock) (*format.Checkpoint, *format.MemStore, func() error, error) {
+func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk *stepClock) (*format.Checkpoint, *liveSource, func() error, error) {
 	if err := s.closeInterval(t0); err != nil {
 		return nil, nil, nil, err
 	}
@@ -116,10 +116,15 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	now, err := s.presentPages(maps)
+	snap, err := s.readSnapshotOf(maps, recorded)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, fmt.Errorf("present pages: %w", err)
 	}
+	now := snap.present()
+	// The live source forked from the target shares its shared writable
+	// pages, which other processes may go on writing: their final content
+	// is the one they have now.
+	shared := s.readShared(snap)
 	clk.mark("maps+present")
 	addrs := unionPages(ivs[0].present, now)
 	store := format.NewMemStore()
@@ -197,7 +202,7 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 	c.Header.DumpTime = time.Now()
 	c.Header.Reason = reason
 	c.Header.FullPages = true
-	return c, store, assemble, nil
+	return c, &liveSource{store: store, shared: shared}, assemble, nil
 }
 
 // finish reads the end digests, minimizes the checkpoint (unless

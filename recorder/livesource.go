@@ -29,13 +29,20 @@ func liveAddr(h format.Hash) (uint64, bool) {
 
 // liveSource serves the pages of a checkpoint being assembled: stored pages
 // from store, pages named by liveHash from the memory of a stopped process
-// (the target, or a dump shadow forked from it when the dump was taken).
+// (the target, or a dump shadow forked from it when the dump was taken),
+// except its shared writable pages: a fork shares them, and other processes
+// may go on writing them, so their content is the copy taken with the target
+// held (shared).
 type liveSource struct {
-	pid   int
-	store *format.MemStore
+	pid    int
+	store  *format.MemStore
+	shared *sharedPages
 }
 
 func (l *liveSource) read(addr uint64) ([]byte, error) {
+	if i := l.shared.find(addr); i >= 0 {
+		return l.shared.page(i), nil
+	}
 	b := make([]byte, format.PageSize)
 	n, err := proc.ReadBytes(l.pid, addr, b)
 	if err != nil || n != len(b) {
@@ -68,7 +75,11 @@ func (l *liveSource) resolve(refs []format.PageRef) ([]format.PageRef, error) {
 		}
 		if allLive && proc.ReadPages(l.pid, addrs, buf[:len(part)*format.PageSize]) == nil {
 			for j, r := range part {
-				out = append(out, format.PageRef{Addr: r.Addr, Hash: l.store.Put(buf[j*format.PageSize : (j+1)*format.PageSize])})
+				data := buf[j*format.PageSize : (j+1)*format.PageSize]
+				if k := l.shared.find(addrs[j]); k >= 0 {
+					data = l.shared.page(k)
+				}
+				out = append(out, format.PageRef{Addr: r.Addr, Hash: l.store.Put(data)})
 			}
 			continue
 		}

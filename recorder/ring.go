@@ -24,9 +24,10 @@ type interval struct {
 	// pendingMmaps are positions in syscalls of file mmaps a late source
 	// delivered, to resolve once the interval's log is complete.
 	pendingMmaps []int
-	memCalls     []int  // positions in syscalls of the calls that changed the memory map
-	lost         uint64 // events the syscall log source lost in it
-	runner       runner // the thread that ran in it (ptrace backend; eBPF keeps it in its openLog)
+	memCalls     []int        // positions in syscalls of the calls that changed the memory map
+	lost         uint64       // events the syscall log source lost in it
+	runner       runner       // the thread that ran in it (ptrace backend; eBPF keeps it in its openLog)
+	shared       *sharedPages // content of the shared writable pages at the start
 }
 
 // pageRun is a run of consecutive present pages [start, end).

@@ -53,9 +53,10 @@ type session struct {
 	hdr   format.Header
 	state state
 
-	cur       *interval
-	nextIndex int
-	seq       uint64
+	cur        *interval
+	nextIndex  int
+	seq        uint64
+	sharedOver bool // readShared said the shared writable memory exceeds sharedMax
 	// threads are the target's threads, the leader (pid) among them.
 	threads map[int]*thread
 	// ctl is the thread the recorder injects its calls through: the leader,

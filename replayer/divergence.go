@@ -2,7 +2,10 @@ package replayer
 
 import (
 	"fmt"
+	"sort"
 	"strings"
+
+	"github.com/tprec/tprec/format"
 )
 
 // Divergence is returned by Run when the replayed execution leaves the recorded
@@ -16,6 +19,8 @@ type Divergence struct {
 	Actual   string
 	Rip      uint64
 	Reason   string
+	// Hint names a likely cause outside the replay's reach, or is empty.
+	Hint string
 }
 
 func (d *Divergence) Error() string {
@@ -23,6 +28,9 @@ func (d *Divergence) Error() string {
 	fmt.Fprintf(&b, "replay diverged at syscall #%d (thread %d, rip %#x): %s", d.Seq, d.Tid, d.Rip, d.Reason)
 	if d.Expected != "" || d.Actual != "" {
 		fmt.Fprintf(&b, ": expected %s, got %s", d.Expected, d.Actual)
+	}
+	if d.Hint != "" {
+		fmt.Fprintf(&b, " (%s)", d.Hint)
 	}
 	return b.String()
 }
@@ -40,5 +48,28 @@ func (d *Divergence) Report() string {
 	if d.Actual != "" {
 		fmt.Fprintf(&b, "  actual:   %s\n", d.Actual)
 	}
+	if d.Hint != "" {
+		fmt.Fprintf(&b, "  hint:     %s\n", d.Hint)
+	}
 	return b.String()
+}
+
+// sharedHint says, when the replayed intervals ivs changed shared writable
+// memory, that another process writing it would explain a divergence: the
+// recorder copies that memory at boundaries, but what another process
+// writes between two reads of this one is an input no log holds.
+func sharedHint(ivs []format.Interval) string {
+	n := 0
+	for _, iv := range ivs {
+		for _, p := range iv.Written {
+			i := sort.Search(len(iv.Maps), func(i int) bool { return iv.Maps[i].End > p.Addr })
+			if i < len(iv.Maps) && iv.Maps[i].Start <= p.Addr && iv.Maps[i].Shared {
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("the replayed intervals changed %d pages of shared writable memory: if another process writes that memory too (the workers of a server sharing a counter), what this process read from it is not recorded", n)
 }

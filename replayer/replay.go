@@ -3,6 +3,7 @@ package replayer
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -160,6 +161,10 @@ func Run(ctx context.Context, c *format.Checkpoint, pages format.PageSource, opt
 	if err != nil {
 		if e.stopReq.Load() == stopCanceled {
 			return nil, ctx.Err()
+		}
+		var d *Divergence
+		if errors.As(err, &d) {
+			d.Hint = sharedHint(c.Intervals[e.k:e.until])
 		}
 		return nil, err
 	}

@@ -1,0 +1,166 @@
+package e2e
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// A program counting in MAP_SHARED memory (an anonymous page and a file
+// page) replays from the content those pages had at the window start, which
+// a fork's copy-on-write does not keep: without the copies tprec takes at
+// each boundary, the replay starts from their final content and makes
+// different calls.
+func TestSharedMemoryWindow(t *testing.T) {
+	requireRoot(t)
+	prog := cc(t, "testdata/sharedcount.c", t.TempDir())
+	forBackends(t, func(t *testing.T, backend string) {
+		target, _, done := startTarget(t, prog, "30")
+		ck := crashThread(t, target, done, target.Process.Pid, 2*time.Second, "--backend", backend)
+		replay(t, ck)
+	})
+}
+
+// nginx as Debian ships it, one worker under HTTP load (keep-alive and new
+// connections, files found and not found), its worker crashed: the worker
+// counts its connections in memory it shares with the master
+// (ngx_connection_counter) and writes that number into its error log, so the
+// replay needs that page's content at the window start.
+func TestNginxWorker(t *testing.T) {
+	requireRoot(t)
+	nginx := needTool(t, "nginx")
+	dir := t.TempDir()
+	// The worker runs as www-data: it must reach the document root.
+	for d := dir; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+		os.Chmod(d, 0o755)
+	}
+	html := filepath.Join(dir, "html")
+	os.Mkdir(html, 0o755)
+	os.WriteFile(filepath.Join(html, "index.html"), []byte("hello\n"), 0o644)
+	os.WriteFile(filepath.Join(html, "big.txt"), []byte(strings.Repeat("0123456789abcdef\n", 2000)), 0o644)
+	port := freePort(t)
+	conf := filepath.Join(dir, "nginx.conf")
+	os.WriteFile(conf, []byte(fmt.Sprintf(`daemon off;
+master_process on;
+worker_processes 1;
+pid %[1]s/nginx.pid;
+error_log %[1]s/error.log info;
+events { worker_connections 256; }
+http {
+  access_log %[1]s/access.log;
+  client_body_temp_path %[1]s/body;
+  proxy_temp_path %[1]s/proxy;
+  fastcgi_temp_path %[1]s/fastcgi;
+  uwsgi_temp_path %[1]s/uwsgi;
+  scgi_temp_path %[1]s/scgi;
+  server { listen 127.0.0.1:%[2]d; root %[3]s; }
+}
+`, dir, port, html)), 0o644)
+	master, _, exited := startTarget(t, nginx, "-p", dir, "-c", conf)
+	t.Cleanup(func() {
+		// SIGTERM, so that the master takes the worker it started after the
+		// crash down with it.
+		master.Process.Signal(unix.SIGTERM)
+		select {
+		case err := <-exited:
+			exited <- err
+		case <-time.After(10 * time.Second):
+		}
+	})
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	for i := 0; ; i++ {
+		if r, err := http.Get(base + "/"); err == nil {
+			r.Body.Close()
+			break
+		}
+		if i == 100 {
+			t.Fatal("nginx did not answer")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	workers := childrenOf(master.Process.Pid)
+	if len(workers) != 1 {
+		t.Fatalf("nginx workers: %v, want one", workers)
+	}
+	worker := workers[0]
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for c := 0; c < 3; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			// Client 0 opens a connection per request.
+			cl := &http.Client{Transport: &http.Transport{DisableKeepAlives: c == 0}, Timeout: 5 * time.Second}
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				path := []string{"/", "/big.txt", "/missing" + strconv.Itoa(i%7)}[i%3]
+				if r, err := cl.Get(base + path); err == nil {
+					io.Copy(io.Discard, r.Body)
+					r.Body.Close()
+				}
+			}
+		}(c)
+	}
+	t.Cleanup(func() { close(stop); wg.Wait() })
+	done := make(chan error, 1)
+	go func() {
+		// The worker is nginx's child, not ours: wait for it to go.
+		for unix.Kill(worker, 0) == nil {
+			time.Sleep(20 * time.Millisecond)
+		}
+		done <- nil
+	}()
+	dirOut := t.TempDir()
+	rec := startTprec(t, "--pid", strconv.Itoa(worker), "--output", dirOut)
+	rec.waitRecording(t)
+	time.Sleep(2 * time.Second)
+	if err := unix.Tgkill(worker, worker, unix.SIGSEGV); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the worker did not die; tprec:\n%s", rec.stderr)
+	}
+	if err := rec.wait(t, 60*time.Second); err != nil {
+		t.Fatalf("tprec: %v\n%s", err, rec.stderr)
+	}
+	t.Logf("tprec:\n%s", rec.stderr)
+	log := rec.stderr.String()
+	if !strings.Contains(log, "killed by SIGSEGV") || strings.Contains(log, "trial replay failed") {
+		t.Errorf("want the worker's crash checkpointed after a successful trial replay:\n%s", log)
+	}
+	cks := checkpoints(t, dirOut)
+	if len(cks) != 1 {
+		t.Fatalf("want one checkpoint, got %v", cks)
+	}
+	if ivs := intervalsIn(t, cks[0]); len(ivs) < 4 {
+		t.Errorf("%d intervals, want the whole window", len(ivs))
+	}
+	replay(t, cks[0])
+}
+
+// freePort returns a loopback TCP port nothing listens on.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
