@@ -26,7 +26,9 @@ const (
 	// VersionMinor changes when fields are appended at the end of a section
 	// payload or new sections appear; older readers skip what they do not know.
 	// Version 2.1 compressed with zstd (FlagZstd), as every later one does.
-	VersionMinor = 0
+	// Version 3.1 appends to SIGNL what each signal's delivery did
+	// (SignalEvent.Handler), which replay needs to deliver it.
+	VersionMinor = 1
 
 	fileHeaderSize    = 16
 	sectionHeaderSize = 16
@@ -38,8 +40,12 @@ const (
 	requiredFlags = 0x0000ffff
 	// FlagZstd (version 2.1): compressed chunks and page blocks are zstd
 	// frames; without it they are lz4 blocks.
-	FlagZstd   = 1 << 0
-	knownFlags = FlagZstd
+	FlagZstd = 1 << 0
+	// FlagSignals (version 3.1): a replayable interval holds a signal
+	// delivery, which a reader must reproduce (SignalEvent.Handler); a
+	// reader that cannot would diverge there.
+	FlagSignals = 1 << 1
+	knownFlags  = FlagZstd | FlagSignals
 )
 
 // Section types. A type with criticalBit set cannot be skipped by a reader that

@@ -136,6 +136,22 @@ func decodeSignals(d *dec) []SignalEvent {
 		s.Siginfo = d.bytes("siginfo")
 		d.regs(&s.Regs)
 	}
+	if d.remaining() == 0 {
+		return out // before version 3.1
+	}
+	for i := range out {
+		out[i].Interval = d.int("signal's interval")
+		if !d.bool("signal handler seen") {
+			continue
+		}
+		h := &Delivery{}
+		d.regs(&h.Regs)
+		h.XState = d.bytes("handler xstate")
+		h.SigMask = d.u64("handler signal mask")
+		h.FrameAddr = d.u64("signal frame address")
+		h.Frame = d.bytes("signal frame")
+		out[i].Handler = h
+	}
 	return out
 }
 

@@ -159,13 +159,15 @@ func richCheckpoint(seed uint64, intervals, pagesPer, syscalls int) (*Checkpoint
 	}
 	c.Final = append(c.Final, PageRef{Addr: 0x7ffc_0002_0000, Hash: store.Put(mk.page(2))})
 	for i := 0; i < 3; i++ {
-		c.Signals = append(c.Signals, SignalEvent{Seq: seq / 2, Tid: 4243, Signo: 10 + i, Siginfo: siginfo(10+i, 0, 0), Regs: regsFor(rng)})
+		c.Signals = append(c.Signals, SignalEvent{Seq: seq / 2, Tid: 4243, Signo: 10 + i, Siginfo: siginfo(10+i, 0, 0), Regs: regsFor(rng), Interval: i})
 	}
 	c.End = EndState{
 		Kind: EndSignal, Tid: 4242, Signo: 11, Siginfo: siginfo(11, 1, 0xdead0), Regs: regsFor(rng),
 		XState: xstate(rng), LastSeq: seq - 1,
 		Digests: []PageRef{{Addr: 0x7ffc_0002_0000, Hash: HashPage(mk.page(4))}, {Addr: heap, Hash: ZeroHash}},
 	}
+	// Version 3.1: what a delivery did.
+	c.Signals[0].Handler = &Delivery{Regs: regsFor(rng), XState: xstate(rng), SigMask: 1 << 13, FrameAddr: 0x7ffc_0001_fb40, Frame: mk.page(5)[:1200]}
 	return c, store
 }
 
@@ -224,6 +226,14 @@ func legacy(c *Checkpoint) *Checkpoint {
 	for i := range c.Intervals {
 		c.Intervals[i].StartOmitted = false
 		c.Intervals[i].Digests = nil
+	}
+	return noDeliveries(c)
+}
+
+// noDeliveries drops what version 3.1 added to the signals.
+func noDeliveries(c *Checkpoint) *Checkpoint {
+	for i := range c.Signals {
+		c.Signals[i].Interval, c.Signals[i].Handler = 0, nil
 	}
 	return c
 }

@@ -204,6 +204,42 @@ type SignalEvent struct {
 	Signo   int
 	Siginfo []byte // 128-byte siginfo_t
 	Regs    Regs   // registers at delivery
+	// Interval is the Index of the interval the delivery happened in
+	// (version 3.1; 0 in older files).
+	Interval int
+	// Handler is what the delivery did, seen at the first instruction of
+	// the program's handler; nil when the recorder did not see it (the
+	// interval is then not replayable).
+	Handler *Delivery
+}
+
+// Delivery is the state the kernel left a thread in when it delivered a
+// signal to a handler: a replay reproduces the delivery by writing Frame at
+// FrameAddr and setting the registers, the extended state and the signal
+// mask, rather than asking its own kernel to deliver.
+type Delivery struct {
+	Regs      Regs   // rip at the handler, rsp at the frame
+	XState    []byte // NT_X86_XSTATE image (the kernel gives the handler a clean FPU state)
+	SigMask   uint64 // blocked signals in the handler
+	FrameAddr uint64 // where the signal frame begins (the handler's rsp)
+	Frame     []byte // the frame: return address, ucontext, siginfo, FPU state
+}
+
+// AtSyscallExit reports whether the signal was delivered on the way out of
+// a syscall (Seq), rather than into user code the thread was running: only
+// such a delivery has a place a replay can find without a branch counter.
+func (s *SignalEvent) AtSyscallExit() bool { return int64(s.Regs.OrigRax) >= 0 }
+
+// Interrupted reports whether the signal interrupted the syscall it was
+// delivered in (orig_rax) before that call completed: the call returned a
+// restart code, which the delivery turns into EINTR or a restart of the call,
+// and the log does not hold it. Seq is then the call before it.
+func (s *SignalEvent) Interrupted() bool {
+	switch int64(s.Regs.Rax) {
+	case -512, -513, -514, -516: // ERESTARTSYS, ERESTARTNOINTR, ERESTARTNOHAND, ERESTART_RESTARTBLOCK
+		return s.AtSyscallExit()
+	}
+	return false
 }
 
 // End reasons.

@@ -92,7 +92,13 @@ func Encode(w io.Writer, c *Checkpoint, pages PageSource) error {
 	if err != nil {
 		return err
 	}
-	return writeSections(w, secs)
+	flags := uint32(FlagZstd)
+	for i := range c.Signals {
+		if c.Signals[i].Handler != nil {
+			flags |= FlagSignals
+		}
+	}
+	return writeSectionsFlags(w, secs, flags)
 }
 
 // buildSections encodes every section of c, in file order.
@@ -129,11 +135,15 @@ func packed(z *codec, raw []byte) []byte {
 
 // writeSections frames the sections, then writes the directory and trailer.
 func writeSections(w io.Writer, secs []section) error {
+	return writeSectionsFlags(w, secs, FlagZstd)
+}
+
+func writeSectionsFlags(w io.Writer, secs []section, flags uint32) error {
 	var hdr enc
 	hdr.b = append(hdr.b, Magic...)
 	hdr.u16(VersionMajor)
 	hdr.u16(VersionMinor)
-	hdr.u32(FlagZstd)
+	hdr.u32(flags)
 	chain := crc(hdr.b)
 	if _, err := w.Write(hdr.b); err != nil {
 		return err
@@ -255,6 +265,19 @@ func encodeSignals(sigs []SignalEvent) []byte {
 		e.int(s.Signo)
 		e.bytes(s.Siginfo)
 		e.regs(&s.Regs)
+	}
+	// Version 3.1: what each delivery did, in the same order.
+	for i := range sigs {
+		e.int(sigs[i].Interval)
+		h := sigs[i].Handler
+		e.bool(h != nil)
+		if h != nil {
+			e.regs(&h.Regs)
+			e.bytes(h.XState)
+			e.u64(h.SigMask)
+			e.u64(h.FrameAddr)
+			e.bytes(h.Frame)
+		}
 	}
 	return e.b
 }

@@ -444,6 +444,20 @@ func (e *ebpfSource) drain() error {
 	}
 }
 
+// lastSeq drains the ring buffer and returns the sequence number of the
+// last call in it: a stopped thread's calls are all committed.
+func (e *ebpfSource) lastSeq(s *session) (uint64, error) {
+	if err := e.drain(); err != nil {
+		return 0, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if l := e.log; l != nil {
+		return l.nextQ - 1 - l.delta, nil
+	}
+	return s.seq, nil
+}
+
 // counters sums the per-CPU loss counters.
 func (e *ebpfSource) counters() (bpf.TprecTpCounters, error) {
 	var per []bpf.TprecTpCounters

@@ -680,6 +680,11 @@ func (s *session) onSignal(t *thread, sig int) error {
 	if s.state == stateRecording && fatalSignals[unix.Signal(sig)] {
 		return s.crash(t, sig)
 	}
+	if s.cur != nil {
+		if _, caught := disposition(s.pid, sig); caught {
+			return s.deliver(t, sig)
+		}
+	}
 	s.noteSignal(t, sig)
 	return s.resume(t.tid, sig)
 }
@@ -694,8 +699,12 @@ func (s *session) noteSignal(t *thread, sig int) {
 	}
 	regs, _ := proc.GetRegs(t.tid)
 	info, _ := proc.GetSiginfo(t.tid)
-	s.cur.signals = append(s.cur.signals, format.SignalEvent{Seq: s.seq, Tid: t.tid, Signo: sig, Siginfo: info, Regs: regs})
-	s.notReplayable(fmt.Sprintf("signal %s delivered to thread %d after syscall %d (signal replay is not supported yet)", unix.SignalName(unix.Signal(sig)), t.tid, s.seq))
+	s.cur.signals = append(s.cur.signals, format.SignalEvent{Seq: s.seq, Tid: t.tid, Signo: sig, Siginfo: info, Regs: regs, Interval: s.cur.meta.Index})
+	why := "it was not seen reaching a handler"
+	if t.held {
+		why = "it arrived while tprec held the threads for a boundary"
+	}
+	s.notReplayable(fmt.Sprintf("signal %s delivered to thread %d after syscall %d: %s", unix.SignalName(unix.Signal(sig)), t.tid, s.seq, why))
 }
 
 // crash writes the checkpoint of a fatal signal that stopped thread t in its
@@ -1133,9 +1142,16 @@ var defaultIgnored = map[unix.Signal]bool{unix.SIGCHLD: true, unix.SIGURG: true,
 // SigCgt masks of /proc/PID/status). Delivering it changes nothing in the
 // program, so a replay has nothing to reproduce.
 func ignoredSignal(pid, sig int) bool {
+	ignored, _ := disposition(pid, sig)
+	return ignored
+}
+
+// disposition reads from /proc/PID/status what the process does with sig:
+// ignores it (ignoredSignal), or catches it with a handler.
+func disposition(pid, sig int) (ignored, caught bool) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil || sig < 1 || sig > 64 {
-		return false
+		return false, false
 	}
 	var ign, cgt uint64
 	seen := 0
@@ -1148,11 +1164,14 @@ func ignoredSignal(pid, sig int) bool {
 			seen++
 		}
 		if err != nil {
-			return false
+			return false, false
 		}
 	}
+	if seen != 2 {
+		return false, false
+	}
 	bit := uint64(1) << (sig - 1)
-	return seen == 2 && (ign&bit != 0 || (cgt&bit == 0 && defaultIgnored[unix.Signal(sig)]))
+	return ign&bit != 0 || (cgt&bit == 0 && defaultIgnored[unix.Signal(sig)]), cgt&bit != 0
 }
 
 // selfSent reports whether a siginfo is that of a signal the process pid

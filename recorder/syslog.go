@@ -30,6 +30,9 @@ type source interface {
 	// checkWritten sees the pagemap's written set of the interval that
 	// sync closed, over the mappings present at its start.
 	checkWritten(s *session, maps []format.Mapping, written []uint64)
+	// lastSeq returns the sequence number of the last syscall the target
+	// completed, called with the thread that matters stopped.
+	lastSeq(s *session) (uint64, error)
 	close()
 }
 
@@ -43,6 +46,7 @@ func (ptraceSource) opened(s *session) error                           { return 
 func (ptraceSource) ownSignal(sig int) bool                            { return false }
 func (ptraceSource) close()                                            {}
 func (ptraceSource) checkWritten(*session, []format.Mapping, []uint64) {}
+func (ptraceSource) lastSeq(s *session) (uint64, error)                { return s.seq, nil }
 
 // appendSyscall adds one completed syscall to the current interval, giving
 // it the next sequence number. problem, if set, says why its outputs could

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -184,20 +185,23 @@ const (
 // engine is the state of one replay. All its methods but prepare run on the
 // tracer thread.
 type engine struct {
-	c       *format.Checkpoint
-	end     format.EndState // what the replay must reach: c.End, or an interval start (Options.Until)
-	rseqs   []format.Rseq   // left out of the digests (format.DigestPage)
-	peeked  map[uint64]bool // lazy pages the end comparison read without serving (peek)
-	until   int             // position in c.Intervals where the replay ends (len when at c.End)
-	pages   format.PageSource
-	opts    Options
-	k       int // position of the start interval in c.Intervals
-	first   int // position of the oldest interval a replay could start at
-	thread  format.Thread
-	log     []format.Syscall
-	next    int // position in log of the next syscall to execute
-	base    uint64
-	timeout time.Duration
+	c         *format.Checkpoint
+	end       format.EndState // what the replay must reach: c.End, or an interval start (Options.Until)
+	rseqs     []format.Rseq   // left out of the digests (format.DigestPage)
+	peeked    map[uint64]bool // lazy pages the end comparison read without serving (peek)
+	until     int             // position in c.Intervals where the replay ends (len when at c.End)
+	pages     format.PageSource
+	opts      Options
+	k         int // position of the start interval in c.Intervals
+	first     int // position of the oldest interval a replay could start at
+	thread    format.Thread
+	log       []format.Syscall
+	next      int                  // position in log of the next syscall to execute
+	sigs      []format.SignalEvent // signals to deliver, in order (deliver)
+	nextSig   int                  // position in sigs of the next one
+	sigAtExit *format.SignalEvent  // delivered at the exit of the call it interrupted
+	base      uint64
+	timeout   time.Duration
 
 	stub   *stub
 	mem    *proc.Mem
@@ -304,13 +308,35 @@ func prepare(c *format.Checkpoint, pages format.PageSource, opts Options) (*engi
 	default:
 		return nil, fmt.Errorf("checkpoint end state has unknown kind %q", end.Kind)
 	}
-	for _, s := range c.Signals {
-		if s.Seq+1 >= iv.FirstSeq {
-			return nil, fmt.Errorf("signal %s delivered to thread %d after syscall #%d: replaying signals delivered during the window is not supported yet",
-				signalName(s.Signo), s.Tid, s.Seq)
-		}
-	}
 	e := &engine{c: c, end: end, until: until, pages: pages, opts: opts, k: k, first: first, thread: thread, brkEnd: heapEnd(c, k), rseqs: c.RseqAreas()}
+	// The signals delivered from the first call of the start interval on
+	// (one delivered before it belongs to the interval before: the
+	// recorder marks an interval where one arrives before its first call
+	// as not replayable).
+	for _, s := range c.Signals {
+		if s.Handler == nil {
+			// Recorded without what its delivery did (before version
+			// 3.1, or not seen reaching a handler): its interval is not
+			// replayable.
+			if s.Seq+1 >= iv.FirstSeq {
+				return nil, fmt.Errorf("signal %s delivered to thread %d after syscall #%d: the checkpoint does not say how to replay its delivery",
+					signalName(s.Signo), s.Tid, s.Seq)
+			}
+			continue
+		}
+		if s.Interval < iv.Index || s.Interval > c.Intervals[until-1].Index {
+			continue
+		}
+		switch {
+		case !s.AtSyscallExit():
+			return nil, fmt.Errorf("signal %s delivered to thread %d after syscall #%d: the checkpoint does not say how to replay its delivery",
+				signalName(s.Signo), s.Tid, s.Seq)
+		case s.Tid != thread.Tid:
+			return nil, fmt.Errorf("signal %s delivered to thread %d after syscall #%d: replay runs thread %d",
+				signalName(s.Signo), s.Tid, s.Seq, thread.Tid)
+		}
+		e.sigs = append(e.sigs, s)
+	}
 	for _, s := range c.Syscalls {
 		if s.Seq >= iv.FirstSeq && s.Seq <= end.LastSeq {
 			e.log = append(e.log, s)
@@ -499,7 +525,7 @@ func (e *engine) advance(req int, intercept trapIntercept) (event, error) {
 	e.emu = false
 	skipExit := e.skipExit
 	e.skipExit = false
-	if req == unix.PTRACE_SYSCALL && intercept == nil && e.dbg == nil && e.pend == nil && e.next < len(e.log) {
+	if req == unix.PTRACE_SYSCALL && intercept == nil && e.dbg == nil && e.pend == nil && e.sigAtExit == nil && e.next < len(e.log) {
 		if d, ok := syscalls.Lookup(e.log[e.next].Nr); ok && d.Kind == syscalls.Emulate {
 			req, e.emu = unix.PTRACE_SYSEMU, true
 		}
@@ -610,6 +636,9 @@ func (e *engine) describe(nr int, args [6]uint64) string {
 }
 
 func (e *engine) onEntry(regs proc.Regs, nr int, args [6]uint64) (*Result, error) {
+	if ok, err := e.interruptedEntry(regs, nr); ok || err != nil {
+		return nil, err
+	}
 	if e.next >= len(e.log) {
 		end := e.end
 		if end.Kind == format.EndExit && (nr == unix.SYS_EXIT_GROUP || nr == unix.SYS_EXIT) &&
@@ -716,6 +745,9 @@ func (e *engine) onEntry(regs proc.Regs, nr int, args [6]uint64) (*Result, error
 }
 
 func (e *engine) onExit(regs proc.Regs) (*Result, error) {
+	if e.sigAtExit != nil {
+		return nil, e.interruptedExit(regs)
+	}
 	p := e.pend
 	if p == nil {
 		return nil, fmt.Errorf("syscall exit without an entry at rip %#x", regs.Rip)
@@ -762,10 +794,104 @@ func (e *engine) complete(p *pending, regs proc.Regs) (*Result, error) {
 		}
 	}
 	e.next++
+	var err error
+	if regs, err = e.deliverAfter(rec.Seq, regs); err != nil {
+		return nil, err
+	}
 	if e.next == len(e.log) {
 		return e.atLogEnd(regs)
 	}
 	return nil, nil
+}
+
+// deliverAfter delivers the signals recorded right after call seq
+// returned, up to one that interrupted the next call (deliverAtEntry).
+func (e *engine) deliverAfter(seq uint64, regs proc.Regs) (proc.Regs, error) {
+	for e.nextSig < len(e.sigs) && e.sigs[e.nextSig].Seq == seq && !e.sigs[e.nextSig].Interrupted() {
+		var err error
+		if regs, err = e.deliver(&e.sigs[e.nextSig], regs); err != nil {
+			return regs, err
+		}
+		e.nextSig++
+	}
+	return regs, nil
+}
+
+// interruptedEntry handles the entry of a call that the recording saw
+// interrupted by a signal: the call returned a restart code the log does
+// not hold, and the signal was delivered. The call is skipped, and its exit
+// stop delivers that signal (and those that followed it at once):
+// delivering may serve lazy pages, which cannot be done from an entry stop.
+// It reports whether the entry was such a call.
+func (e *engine) interruptedEntry(regs proc.Regs, nr int) (bool, error) {
+	if e.nextSig >= len(e.sigs) {
+		return false, nil
+	}
+	ev := &e.sigs[e.nextSig]
+	if !ev.Interrupted() || ev.Seq != e.lastSeq() || nr != int(ev.Regs.OrigRax) {
+		return false, nil
+	}
+	if !e.emu {
+		regs.OrigRax = ^uint64(0)
+		if err := proc.SetRegs(e.stub.pid, regs); err != nil {
+			return true, fmt.Errorf("skip the call %s interrupted: %w", signalName(ev.Signo), err)
+		}
+	}
+	e.sigAtExit = ev
+	return true, nil
+}
+
+// interruptedExit delivers, at the exit of the skipped call, the signal
+// that interrupted it (interruptedEntry).
+func (e *engine) interruptedExit(regs proc.Regs) error {
+	ev := e.sigAtExit
+	e.sigAtExit = nil
+	regs.Rax = ev.Regs.Rax // the restart code the kernel returned there
+	at, err := e.deliver(ev, regs)
+	if err != nil {
+		return err
+	}
+	e.nextSig++
+	_, err = e.deliverAfter(ev.Seq, at)
+	return err
+}
+
+// deliver delivers a recorded signal where the call it followed returns:
+// it checks that the program stands where the recording saw the delivery,
+// then puts in place what the recording saw at the handler's first
+// instruction (format.Delivery): the signal frame, the registers, the
+// extended state and the signal mask. The replay's own kernel never
+// delivers anything. regs are the registers at the call's return; deliver
+// returns those at the handler.
+func (e *engine) deliver(ev *format.SignalEvent, regs proc.Regs) (proc.Regs, error) {
+	name := signalName(ev.Signo)
+	if diffs := regsDiff(ev.Regs, regs); len(diffs) > 0 {
+		return regs, e.diverge(regs.Rip, ev.Seq, name+" delivered in another state",
+			fmt.Sprintf("delivery at rip %#x", ev.Regs.Rip), strings.Join(diffs, ", "))
+	}
+	h := ev.Handler
+	if err := e.touch(h.FrameAddr, len(h.Frame)); err != nil {
+		return regs, err
+	}
+	if err := e.mem.WriteAt(h.Frame, h.FrameAddr); err != nil {
+		return regs, e.diverge(regs.Rip, ev.Seq, name+": its signal frame is not mapped",
+			fmt.Sprintf("%d bytes at %#x", len(h.Frame), h.FrameAddr), err.Error())
+	}
+	at := h.Regs
+	at.OrigRax = regs.OrigRax // the kernel's view of the stop, not the program's
+	if err := proc.SetRegs(e.stub.pid, at); err != nil {
+		return regs, fmt.Errorf("deliver %s: %w", name, err)
+	}
+	if err := proc.SetXState(e.stub.pid, h.XState); err != nil {
+		return regs, fmt.Errorf("deliver %s: %w", name, err)
+	}
+	if err := proc.SetSigmask(e.stub.pid, h.SigMask); err != nil {
+		return regs, fmt.Errorf("deliver %s: %w", name, err)
+	}
+	if e.opts.Verbose {
+		e.logf("%s delivered after #%d: handler at %#x", name, ev.Seq, at.Rip)
+	}
+	return at, nil
 }
 
 func describeRet(r int64) string {

@@ -66,3 +66,31 @@ func TestIgnoredSignalsKeepWindow(t *testing.T) {
 		replay(t, ck)
 	})
 }
+
+// Signals the program catches are replayed where the recording delivered
+// them, on the way out of a syscall: testdata/sigtimer.c waits in read,
+// poll and nanosleep while an interval timer raises SIGALRM (SA_RESTART:
+// the interrupted read restarts) and sends itself SIGUSR1 (no SA_RESTART:
+// the call it interrupts returns EINTR). Every interval replays, the
+// replay delivers hundreds of signals and reaches the verified crash.
+func TestCaughtSignalsReplayed(t *testing.T) {
+	requireRoot(t)
+	prog := cc(t, "testdata/sigtimer.c", t.TempDir())
+	forBackends(t, func(t *testing.T, backend string) {
+		target, _, done := startTarget(t, prog, "30")
+		ck := crashThread(t, target, done, target.Process.Pid, 2500*time.Millisecond, "--backend", backend)
+		ivs := intervalsIn(t, ck)
+		for _, iv := range ivs {
+			if !iv.Replayable {
+				t.Errorf("interval %d: %s", iv.Index, iv.Reason)
+			}
+		}
+		out := replay(t, ck, "-v")
+		if n := strings.Count(out, " delivered after #"); n < 100 {
+			t.Errorf("the replay delivered %d signals, want the hundreds of the window", n)
+		}
+		if !strings.Contains(out, "SIGUSR1 delivered") {
+			t.Errorf("the replay delivered no SIGUSR1")
+		}
+	})
+}

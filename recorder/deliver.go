@@ -1,0 +1,125 @@
+package recorder
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/tprec/tprec/format"
+	"github.com/tprec/tprec/proc"
+
+	"golang.org/x/sys/unix"
+)
+
+// deliver records the delivery of a signal the program catches. Thread t is
+// in the signal's delivery stop. The kernel delivers it as the thread is
+// resumed with a single step, which stops the thread again at the first
+// instruction of the handler: the registers, extended state and signal mask
+// there, and the signal frame the kernel wrote, are what a replay puts in
+// place to deliver the same signal without its own kernel (format.Delivery).
+//
+// A replay finds the place of a delivery on the way out of a syscall (the
+// thread was in one: orig_rax holds its number); one that interrupted user
+// code has no place a replay can find without a branch counter, and makes
+// the interval not replayable.
+func (s *session) deliver(t *thread, sig int) error {
+	name := unix.SignalName(unix.Signal(sig))
+	regs, err := proc.GetRegs(t.tid)
+	if err != nil {
+		return err
+	}
+	info, err := proc.GetSiginfo(t.tid)
+	if err != nil {
+		return err
+	}
+	seq, err := s.src.lastSeq(s)
+	if err != nil {
+		return err
+	}
+	ev := format.SignalEvent{Seq: seq, Tid: t.tid, Signo: sig, Siginfo: info, Regs: regs, Interval: s.cur.meta.Index}
+	if debugStops {
+		s.logf("signal %v after #%d (interval from #%d): rip %#x orig_rax %d rax %d", unix.SignalName(unix.Signal(sig)), seq, s.cur.meta.FirstSeq, regs.Rip, int64(regs.OrigRax), int64(regs.Rax))
+	}
+	if err := proc.Resume(unix.PTRACE_SINGLESTEP, t.tid, sig); err != nil {
+		if proc.Gone(err) {
+			return nil
+		}
+		return err
+	}
+	st, err := proc.Wait(t.tid)
+	if err != nil {
+		return err
+	}
+	if st.Exited() || st.Event() != 0 || st.Signal() != int(unix.SIGTRAP) {
+		// The delivery did not reach a handler: the kernel could not
+		// write the frame (a SIGSEGV follows), or the thread was killed.
+		s.cur.signals = append(s.cur.signals, ev)
+		s.notReplayable(fmt.Sprintf("signal %s delivered to thread %d after syscall %d did not reach its handler", name, t.tid, seq))
+		return s.handle(st)
+	}
+	h, err := handlerState(t.tid)
+	if err != nil {
+		if proc.Gone(err) {
+			return nil
+		}
+		return err
+	}
+	ev.Handler = h
+	s.cur.signals = append(s.cur.signals, ev)
+	if !ev.AtSyscallExit() {
+		s.notReplayable(fmt.Sprintf("signal %s interrupted thread %d in user code after syscall %d: replay places a signal only where a syscall returns", name, t.tid, seq))
+	}
+	// The trap of the single step is the recorder's, not the program's.
+	return s.resume(t.tid, 0)
+}
+
+// Offsets in the x86-64 signal frame (arch/x86/include/asm/sigframe.h): the
+// return address, then struct ucontext (uc_mcontext at 40 within it, whose
+// fpstate pointer is at 184), then siginfo; the FPU state lies above.
+const (
+	frameFPStateOff = 8 + 40 + 184
+	frameBaseSize   = 8 + 304 + 128
+	fxSwBytesOff    = 464 // struct _fpx_sw_bytes in the fxsave image
+	fpXStateMagic1  = 0x46505853
+	fxsaveSize      = 512
+	maxFrame        = 64 << 10
+)
+
+// handlerState reads the state of a thread stopped at its handler's first
+// instruction: registers, extended state, signal mask, and the frame from
+// rsp up to the end of its FPU state.
+func handlerState(tid int) (*format.Delivery, error) {
+	regs, err := proc.GetRegs(tid)
+	if err != nil {
+		return nil, err
+	}
+	xs, err := proc.GetXState(tid)
+	if err != nil {
+		return nil, err
+	}
+	mask, err := proc.GetSigmask(tid)
+	if err != nil {
+		return nil, err
+	}
+	base := make([]byte, frameBaseSize)
+	if n, err := proc.ReadBytes(tid, regs.Rsp, base); err != nil || n != len(base) {
+		return nil, fmt.Errorf("read the signal frame at %#x: %v", regs.Rsp, err)
+	}
+	end := regs.Rsp + frameBaseSize
+	if fp := binary.LittleEndian.Uint64(base[frameFPStateOff:]); fp != 0 {
+		size := uint64(fxsaveSize)
+		sw := make([]byte, 8)
+		if n, err := proc.ReadBytes(tid, fp+fxSwBytesOff, sw); err == nil && n == len(sw) &&
+			binary.LittleEndian.Uint32(sw) == fpXStateMagic1 {
+			size = uint64(binary.LittleEndian.Uint32(sw[4:]))
+		}
+		end = max(end, fp+size)
+	}
+	if end-regs.Rsp > maxFrame {
+		return nil, fmt.Errorf("signal frame at %#x: %d bytes", regs.Rsp, end-regs.Rsp)
+	}
+	frame := make([]byte, end-regs.Rsp)
+	if n, err := proc.ReadBytes(tid, regs.Rsp, frame); err != nil || n != len(frame) {
+		return nil, fmt.Errorf("read the signal frame at %#x: %v", regs.Rsp, err)
+	}
+	return &format.Delivery{Regs: regs, XState: xs, SigMask: mask, FrameAddr: regs.Rsp, Frame: frame}, nil
+}
