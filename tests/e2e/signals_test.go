@@ -94,3 +94,25 @@ func TestCaughtSignalsReplayed(t *testing.T) {
 		}
 	})
 }
+
+// A shell script (Debian's bash) running a command after another: bash
+// catches SIGCHLD, which arrives while it waits for each command in
+// wait4. Each was a cut in the window before caught signals were
+// replayed; now every interval replays, SIGCHLD deliveries and forks in it.
+func TestShellScriptSignals(t *testing.T) {
+	requireRoot(t)
+	bash := needTool(t, "bash")
+	forBackends(t, func(t *testing.T, backend string) {
+		target, _, done := startTarget(t, bash, "-c", `i=0; while :; do /bin/sleep 0.05; i=$((i+1)); echo $i >/dev/null; done`)
+		ck := crashThread(t, target, done, target.Process.Pid, 2*time.Second, "--backend", backend)
+		for _, iv := range intervalsIn(t, ck) {
+			if !iv.Replayable {
+				t.Errorf("interval %d: %s", iv.Index, iv.Reason)
+			}
+		}
+		out := replay(t, ck, "-v")
+		if n := strings.Count(out, "SIGCHLD delivered after #"); n < 10 {
+			t.Errorf("the replay delivered %d SIGCHLD, want one per command of the window", n)
+		}
+	})
+}
