@@ -150,6 +150,7 @@ func decodeSignals(d *dec) []SignalEvent {
 		h.SigMask = d.u64("handler signal mask")
 		h.FrameAddr = d.u64("signal frame address")
 		h.Frame = d.bytes("signal frame")
+		h.Digests = d.pageRefs("signal digest")
 		out[i].Handler = h
 	}
 	return out

@@ -167,7 +167,8 @@ func richCheckpoint(seed uint64, intervals, pagesPer, syscalls int) (*Checkpoint
 		Digests: []PageRef{{Addr: 0x7ffc_0002_0000, Hash: HashPage(mk.page(4))}, {Addr: heap, Hash: ZeroHash}},
 	}
 	// Version 3.1: what a delivery did.
-	c.Signals[0].Handler = &Delivery{Regs: regsFor(rng), XState: xstate(rng), SigMask: 1 << 13, FrameAddr: 0x7ffc_0001_fb40, Frame: mk.page(5)[:1200]}
+	c.Signals[0].Handler = &Delivery{Regs: regsFor(rng), XState: xstate(rng), SigMask: 1 << 13, FrameAddr: 0x7ffc_0001_fb40, Frame: mk.page(5)[:1200],
+		Digests: []PageRef{{Addr: 0x7ffc_0001_f000, Hash: HashPage(mk.page(6))}}}
 	return c, store
 }
 

@@ -223,6 +223,12 @@ type Delivery struct {
 	SigMask   uint64 // blocked signals in the handler
 	FrameAddr uint64 // where the signal frame begins (the handler's rsp)
 	Frame     []byte // the frame: return address, ucontext, siginfo, FPU state
+	// Digests, for a signal delivered in user code, are those of the pages
+	// EndDigestPages names at the delivery (the stack page, the pages the
+	// interval had written so far), computed with the rseq areas of the
+	// interval's threads: with the registers they tell the delivery point
+	// from another pass over the same instruction.
+	Digests []PageRef
 }
 
 // AtSyscallExit reports whether the signal was delivered on the way out of

@@ -277,6 +277,7 @@ func encodeSignals(sigs []SignalEvent) []byte {
 			e.u64(h.SigMask)
 			e.u64(h.FrameAddr)
 			e.bytes(h.Frame)
+			e.pageRefs(h.Digests)
 		}
 	}
 	return e.b

@@ -18,9 +18,9 @@ import (
 // place to deliver the same signal without its own kernel (format.Delivery).
 //
 // A replay finds the place of a delivery on the way out of a syscall (the
-// thread was in one: orig_rax holds its number); one that interrupted user
-// code has no place a replay can find without a branch counter, and makes
-// the interval not replayable.
+// thread was in one: orig_rax holds its number) by the log; one that
+// interrupted user code by its registers and the digests of the pages the
+// end state would be checked with at that point (signalDigests).
 func (s *session) deliver(t *thread, sig int) error {
 	name := unix.SignalName(unix.Signal(sig))
 	regs, err := proc.GetRegs(t.tid)
@@ -36,6 +36,12 @@ func (s *session) deliver(t *thread, sig int) error {
 		return err
 	}
 	ev := format.SignalEvent{Seq: seq, Tid: t.tid, Signo: sig, Siginfo: info, Regs: regs, Interval: s.cur.meta.Index}
+	var digests []format.PageRef
+	if !ev.AtSyscallExit() {
+		if digests, err = s.signalDigests(regs); err != nil {
+			return err
+		}
+	}
 	if debugStops {
 		s.logf("signal %v after #%d (interval from #%d): rip %#x orig_rax %d rax %d", unix.SignalName(unix.Signal(sig)), seq, s.cur.meta.FirstSeq, regs.Rip, int64(regs.OrigRax), int64(regs.Rax))
 	}
@@ -63,11 +69,9 @@ func (s *session) deliver(t *thread, sig int) error {
 		}
 		return err
 	}
+	h.Digests = digests
 	ev.Handler = h
 	s.cur.signals = append(s.cur.signals, ev)
-	if !ev.AtSyscallExit() {
-		s.notReplayable(fmt.Sprintf("signal %s interrupted thread %d in user code after syscall %d: replay places a signal only where a syscall returns", name, t.tid, seq))
-	}
 	// The trap of the single step is the recorder's, not the program's.
 	return s.resume(t.tid, 0)
 }
@@ -122,4 +126,40 @@ func handlerState(tid int) (*format.Delivery, error) {
 		return nil, fmt.Errorf("read the signal frame at %#x: %v", regs.Rsp, err)
 	}
 	return &format.Delivery{Regs: regs, XState: xs, SigMask: mask, FrameAddr: regs.Rsp, Frame: frame}, nil
+}
+
+// signalDigests digests, at a delivery in user code, the pages a replay
+// compares there (format.EndDigestPages: the stack page, the pages the
+// interval wrote so far, from the pagemap against the shadow's).
+func (s *session) signalDigests(regs format.Regs) ([]format.PageRef, error) {
+	var written []format.PageRef
+	if s.shadow != nil {
+		maps := s.cur.meta.Maps
+		snap, err := s.readSnapshotOf(maps, func(m format.Mapping) bool { return !proc.Special(m) })
+		if err != nil {
+			return nil, err
+		}
+		addrs, err := s.writtenPages(maps, snap, s.shadow)
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range addrs {
+			written = append(written, format.PageRef{Addr: a})
+		}
+	}
+	var rseqs []format.Rseq
+	for _, t := range s.cur.meta.Threads {
+		if t.Rseq.Len != 0 {
+			rseqs = append(rseqs, t.Rseq)
+		}
+	}
+	var out []format.PageRef
+	page := make([]byte, format.PageSize)
+	for _, a := range format.EndDigestPages(regs.Rsp, written) {
+		if n, err := proc.ReadBytes(s.pid, a, page); err != nil || n != len(page) {
+			continue // not mapped: nothing to compare
+		}
+		out = append(out, format.PageRef{Addr: a, Hash: format.DigestPage(a, page, rseqs, regs.Rsp)})
+	}
+	return out, nil
 }

@@ -476,9 +476,12 @@ func (e *engine) atEndAddr(regs proc.Regs) (*Result, error) {
 	if !e.bp.active || !e.bp.armed || regs.Rip != e.bp.addr {
 		return nil, nil
 	}
-	if res := e.endBreakpointHit(regs); res != nil {
+	res, done, err := e.goalHit(regs)
+	if res != nil {
 		e.dbg.ended = res
-		return res, nil
+	}
+	if res != nil || done || err != nil {
+		return res, err
 	}
 	if e.bp.syscall {
 		// As in onSignal: the next stop is that syscall's entry, which is

@@ -55,22 +55,107 @@ func (e *engine) atLogEnd(regs proc.Regs) (*Result, error) {
 	if why == "" {
 		return e.verified(regs.Rip), nil
 	}
+	if err := e.startSearch(regs, "the recorded end rip"); err != nil {
+		return nil, err
+	}
 	e.bp.lastWhy = "after the last syscall: " + why
+	return nil, nil
+}
+
+// goal is the state the breakpoint search looks for: where the recording
+// delivered a signal in user code (sigSearch), else its end.
+func (e *engine) goal() format.Regs {
+	if e.sigSearch != nil {
+		return e.sigSearch.Regs
+	}
+	return e.end.Regs
+}
+
+// startSearch arms the breakpoint at the goal's rip, where the program will
+// be compared with it at every pass.
+func (e *engine) startSearch(regs proc.Regs, what string) error {
+	rip := e.goal().Rip
 	// Up to 6 bytes of the instruction, within its page.
-	code := make([]byte, min(6, pageSize-int(end.Regs.Rip%pageSize)))
+	code := make([]byte, min(6, pageSize-int(rip%pageSize)))
 	if len(code) < 2 {
 		code = code[:2]
 	}
-	if err := e.touch(end.Regs.Rip, len(code)); err != nil {
-		return nil, err
+	if err := e.touch(rip, len(code)); err != nil {
+		return err
 	}
-	if err := e.mem.ReadAt(code, end.Regs.Rip); err != nil {
-		return nil, e.diverge(regs.Rip, e.lastSeq(), "the recorded end rip is not mapped in the replay",
-			fmt.Sprintf("code at %#x", end.Regs.Rip), err.Error())
+	if err := e.mem.ReadAt(code, rip); err != nil {
+		return e.diverge(regs.Rip, e.lastSeq(), what+" is not mapped in the replay",
+			fmt.Sprintf("code at %#x", rip), err.Error())
 	}
-	e.bp = breakpoint{addr: end.Regs.Rip, orig: code[0], active: true, syscall: code[0] == 0x0f && code[1] == 0x05, hw: e.dbg == nil,
+	e.bp = breakpoint{addr: rip, orig: code[0], active: true, syscall: code[0] == 0x0f && code[1] == 0x05, hw: e.dbg == nil,
 		rep: decodeRepString(code)}
-	return nil, e.armBreakpoint()
+	return e.armBreakpoint()
+}
+
+// searchSignals goes on from a point where every signal the recording
+// delivered after the last syscall where a syscall returns is delivered: a
+// signal it delivered in user code next is delivered here if the program
+// stands at that point, else searched for (startSearch). It returns the
+// registers, which a delivery changes, and whether a search is on.
+func (e *engine) searchSignals(regs proc.Regs) (proc.Regs, bool, error) {
+	for e.nextSig < len(e.sigs) {
+		ev := &e.sigs[e.nextSig]
+		if ev.Seq != e.lastSeq() || ev.AtSyscallExit() {
+			return regs, false, nil
+		}
+		if e.signalDiffer(ev, regs) != "" {
+			e.sigSearch = ev
+			return regs, true, e.startSearch(regs, signalName(ev.Signo)+"'s delivery rip")
+		}
+		var err error
+		if regs, err = e.deliver(ev, regs); err != nil {
+			return regs, false, err
+		}
+		e.nextSig++
+		if regs, err = e.deliverAfter(ev.Seq, regs); err != nil {
+			return regs, false, err
+		}
+	}
+	return regs, false, nil
+}
+
+// goalHit compares the program, standing at the breakpoint's address, with
+// the goal. On the recorded end it returns the result; on a signal's
+// delivery point it delivers (done, with the search over, or the next one
+// started).
+func (e *engine) goalHit(regs proc.Regs) (res *Result, done bool, err error) {
+	ev := e.sigSearch
+	if ev == nil {
+		return e.endBreakpointHit(regs), false, nil
+	}
+	e.bp.hits++
+	if why := e.signalDiffer(ev, regs); why != "" {
+		e.bp.lastWhy = why
+		return nil, false, nil
+	}
+	if err := e.disarmBreakpoint(); err != nil {
+		return nil, true, err
+	}
+	e.bp = breakpoint{}
+	e.sigSearch = nil
+	if e.opts.Verbose {
+		e.logf("%s: delivery point found in user code", signalName(ev.Signo))
+	}
+	if regs, err = e.deliver(ev, regs); err != nil {
+		return nil, true, err
+	}
+	e.nextSig++
+	if regs, err = e.deliverAfter(ev.Seq, regs); err != nil {
+		return nil, true, err
+	}
+	regs, searching, err := e.searchSignals(regs)
+	if err != nil || searching {
+		return nil, true, err
+	}
+	if e.next == len(e.log) {
+		res, err = e.atLogEnd(regs)
+	}
+	return res, true, err
 }
 
 // repString is what the end search needs to know of a string instruction
@@ -141,7 +226,7 @@ const repMargin = 4096
 // (DR1, reads and writes of one byte) at the address the advancing pointer
 // reaches repMargin bytes before the end, then single steps.
 func (e *engine) repApproach(regs proc.Regs) (int, error) {
-	r, want := e.bp.rep, e.end.Regs
+	r, want := e.bp.rep, e.goal()
 	if (regs.Rcx-want.Rcx)*r.size <= repMargin {
 		e.bp.repStepping = true
 		return unix.PTRACE_SINGLESTEP, nil
@@ -173,7 +258,7 @@ func (e *engine) repApproach(regs proc.Regs) (int, error) {
 // reach that point: a breakpoint fires once, before the first iteration, and
 // a resumed instruction runs all of them.
 func (e *engine) repStep(regs proc.Regs) bool {
-	r, want := e.bp.rep, e.end.Regs
+	r, want := e.bp.rep, e.goal()
 	if r.size == 0 || regs.Rcx <= want.Rcx {
 		return false
 	}
@@ -239,6 +324,9 @@ func (e *engine) disarmBreakpoint() error {
 func (e *engine) endBreakpointHit(regs proc.Regs) *Result {
 	e.bp.hits++
 	why := e.matchEnd(regs)
+	if why == "" && e.nextSig < len(e.sigs) {
+		why = fmt.Sprintf("%d recorded signals not delivered yet", len(e.sigs)-e.nextSig)
+	}
 	if why == "" {
 		return e.verified(regs.Rip)
 	}
@@ -280,13 +368,13 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 		if err := proc.SetDebugReg(e.stub.pid, 7, 0); err != nil {
 			return nil, 0, err
 		}
-		if regs.Rip == e.bp.addr && regs.Rcx > e.end.Regs.Rcx {
+		if regs.Rip == e.bp.addr && regs.Rcx > e.goal().Rcx {
 			e.bp.repStepping = true
 			return nil, unix.PTRACE_SINGLESTEP, nil
 		}
-		if regs.Rip == e.bp.addr && regs.Rcx == e.end.Regs.Rcx {
-			if res := e.endBreakpointHit(regs); res != nil {
-				return res, 0, nil
+		if regs.Rip == e.bp.addr && regs.Rcx == e.goal().Rcx {
+			if res, done, err := e.goalHit(regs); res != nil || done || err != nil {
+				return res, unix.PTRACE_SYSCALL, err
 			}
 		}
 		return nil, unix.PTRACE_SYSCALL, e.armBreakpoint()
@@ -294,14 +382,16 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 	if sig == int(unix.SIGTRAP) && e.bp.active && e.bp.repStepping {
 		// One iteration further: compare where the recorded end stood, step
 		// on while it is still ahead, else resume the search.
-		if regs.Rip == e.bp.addr && regs.Rcx > e.end.Regs.Rcx {
+		if regs.Rip == e.bp.addr && regs.Rcx > e.goal().Rcx {
 			return nil, unix.PTRACE_SINGLESTEP, nil
 		}
 		e.bp.repStepping = false
-		if regs.Rip == e.bp.addr && regs.Rcx == e.end.Regs.Rcx {
-			if res := e.endBreakpointHit(regs); res != nil {
-				e.logf("the end lies inside a rep string instruction, with %d iterations left: reached by single steps", regs.Rcx)
-				return res, 0, nil
+		if regs.Rip == e.bp.addr && regs.Rcx == e.goal().Rcx {
+			if res, done, err := e.goalHit(regs); res != nil || done || err != nil {
+				if res != nil {
+					e.logf("the end lies inside a rep string instruction, with %d iterations left: reached by single steps", regs.Rcx)
+				}
+				return res, unix.PTRACE_SYSCALL, err
 			}
 		}
 		return nil, unix.PTRACE_SYSCALL, e.armBreakpoint()
@@ -310,8 +400,8 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 		// Stopped before the instruction: compare, then resume into it
 		// (nothing to step over; a `syscall` there enters as usual), or
 		// step through its iterations when the end lies among them.
-		if res := e.endBreakpointHit(regs); res != nil {
-			return res, 0, nil
+		if res, done, err := e.goalHit(regs); res != nil || done || err != nil {
+			return res, unix.PTRACE_SYSCALL, err
 		}
 		if e.repStep(regs) {
 			if err := e.disarmBreakpoint(); err != nil {
@@ -335,8 +425,8 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 			if err := proc.SetRegs(pid, regs); err != nil {
 				return nil, 0, err
 			}
-			if res := e.endBreakpointHit(regs); res != nil {
-				return res, 0, nil
+			if res, done, err := e.goalHit(regs); res != nil || done || err != nil {
+				return res, unix.PTRACE_SYSCALL, err
 			}
 			if e.bp.syscall {
 				// The next stop is that syscall's entry, which is itself a
@@ -361,7 +451,7 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 		}
 	}
 	end := e.end
-	atEnd := e.realFault && e.next == len(e.log) && sig == end.Signo
+	atEnd := e.realFault && e.next == len(e.log) && e.nextSig == len(e.sigs) && sig == end.Signo
 	var wantCode int32
 	var wantAddr uint64
 	if atEnd {
@@ -407,8 +497,16 @@ func (e *engine) matchEnd(regs proc.Regs) string {
 	if len(diffs) > 0 {
 		return strings.Join(diffs, ", ")
 	}
+	return e.digestsDiffer(e.end.Digests, e.rseqs, e.end.Regs.Rsp, true)
+}
+
+// digestsDiffer compares the program's memory with recorded digests
+// (format.DigestPage), reading pages not served yet without serving them.
+// It names every page that differs, or with all false the first.
+func (e *engine) digestsDiffer(digests []format.PageRef, rseqs []format.Rseq, rsp uint64, all bool) string {
+	var diffs []string
 	page := make([]byte, pageSize)
-	for _, d := range e.end.Digests {
+	for _, d := range digests {
 		data, lazy, err := e.peek(d.Addr)
 		if err != nil {
 			return err.Error()
@@ -419,11 +517,33 @@ func (e *engine) matchEnd(regs proc.Regs) string {
 			}
 			data = page
 		}
-		if format.DigestPage(d.Addr, data, e.rseqs, e.end.Regs.Rsp) != d.Hash {
+		if format.DigestPage(d.Addr, data, rseqs, rsp) != d.Hash {
 			diffs = append(diffs, fmt.Sprintf("page %#x content", d.Addr))
+			if !all {
+				break
+			}
 		}
 	}
 	return strings.Join(diffs, ", ")
+}
+
+// signalDiffer compares the program with the point where the recording
+// delivered ev in user code: registers, then the digests taken there.
+func (e *engine) signalDiffer(ev *format.SignalEvent, regs proc.Regs) string {
+	if diffs := regsDiff(ev.Regs, regs); len(diffs) > 0 {
+		return strings.Join(diffs, ", ")
+	}
+	var rseqs []format.Rseq
+	for _, iv := range e.c.Intervals {
+		if iv.Index == ev.Interval {
+			for _, t := range iv.Threads {
+				if t.Rseq.Len != 0 {
+					rseqs = append(rseqs, t.Rseq)
+				}
+			}
+		}
+	}
+	return e.digestsDiffer(ev.Handler.Digests, rseqs, ev.Regs.Rsp, false)
 }
 
 // regsDiff lists the registers of regs that differ from the recorded want:

@@ -200,6 +200,7 @@ type engine struct {
 	sigs      []format.SignalEvent // signals to deliver, in order (deliver)
 	nextSig   int                  // position in sigs of the next one
 	sigAtExit *format.SignalEvent  // delivered at the exit of the call it interrupted
+	sigSearch *format.SignalEvent  // delivered in user code, its point searched for (startSearch)
 	base      uint64
 	timeout   time.Duration
 
@@ -328,9 +329,6 @@ func prepare(c *format.Checkpoint, pages format.PageSource, opts Options) (*engi
 			continue
 		}
 		switch {
-		case !s.AtSyscallExit():
-			return nil, fmt.Errorf("signal %s delivered to thread %d after syscall #%d: the checkpoint does not say how to replay its delivery",
-				signalName(s.Signo), s.Tid, s.Seq)
 		case s.Tid != thread.Tid:
 			return nil, fmt.Errorf("signal %s delivered to thread %d after syscall #%d: replay runs thread %d",
 				signalName(s.Signo), s.Tid, s.Seq, thread.Tid)
@@ -463,7 +461,7 @@ func (e *engine) diverge(rip uint64, seq uint64, reason, expected, actual string
 
 // loop drives the stub from its first instruction to the end state.
 func (e *engine) loop() (*Result, error) {
-	if len(e.log) == 0 {
+	if len(e.log) == 0 && e.sigSearch == nil {
 		regs, err := proc.GetRegs(e.stub.pid)
 		if err != nil {
 			return nil, err
@@ -526,7 +524,10 @@ func (e *engine) advance(req int, intercept trapIntercept) (event, error) {
 	skipExit := e.skipExit
 	e.skipExit = false
 	if req == unix.PTRACE_SYSCALL && intercept == nil && e.dbg == nil && e.pend == nil && e.sigAtExit == nil && e.next < len(e.log) {
-		if d, ok := syscalls.Lookup(e.log[e.next].Nr); ok && d.Kind == syscalls.Emulate {
+		// Not when a signal follows the call: delivering it may serve lazy
+		// pages, which takes the exit stop.
+		sigAfter := e.nextSig < len(e.sigs) && e.sigs[e.nextSig].Seq == e.log[e.next].Seq
+		if d, ok := syscalls.Lookup(e.log[e.next].Nr); ok && d.Kind == syscalls.Emulate && !sigAfter {
 			req, e.emu = unix.PTRACE_SYSEMU, true
 		}
 	}
@@ -638,6 +639,14 @@ func (e *engine) describe(nr int, args [6]uint64) string {
 func (e *engine) onEntry(regs proc.Regs, nr int, args [6]uint64) (*Result, error) {
 	if ok, err := e.interruptedEntry(regs, nr); ok || err != nil {
 		return nil, err
+	}
+	if ev := e.sigSearch; ev != nil {
+		actual := e.describe(nr, args)
+		if e.bp.hits > 0 {
+			actual += fmt.Sprintf(" (its rip was reached %d times; last difference: %s)", e.bp.hits, e.bp.lastWhy)
+		}
+		return nil, e.diverge(regs.Rip, e.lastSeq(), "made a syscall before the point where the recording delivered "+signalName(ev.Signo),
+			fmt.Sprintf("%s at rip %#x", signalName(ev.Signo), ev.Regs.Rip), actual)
 	}
 	if e.next >= len(e.log) {
 		end := e.end
@@ -798,6 +807,10 @@ func (e *engine) complete(p *pending, regs proc.Regs) (*Result, error) {
 	if regs, err = e.deliverAfter(rec.Seq, regs); err != nil {
 		return nil, err
 	}
+	regs, searching, err := e.searchSignals(regs)
+	if err != nil || searching {
+		return nil, err
+	}
 	if e.next == len(e.log) {
 		return e.atLogEnd(regs)
 	}
@@ -805,9 +818,10 @@ func (e *engine) complete(p *pending, regs proc.Regs) (*Result, error) {
 }
 
 // deliverAfter delivers the signals recorded right after call seq
-// returned, up to one that interrupted the next call (deliverAtEntry).
+// returned, up to one that interrupted the next call (interruptedEntry) or
+// one delivered in user code (searchSignals).
 func (e *engine) deliverAfter(seq uint64, regs proc.Regs) (proc.Regs, error) {
-	for e.nextSig < len(e.sigs) && e.sigs[e.nextSig].Seq == seq && !e.sigs[e.nextSig].Interrupted() {
+	for e.nextSig < len(e.sigs) && e.sigs[e.nextSig].Seq == seq && e.sigs[e.nextSig].AtSyscallExit() && !e.sigs[e.nextSig].Interrupted() {
 		var err error
 		if regs, err = e.deliver(&e.sigs[e.nextSig], regs); err != nil {
 			return regs, err
@@ -852,7 +866,10 @@ func (e *engine) interruptedExit(regs proc.Regs) error {
 		return err
 	}
 	e.nextSig++
-	_, err = e.deliverAfter(ev.Seq, at)
+	if at, err = e.deliverAfter(ev.Seq, at); err != nil {
+		return err
+	}
+	_, _, err = e.searchSignals(at)
 	return err
 }
 
@@ -940,5 +957,14 @@ func (e *engine) launch() error {
 	if err := e.installSeccomp(); err != nil {
 		return err
 	}
-	return e.setThread()
+	if err := e.setThread(); err != nil {
+		return err
+	}
+	// Signals the recording delivered before the first call of the window.
+	regs, err := e.deliverAfter(e.lastSeq(), e.thread.Regs)
+	if err != nil {
+		return err
+	}
+	_, _, err = e.searchSignals(regs)
+	return err
 }

@@ -116,3 +116,48 @@ func TestShellScriptSignals(t *testing.T) {
 		}
 	})
 }
+
+// pythonTimer computes a hash chain while an interval timer raises SIGALRM
+// every 30 ms: most deliveries interrupt the computation itself.
+const pythonTimer = `
+import hashlib, signal
+n = 0
+def on_alarm(sig, frame):
+    global n
+    n += 1
+signal.signal(signal.SIGALRM, on_alarm)
+signal.setitimer(signal.ITIMER_REAL, 0.03, 0.03)
+h = b""
+i = 0
+while True:
+    h = hashlib.sha256(h + str(i).encode()).digest()
+    i += 1
+    if i % 2000 == 0:
+        with open("/etc/hostname", "rb") as f:
+            f.read()
+`
+
+// A signal that interrupts the program's computation has no syscall to be
+// placed after: the replay finds its point as it finds the end of a crash
+// sent from outside, by the registers at every pass over the recorded
+// instruction and the digests of the pages the interval wrote so far, and
+// delivers it there. python3 computing under a 30 ms timer replays its
+// whole window, every SIGALRM delivered where the recording saw it.
+func TestTimerSignalsInComputation(t *testing.T) {
+	requireRoot(t)
+	script := pythonScript(t, "timer.py", pythonTimer)
+	forBackends(t, func(t *testing.T, backend string) {
+		target, _, done := startTarget(t, "/usr/bin/python3", "-S", script)
+		time.Sleep(300 * time.Millisecond)
+		ck := crashThread(t, target, done, target.Process.Pid, 2*time.Second, "--backend", backend)
+		for _, iv := range intervalsIn(t, ck) {
+			if !iv.Replayable {
+				t.Errorf("interval %d: %s", iv.Index, iv.Reason)
+			}
+		}
+		out := replay(t, ck, "-v")
+		if n := strings.Count(out, "SIGALRM: delivery point found in user code"); n < 20 {
+			t.Errorf("the replay delivered %d SIGALRM in user code, want about one per 30 ms of the window", n)
+		}
+	})
+}
