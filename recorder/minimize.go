@@ -37,6 +37,18 @@ import (
 func minimize(c *format.Checkpoint, store format.PageSource, oneStart bool, logf func(string, ...any)) {
 	t0 := time.Now()
 	res, err := trialReplay(c, store, runtime.NumCPU())
+	for tries := 0; err != nil && tries < 3; tries++ {
+		// A signal delivered in user code whose point the trial could not
+		// find (a loop without syscalls passes it too often): the window
+		// starts after its interval, as it did before such signals were
+		// replayed.
+		var d *replayer.Divergence
+		if !errors.As(err, &d) || d.Signal == nil || !cutBefore(c, d.Signal.Interval, err.Error()) {
+			break
+		}
+		logf("the trial replay could not place a signal (%v): the window now starts after interval %d", err, d.Signal.Interval)
+		res, err = trialReplay(c, store, runtime.NumCPU())
+	}
 	if err != nil {
 		c.Header.FullPages = true
 		c.Header.PageSetNote = "every present page kept: the trial replay failed: " + err.Error()
@@ -299,4 +311,19 @@ func filterPages(refs []format.PageRef, keep map[uint64]bool) []format.PageRef {
 		}
 	}
 	return out
+}
+
+// cutBefore marks the intervals up to index as not replayable, for why, if
+// one after it remains.
+func cutBefore(c *format.Checkpoint, index int, why string) bool {
+	if len(c.Intervals) == 0 || c.Intervals[len(c.Intervals)-1].Index <= index {
+		return false
+	}
+	for i := range c.Intervals {
+		if c.Intervals[i].Index <= index && c.Intervals[i].Replayable {
+			c.Intervals[i].Replayable = false
+			c.Intervals[i].Reason = "the trial replay could not place a signal delivered in user code: " + why
+		}
+	}
+	return true
 }

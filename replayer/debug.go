@@ -451,8 +451,16 @@ func (e *engine) execOne(step bool) (dEvent, bool, error) {
 // landed handles the thread standing at a new address after an instruction.
 func (e *engine) landed(regs proc.Regs, done bool) (dEvent, bool, error) {
 	e.arrive(regs.Rip)
-	if res, err := e.atEndAddr(regs); res != nil || err != nil {
+	res, moved, err := e.atEndAddr(regs)
+	if res != nil || err != nil {
 		return dEvent{kind: dEnd, res: res, regs: regs}, true, err
+	}
+	if moved {
+		// A signal was delivered here: the thread stands in its handler.
+		if regs, err = proc.GetRegs(e.stub.pid); err != nil {
+			return dEvent{}, false, err
+		}
+		e.arrive(regs.Rip)
 	}
 	if _, ok := e.dbg.track[regs.Rip]; ok {
 		return dEvent{kind: dArrive, addr: regs.Rip, regs: regs}, done, nil
@@ -464,32 +472,33 @@ func (e *engine) landed(regs proc.Regs, done bool) (dEvent, bool, error) {
 func (e *engine) watchFired(w Watch, regs proc.Regs) (dEvent, bool, error) {
 	e.dbg.hits++
 	e.arrive(regs.Rip)
-	if res, err := e.atEndAddr(regs); res != nil || err != nil {
+	if res, _, err := e.atEndAddr(regs); res != nil || err != nil {
 		return dEvent{kind: dEnd, res: res, regs: regs}, true, err
 	}
 	return dEvent{kind: dWatch, watch: w, regs: regs}, true, nil
 }
 
-// atEndAddr runs the end-state comparison when the thread stands at the end
-// breakpoint's address.
-func (e *engine) atEndAddr(regs proc.Regs) (*Result, error) {
+// atEndAddr runs the comparison with the goal (the end, or where a signal
+// was delivered in user code) when the thread stands at the breakpoint's
+// address; moved reports a delivery.
+func (e *engine) atEndAddr(regs proc.Regs) (res *Result, moved bool, err error) {
 	if !e.bp.active || !e.bp.armed || regs.Rip != e.bp.addr {
-		return nil, nil
+		return nil, false, nil
 	}
 	res, done, err := e.goalHit(regs)
 	if res != nil {
 		e.dbg.ended = res
 	}
 	if res != nil || done || err != nil {
-		return res, err
+		return res, done && res == nil, err
 	}
 	if e.bp.syscall {
 		// As in onSignal: the next stop is that syscall's entry, which is
 		// itself a divergence.
 		e.bp.active = false
-		return nil, e.disarmBreakpoint()
+		return nil, false, e.disarmBreakpoint()
 	}
-	return nil, nil
+	return nil, false, nil
 }
 
 // finishSyscall resumes from a syscall-entry stop to the exit.
@@ -504,6 +513,9 @@ func (e *engine) finishSyscall() (dEvent, bool, error) {
 // after turns what advance reported into a debugger event.
 func (e *engine) after(ev event, step bool) (dEvent, bool, error) {
 	d := e.dbg
+	if ev.delivered {
+		return e.landed(ev.regs, true)
+	}
 	if ev.res != nil {
 		d.ended = ev.res
 		if ev.kind == evEntry {
@@ -529,8 +541,13 @@ func (e *engine) after(ev event, step bool) (dEvent, bool, error) {
 		if err := e.stretchStart(regs.Rip); err != nil {
 			return dEvent{}, false, err
 		}
-		if res, err := e.atEndAddr(regs); res != nil || err != nil {
+		if res, _, err := e.atEndAddr(regs); res != nil || err != nil {
 			return dEvent{kind: dEnd, res: res, regs: regs}, true, err
+		}
+		if regs.Rip != ev.regs.Rip && d.user[regs.Rip] {
+			// A signal delivered where the call returned, to a handler
+			// whose first instruction has a breakpoint.
+			return dEvent{kind: dArrive, addr: regs.Rip, regs: regs}, true, nil
 		}
 		return dEvent{kind: dExit, nr: ev.nr, regs: regs}, true, nil
 	case evTrap:

@@ -21,6 +21,10 @@ type Divergence struct {
 	Reason   string
 	// Hint names a likely cause outside the replay's reach, or is empty.
 	Hint string
+	// Signal, when set, is the signal delivered in user code whose point
+	// the replay was looking for: the replay diverged before it or could
+	// not find it (a replay starting after its interval avoids it).
+	Signal *format.SignalEvent
 }
 
 func (d *Divergence) Error() string {

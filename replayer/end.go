@@ -62,6 +62,11 @@ func (e *engine) atLogEnd(regs proc.Regs) (*Result, error) {
 	return nil, nil
 }
 
+// maxSignalPasses bounds the search for a signal's delivery point in user
+// code: a loop that makes no syscall passes its instructions millions of
+// times a second, and each pass is a stop here (tens of microseconds).
+const maxSignalPasses = 200000
+
 // goal is the state the breakpoint search looks for: where the recording
 // delivered a signal in user code (sigSearch), else its end.
 func (e *engine) goal() format.Regs {
@@ -131,6 +136,10 @@ func (e *engine) goalHit(regs proc.Regs) (res *Result, done bool, err error) {
 	e.bp.hits++
 	if why := e.signalDiffer(ev, regs); why != "" {
 		e.bp.lastWhy = why
+		if e.bp.hits >= maxSignalPasses {
+			return nil, true, e.diverge(regs.Rip, e.lastSeq(), fmt.Sprintf("%s's delivery point not found in %d passes over its instruction", signalName(ev.Signo), e.bp.hits),
+				fmt.Sprintf("delivery at rip %#x", ev.Regs.Rip), "last difference: "+why)
+		}
 		return nil, false, nil
 	}
 	if err := e.disarmBreakpoint(); err != nil {
@@ -346,6 +355,9 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 	pid := e.stub.pid
 	if sig == int(unix.SIGSTOP) && e.stopReq.Load() != 0 {
 		reason := "did not reach the recorded end state"
+		if ev := e.sigSearch; ev != nil {
+			reason = fmt.Sprintf("did not reach where the recording delivered %s", signalName(ev.Signo))
+		}
 		if e.stopReq.Load() == stopDeadline {
 			reason += fmt.Sprintf(" within %v", e.timeout)
 		} else {

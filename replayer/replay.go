@@ -166,6 +166,9 @@ func Run(ctx context.Context, c *format.Checkpoint, pages format.PageSource, opt
 		var d *Divergence
 		if errors.As(err, &d) {
 			d.Hint = sharedHint(c.Intervals[e.k:e.until])
+			if d.Signal = e.sigSearch; d.Signal != nil && d.Hint == "" {
+				d.Hint = fmt.Sprintf("looking for where %s was delivered in user code after syscall #%d", signalName(d.Signal.Signo), d.Signal.Seq)
+			}
 		}
 		return nil, err
 	}
@@ -492,6 +495,9 @@ type event struct {
 	next int       // the ptrace request to resume with
 	// trapped: a debugger's trap the intercept claimed; info is its siginfo.
 	info []byte
+	// delivered: a signal that interrupted a call was delivered at its
+	// exit; regs are at the handler.
+	delivered bool
 }
 
 type eventKind int
@@ -566,17 +572,23 @@ func (e *engine) advance(req int, intercept trapIntercept) (event, error) {
 		nr := int(regs.OrigRax)
 		ev.kind, ev.nr = evEntry, nr
 		ev.res, err = e.onEntry(regs, nr, [6]uint64{regs.Rdi, regs.Rsi, regs.Rdx, regs.R10, regs.R8, regs.R9})
+		if err == nil && e.sigAtExit != nil {
+			return e.interrupted(ev)
+		}
 		return ev, err
 	case st.SyscallStop():
 		info, err := proc.GetSyscallInfo(pid)
 		if err != nil {
 			return ev, fmt.Errorf("read syscall stop: %w", err)
 		}
-		switch info.Op {
-		case proc.SyscallEntry:
+		switch {
+		case info.Op == proc.SyscallEntry:
 			ev.kind, ev.nr = evEntry, int(info.Nr)
 			ev.res, err = e.onEntry(regs, int(info.Nr), info.Args)
-		case proc.SyscallExit:
+			if err == nil && e.sigAtExit != nil {
+				return e.interrupted(ev)
+			}
+		case info.Op == proc.SyscallExit:
 			ev.kind = evExit
 			if e.pend != nil {
 				ev.nr = e.pend.rec.Nr
@@ -754,9 +766,6 @@ func (e *engine) onEntry(regs proc.Regs, nr int, args [6]uint64) (*Result, error
 }
 
 func (e *engine) onExit(regs proc.Regs) (*Result, error) {
-	if e.sigAtExit != nil {
-		return nil, e.interruptedExit(regs)
-	}
 	p := e.pend
 	if p == nil {
 		return nil, fmt.Errorf("syscall exit without an entry at rip %#x", regs.Rip)
@@ -853,6 +862,33 @@ func (e *engine) interruptedEntry(regs proc.Regs, nr int) (bool, error) {
 	}
 	e.sigAtExit = ev
 	return true, nil
+}
+
+// interrupted takes the program from the entry of a call a signal
+// interrupted (interruptedEntry) through its exit, where the signal is
+// delivered: no record, and for a debugger no syscall, only the delivery.
+func (e *engine) interrupted(ev event) (event, error) {
+	pid := e.stub.pid
+	if err := proc.Resume(unix.PTRACE_SYSCALL, pid, 0); err != nil {
+		return ev, fmt.Errorf("resume replay: %w", err)
+	}
+	st, err := proc.Wait(pid)
+	if err != nil {
+		return ev, err
+	}
+	if !st.SyscallStop() {
+		return ev, fmt.Errorf("the call %s interrupted did not stop at its exit: %v", signalName(e.sigAtExit.Signo), st)
+	}
+	regs, err := proc.GetRegs(pid)
+	if err != nil {
+		return ev, err
+	}
+	if err := e.interruptedExit(regs); err != nil {
+		return ev, err
+	}
+	ev.kind, ev.delivered = evOther, true
+	ev.regs, err = proc.GetRegs(pid)
+	return ev, err
 }
 
 // interruptedExit delivers, at the exit of the skipped call, the signal

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -576,5 +577,60 @@ func TestLLDBOnReplay(t *testing.T) {
 		if !strings.Contains(bt, want) {
 			t.Errorf("lldb's backtrace lacks %q", want)
 		}
+	}
+}
+
+// gdb on a replay whose window delivers signals (testdata/sigtimer.c): a
+// breakpoint at a handler's first instruction stops at each delivery,
+// forward and backward; the backtrace goes through the signal frame into
+// the call the signal interrupted; the handler's count moves one by one.
+func TestGDBOnSignalDeliveries(t *testing.T) {
+	requireRoot(t)
+	needTool(t, "gdb")
+	dir := t.TempDir()
+	prog := cc(t, "testdata/sigtimer.c", dir)
+	target, _, done := startTarget(t, prog, "30")
+	ck := crashThread(t, target, done, target.Process.Pid, 1500*time.Millisecond)
+	gt, _ := gdbTarget(t, ck)
+	out := runGDB(t, prog, gt, `break on_alarm
+continue
+echo @@a1\n
+print alarms
+continue
+echo @@a2\n
+print alarms
+bt
+reverse-continue
+echo @@a3\n
+print alarms
+delete
+continue
+`)
+	t.Logf("gdb on the replay:\n%s", out)
+	s := sections(out)
+	val := func(sec string) int {
+		m := regexp.MustCompile(`(?m)^\$\d+ = (\d+)`).FindStringSubmatch(s[sec])
+		if m == nil {
+			t.Fatalf("%s: no value printed:\n%s", sec, s[sec])
+		}
+		n, _ := strconv.Atoi(m[1])
+		return n
+	}
+	a1, a2, a3 := val("a1"), val("a2"), val("a3")
+	if a2 != a1+1 || a3 != a1 {
+		t.Errorf("alarms at the stops: %d, %d, then back %d; want n, n+1, n", a1, a2, a3)
+	}
+	// A section holds what follows its marker: the stop of the next
+	// command.
+	for _, k := range []string{"a1", "a2"} {
+		if !strings.Contains(s[k], "Breakpoint 1, on_alarm") {
+			t.Errorf("after %s: not stopped in on_alarm:\n%s", k, s[k])
+		}
+	}
+	if !strings.Contains(s["a2"], "<signal handler called>") {
+		t.Errorf("the backtrace does not go through the signal frame:\n%s", s["a2"])
+	}
+	if !strings.Contains(s["a3"], "SIGSEGV") {
+		t.Errorf("continue did not end at the recorded crash:\n%s", s["a3"])
 	}
 }
