@@ -104,16 +104,24 @@ func handlerState(tid int) (*format.Delivery, error) {
 	if err != nil {
 		return nil, err
 	}
-	base := make([]byte, frameBaseSize)
-	if n, err := proc.ReadBytes(tid, regs.Rsp, base); err != nil || n != len(base) {
+	// One read covers the frame of any CPU of today (the XSAVE area is at
+	// most a few kilobytes); a larger one is read again at its size.
+	buf := make([]byte, 3*format.PageSize)
+	n, err := proc.ReadBytes(tid, regs.Rsp, buf)
+	if err != nil || n < frameBaseSize {
 		return nil, fmt.Errorf("read the signal frame at %#x: %v", regs.Rsp, err)
 	}
+	buf = buf[:n]
 	end := regs.Rsp + frameBaseSize
-	if fp := binary.LittleEndian.Uint64(base[frameFPStateOff:]); fp != 0 {
+	if fp := binary.LittleEndian.Uint64(buf[frameFPStateOff:]); fp != 0 {
 		size := uint64(fxsaveSize)
 		sw := make([]byte, 8)
-		if n, err := proc.ReadBytes(tid, fp+fxSwBytesOff, sw); err == nil && n == len(sw) &&
-			binary.LittleEndian.Uint32(sw) == fpXStateMagic1 {
+		if fp >= regs.Rsp && fp+fxSwBytesOff+8 <= regs.Rsp+uint64(n) {
+			copy(sw, buf[fp+fxSwBytesOff-regs.Rsp:])
+		} else if m, err := proc.ReadBytes(tid, fp+fxSwBytesOff, sw); err != nil || m != len(sw) {
+			sw = nil
+		}
+		if sw != nil && binary.LittleEndian.Uint32(sw) == fpXStateMagic1 {
 			size = uint64(binary.LittleEndian.Uint32(sw[4:]))
 		}
 		end = max(end, fp+size)
@@ -121,9 +129,14 @@ func handlerState(tid int) (*format.Delivery, error) {
 	if end-regs.Rsp > maxFrame {
 		return nil, fmt.Errorf("signal frame at %#x: %d bytes", regs.Rsp, end-regs.Rsp)
 	}
-	frame := make([]byte, end-regs.Rsp)
-	if n, err := proc.ReadBytes(tid, regs.Rsp, frame); err != nil || n != len(frame) {
-		return nil, fmt.Errorf("read the signal frame at %#x: %v", regs.Rsp, err)
+	var frame []byte
+	if end-regs.Rsp <= uint64(n) {
+		frame = append([]byte(nil), buf[:end-regs.Rsp]...)
+	} else {
+		frame = make([]byte, end-regs.Rsp)
+		if m, err := proc.ReadBytes(tid, regs.Rsp, frame); err != nil || m != len(frame) {
+			return nil, fmt.Errorf("read the signal frame at %#x: %v", regs.Rsp, err)
+		}
 	}
 	return &format.Delivery{Regs: regs, XState: xs, SigMask: mask, FrameAddr: regs.Rsp, Frame: frame}, nil
 }

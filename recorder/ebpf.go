@@ -444,16 +444,19 @@ func (e *ebpfSource) drain() error {
 	}
 }
 
-// lastSeq drains the ring buffer and returns the sequence number of the
-// last call in it: a stopped thread's calls are all committed.
+// lastSeq returns the sequence number of the last call the process
+// completed: the programs' counter (the process's traced entry), which the
+// sys_exit program bumps before the call returns, in the log's numbering.
+// The records themselves may still be in the ring buffer.
 func (e *ebpfSource) lastSeq(s *session) (uint64, error) {
-	if err := e.drain(); err != nil {
-		return 0, err
+	var p bpf.TprecTpProc
+	if err := e.objs.Traced.Lookup(uint32(e.pid), &p); err != nil {
+		return 0, fmt.Errorf("read the process's eBPF state: %w", err)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if l := e.log; l != nil {
-		return l.nextQ - 1 - l.delta, nil
+		return p.Seq - l.delta, nil
 	}
 	return s.seq, nil
 }
