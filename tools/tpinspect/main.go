@@ -106,7 +106,7 @@ func inspect(path string, listSyscalls, asJSON bool, w io.Writer) error {
 		return enc.Encode(s)
 	}
 	if listSyscalls {
-		return printSyscalls(w, s.Syscalls)
+		return printSyscalls(w, s.Syscalls, s.Signals)
 	}
 	return printSummary(w, s)
 }
@@ -117,6 +117,7 @@ type summary struct {
 	Process   process      `json:"process"`
 	Intervals []interval   `json:"intervals"`
 	End       end          `json:"end"`
+	Signals   []signalRow  `json:"signals"`
 	Pages     pages        `json:"pages"`
 	Sections  []section    `json:"sections"`
 	Counts    []callCount  `json:"syscall_counts"`
@@ -152,8 +153,19 @@ type interval struct {
 	// StartStored: a replay can begin here (Interval.StartOmitted unset).
 	StartStored bool   `json:"start_stored"`
 	Digests     int    `json:"boundary_digests"`
+	Signals     int    `json:"signals"` // delivered in the interval
 	Replayable  bool   `json:"replayable"`
 	Reason      string `json:"reason,omitempty"`
+}
+
+// signalRow is one signal delivered in the window (not the final one).
+type signalRow struct {
+	Seq      uint64 `json:"seq"` // delivered after this syscall
+	Tid      int    `json:"tid"`
+	Interval int    `json:"interval"`
+	Signal   string `json:"signal"`
+	Where    string `json:"where"`
+	Rip      string `json:"rip"`
 }
 
 type end struct {
@@ -221,11 +233,26 @@ func summarize(f *format.File) *summary {
 			s.Pages.ZeroRefs++
 		}
 	}
+	perInterval := map[int]int{}
+	for _, sg := range c.Signals {
+		where := "after the syscall"
+		switch {
+		case sg.Interrupted():
+			where = "interrupting " + syscalls.Name(int(sg.Regs.OrigRax))
+		case !sg.AtSyscallExit():
+			where = "in user code"
+		}
+		if sg.Handler == nil {
+			where += " (handler not seen)"
+		}
+		s.Signals = append(s.Signals, signalRow{Seq: sg.Seq, Tid: sg.Tid, Interval: sg.Interval, Signal: signalName(sg.Signo), Where: where, Rip: hex(sg.Regs.Rip)})
+		perInterval[sg.Interval]++
+	}
 	for _, iv := range c.Intervals {
 		s.Intervals = append(s.Intervals, interval{
 			Index: iv.Index, Start: iv.Start, FirstSeq: iv.FirstSeq, Threads: len(iv.Threads),
 			Regions: len(iv.Maps), Written: len(iv.Written), Replayable: iv.Replayable, Reason: iv.Reason,
-			StartStored: !iv.StartOmitted, Digests: len(iv.Digests),
+			StartStored: !iv.StartOmitted, Digests: len(iv.Digests), Signals: perInterval[iv.Index],
 		})
 		s.Pages.Written += len(iv.Written)
 		for _, p := range iv.Written {
@@ -295,13 +322,28 @@ func syscallLines(calls []format.Syscall) []syscallRow {
 	return rows
 }
 
-func printSyscalls(w io.Writer, rows []syscallRow) error {
+// printSyscalls lists the calls, and each signal delivered in the window
+// after the call it followed.
+func printSyscalls(w io.Writer, rows []syscallRow, sigs []signalRow) error {
+	printSigs := func(upTo uint64) error {
+		for len(sigs) > 0 && sigs[0].Seq <= upTo {
+			sg := sigs[0]
+			sigs = sigs[1:]
+			if _, err := fmt.Fprintf(w, "-- %d %s delivered %s, rip %s\n", sg.Tid, sg.Signal, sg.Where, sg.Rip); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	for _, r := range rows {
+		if err := printSigs(r.Seq - 1); err != nil {
+			return err
+		}
 		if _, err := fmt.Fprintf(w, "%d %d %s\n", r.Seq, r.Tid, r.Text); err != nil {
 			return err
 		}
 	}
-	return nil
+	return printSigs(^uint64(0))
 }
 
 func when(t time.Time) string {
@@ -348,7 +390,7 @@ func printSummary(out io.Writer, s *summary) error {
 		fmt.Fprintf(w, "  lost events\t%d\n", p.Lost)
 	}
 
-	fmt.Fprintf(w, "\nintervals\n  index\tstart\tfirst seq\tthreads\tregions\twritten\tstart stored\tdigests\treplayable\n")
+	fmt.Fprintf(w, "\nintervals\n  index\tstart\tfirst seq\tthreads\tregions\twritten\tstart stored\tdigests\tsignals\treplayable\n")
 	for _, iv := range s.Intervals {
 		rep := "yes"
 		if !iv.Replayable {
@@ -358,7 +400,22 @@ func printSummary(out io.Writer, s *summary) error {
 		if !iv.StartStored {
 			stored = "no"
 		}
-		fmt.Fprintf(w, "  %d\t%s\t%d\t%d\t%d\t%d\t%s\t%d\t%s\n", iv.Index, when(iv.Start), iv.FirstSeq, iv.Threads, iv.Regions, iv.Written, stored, iv.Digests, rep)
+		fmt.Fprintf(w, "  %d\t%s\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t%s\n", iv.Index, when(iv.Start), iv.FirstSeq, iv.Threads, iv.Regions, iv.Written, stored, iv.Digests, iv.Signals, rep)
+	}
+	if len(s.Signals) > 0 {
+		byName := map[string]int{}
+		var names []string
+		for _, sg := range s.Signals {
+			if byName[sg.Signal] == 0 {
+				names = append(names, sg.Signal)
+			}
+			byName[sg.Signal]++
+		}
+		var parts []string
+		for _, n := range names {
+			parts = append(parts, fmt.Sprintf("%s %d", n, byName[n]))
+		}
+		fmt.Fprintf(w, "\nsignals\n  delivered\t%d (%s; tpinspect --syscalls places them)\n", len(s.Signals), strings.Join(parts, ", "))
 	}
 
 	e := &s.End

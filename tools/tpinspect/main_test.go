@@ -44,9 +44,20 @@ func TestSyscallListing(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	lines := strings.Split(strings.TrimSpace(out), "\n")
+	var lines, sigs []string
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if strings.HasPrefix(l, "-- ") {
+			sigs = append(sigs, l)
+		} else {
+			lines = append(lines, l)
+		}
+	}
 	if len(lines) != len(f.Checkpoint.Syscalls) {
 		t.Fatalf("%d lines for %d syscalls", len(lines), len(f.Checkpoint.Syscalls))
+	}
+	// The seed's signal, delivered after a call.
+	if len(sigs) != len(f.Checkpoint.Signals) || len(sigs) == 0 || !strings.Contains(sigs[0], " delivered ") {
+		t.Errorf("signal lines %q for %d signals", sigs, len(f.Checkpoint.Signals))
 	}
 	for i, l := range lines {
 		sc := f.Checkpoint.Syscalls[i]
