@@ -35,6 +35,17 @@ func (s *session) deliver(t *thread, sig int) error {
 	if err != nil {
 		return err
 	}
+	if restartedCall(t.tid, regs) {
+		// The call had been interrupted without a handler (a boundary's
+		// stop, or an ignored signal) and the kernel had set it up to run
+		// again: the thread stands at its syscall instruction, rax holding
+		// its number again, when this signal comes. For the replay that
+		// is a delivery interrupting the call, which the log does not hold
+		// either: stored so, with ERESTARTNOINTR, the code of a call that
+		// always restarts. The frame keeps what the kernel really saved.
+		regs.Rip += 2
+		regs.Rax = ^uint64(512) // -513
+	}
 	ev := format.SignalEvent{Seq: seq, Tid: t.tid, Signo: sig, Siginfo: info, Regs: regs, Interval: s.cur.meta.Index}
 	var digests []format.PageRef
 	if !ev.AtSyscallExit() {
@@ -175,4 +186,15 @@ func (s *session) signalDigests(regs format.Regs) ([]format.PageRef, error) {
 		out = append(out, format.PageRef{Addr: a, Hash: format.DigestPage(a, page, rseqs, regs.Rsp)})
 	}
 	return out, nil
+}
+
+// restartedCall reports whether a thread at a signal-delivery stop stands at
+// the syscall instruction of a call the kernel set up to run again.
+func restartedCall(tid int, regs format.Regs) bool {
+	if int64(regs.OrigRax) < 0 || regs.Rax != regs.OrigRax {
+		return false
+	}
+	insn := make([]byte, 2)
+	n, err := proc.ReadBytes(tid, regs.Rip, insn)
+	return err == nil && n == 2 && insn[0] == 0x0f && insn[1] == 0x05
 }
