@@ -161,3 +161,43 @@ func TestTimerSignalsInComputation(t *testing.T) {
 		}
 	})
 }
+
+// A signal delivered in a loop that makes no syscall for millions of passes
+// over its instructions cannot be placed within the search's budget: the
+// trial replay then starts the window after that signal's interval, says
+// so, and the checkpoint replays from there to the crash. The timer of
+// testdata/busyloop.c fires once in the window (1.5 s after its start; it
+// crashes itself on a null pointer after 2.4 s).
+func TestUnplaceableSignalCutsWindow(t *testing.T) {
+	requireRoot(t)
+	prog := cc(t, "testdata/busyloop.c", t.TempDir())
+	forBackends(t, func(t *testing.T, backend string) {
+		dir := t.TempDir()
+		rec := startTprec(t, "--backend", backend, "--output", dir, "--", prog, "1500", "2.4")
+		if err := rec.wait(t, 120*time.Second); err != nil {
+			t.Fatalf("tprec: %v\n%s", err, rec.stderr)
+		}
+		log := rec.stderr.String()
+		t.Logf("tprec:\n%s", log)
+		if !strings.Contains(log, "could not place a signal") || strings.Contains(log, "trial replay failed") {
+			t.Fatalf("want the trial to cut the window at the signal and succeed:\n%s", log)
+		}
+		cks := checkpoints(t, dir)
+		if len(cks) != 1 {
+			t.Fatalf("checkpoints %v", cks)
+		}
+		cut := 0
+		for _, iv := range intervalsIn(t, cks[0]) {
+			if !iv.Replayable {
+				cut++
+				if !strings.Contains(iv.Reason, "could not place a signal delivered in user code") {
+					t.Errorf("interval %d: %s", iv.Index, iv.Reason)
+				}
+			}
+		}
+		if cut == 0 {
+			t.Errorf("no interval marked for the signal")
+		}
+		replay(t, cks[0])
+	})
+}
