@@ -985,7 +985,7 @@ func (s *session) start() error {
 			return err
 		}
 		if s.vdso == nil {
-			s.logf("a thread is stopped inside a vDSO entry point: recording starts at the next stop")
+			s.logf("a thread is stopped inside the vDSO: recording starts at the next stop")
 			return nil
 		}
 	}

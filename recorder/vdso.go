@@ -5,6 +5,7 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/proc"
@@ -20,8 +21,9 @@ import (
 // clock_gettime also gives the recorder a `syscall` instruction followed by
 // `ret` to inject through (see shadow.go for why the `ret` matters).
 type vdsoPatch struct {
-	sites []vdsoSite
-	insn  uint64 // address of a patched `syscall` instruction
+	sites      []vdsoSite
+	insn       uint64 // address of a patched `syscall` instruction
+	start, end uint64 // the [vdso] mapping
 }
 
 type vdsoSite struct {
@@ -48,19 +50,19 @@ func vdsoStub(nr int) []byte {
 }
 
 // patchVDSO patches the [vdso] of a stopped process, unless one of its
-// threads is stopped inside an entry point's first bytes (rips): resumed
-// there, it would run the middle of a stub. Then it returns nil and no error,
-// and the caller tries again at a later stop.
+// threads is stopped inside it (rips), anywhere but at an entry point:
+// resumed inside an entry point's first bytes it would run the middle of a
+// stub, and resumed further in a function it would go on reading the clock
+// from [vvar], which the first interval's replay does not have. Then it
+// returns nil and no error, and the caller tries again at a later stop.
 func patchVDSO(mem *proc.Mem, maps []format.Mapping, rips []uint64) (*vdsoPatch, error) {
 	p, err := planVDSO(mem, maps)
 	if err != nil {
 		return nil, err
 	}
-	for _, s := range p.sites {
-		for _, rip := range rips {
-			if rip > s.addr && rip < s.addr+uint64(len(s.stub)) {
-				return nil, nil
-			}
+	for _, rip := range rips {
+		if rip >= p.start && rip < p.end && !slices.ContainsFunc(p.sites, func(s vdsoSite) bool { return s.addr == rip }) {
+			return nil, nil
 		}
 	}
 	for i, s := range p.sites {
@@ -107,7 +109,7 @@ func planVDSO(mem *proc.Mem, maps []format.Mapping) (*vdsoPatch, error) {
 	for _, s := range syms {
 		addrOf[s.Name] = vm.Start + s.Value - loadVaddr
 	}
-	p := &vdsoPatch{}
+	p := &vdsoPatch{start: vm.Start, end: vm.End}
 	for _, r := range vdsoRedirects {
 		a, ok := addrOf[r.sym]
 		if !ok {

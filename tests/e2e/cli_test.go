@@ -402,3 +402,26 @@ func TestDetachOutOfPatchedVDSO(t *testing.T) {
 		}
 	})
 }
+
+// Attached while a thread is inside the vDSO's clock code (where
+// testdata/clockloop.c spends most of its time unrecorded), tprec starts
+// recording only once no thread stands inside it: resumed there after the
+// patch, the thread would finish the original function and read the clock
+// from [vvar], which the first interval's replay does not have. Each attach
+// replays from its first interval (the window is short: every clock read is
+// a syscall once recorded).
+func TestAttachInsideVDSO(t *testing.T) {
+	requireRoot(t)
+	prog := cc(t, "testdata/clockloop.c", t.TempDir())
+	forBackends(t, func(t *testing.T, backend string) {
+		for i := 0; i < 2; i++ {
+			target, _, done := startTarget(t, prog, "60")
+			ck := attachAndCrash(t, target, done, 300*time.Millisecond, "--backend", backend)
+			ivs := intervalsIn(t, ck)
+			out := replay(t, ck)
+			if !strings.Contains(out, fmt.Sprintf("%d intervals", len(ivs))) {
+				t.Errorf("attach %d: the replay did not start at the first interval of %d:\n%s", i, len(ivs), out)
+			}
+		}
+	})
+}
