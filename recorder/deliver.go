@@ -54,7 +54,7 @@ func (s *session) deliver(t *thread, sig int) error {
 		}
 	}
 	if debugStops {
-		s.logf("signal %v after #%d (interval from #%d): rip %#x orig_rax %d rax %d", unix.SignalName(unix.Signal(sig)), seq, s.cur.meta.FirstSeq, regs.Rip, int64(regs.OrigRax), int64(regs.Rax))
+		s.logf("signal %s after #%d (interval from #%d): rip %#x orig_rax %d rax %d", name, seq, s.cur.meta.FirstSeq, regs.Rip, int64(regs.OrigRax), int64(regs.Rax))
 	}
 	if err := proc.Resume(unix.PTRACE_SINGLESTEP, t.tid, sig); err != nil {
 		if proc.Gone(err) {
