@@ -1,6 +1,11 @@
 package replayer
 
-import "testing"
+import (
+	"strings"
+	"testing"
+
+	"github.com/tprec/tprec/format"
+)
 
 // The end search steps through the iterations of a rep string instruction
 // (a signal from outside lands between two of them), so it must know one
@@ -32,5 +37,24 @@ func TestDecodeRepString(t *testing.T) {
 		if r.size != c.size || (c.size != 0 && (r.rsi != c.rsi || r.rdi != c.rdi)) {
 			t.Errorf("%s (% x): got %+v, want size %d rsi %v rdi %v", c.name, c.code, r, c.size, c.rsi, c.rdi)
 		}
+	}
+}
+
+// A divergence in intervals that changed shared writable memory names the
+// likely cause: another process writing it.
+func TestSharedHint(t *testing.T) {
+	ivs := []format.Interval{{
+		Maps: []format.Mapping{
+			{Start: 0x1000, End: 0x3000, Prot: format.ProtRead | format.ProtWrite},
+			{Start: 0x5000, End: 0x6000, Prot: format.ProtRead | format.ProtWrite, Shared: true, Path: "/dev/zero (deleted)"},
+		},
+		Written: []format.PageRef{{Addr: 0x1000}},
+	}}
+	if h := sharedHint(ivs); h != "" {
+		t.Errorf("private pages only: hint %q", h)
+	}
+	ivs[0].Written = append(ivs[0].Written, format.PageRef{Addr: 0x5000})
+	if h := sharedHint(ivs); !strings.Contains(h, "1 pages of shared writable memory") {
+		t.Errorf("hint %q", h)
 	}
 }
