@@ -1,7 +1,6 @@
 package recorder
 
 import (
-	"encoding/binary"
 	"fmt"
 
 	"github.com/tprec/tprec/format"
@@ -87,17 +86,8 @@ func (s *session) deliver(t *thread, sig int) error {
 	return s.resume(t.tid, 0)
 }
 
-// Offsets in the x86-64 signal frame (arch/x86/include/asm/sigframe.h): the
-// return address, then struct ucontext (uc_mcontext at 40 within it, whose
-// fpstate pointer is at 184), then siginfo; the FPU state lies above.
-const (
-	frameFPStateOff = 8 + 40 + 184
-	frameBaseSize   = 8 + 304 + 128
-	fxSwBytesOff    = 464 // struct _fpx_sw_bytes in the fxsave image
-	fpXStateMagic1  = 0x46505853
-	fxsaveSize      = 512
-	maxFrame        = 64 << 10
-)
+// maxFrame bounds a signal frame (the XSAVE area is a few kilobytes today).
+const maxFrame = 64 << 10
 
 // handlerState reads the state of a thread stopped at its handler's first
 // instruction: registers, extended state, signal mask, and the frame from
@@ -115,39 +105,18 @@ func handlerState(tid int) (*format.Delivery, error) {
 	if err != nil {
 		return nil, err
 	}
-	// One read covers the frame of any CPU of today (the XSAVE area is at
-	// most a few kilobytes); a larger one is read again at its size.
-	buf := make([]byte, 3*format.PageSize)
-	n, err := proc.ReadBytes(tid, regs.Rsp, buf)
-	if err != nil || n < frameBaseSize {
-		return nil, fmt.Errorf("read the signal frame at %#x: %v", regs.Rsp, err)
-	}
-	buf = buf[:n]
-	end := regs.Rsp + frameBaseSize
-	if fp := binary.LittleEndian.Uint64(buf[frameFPStateOff:]); fp != 0 {
-		size := uint64(fxsaveSize)
-		sw := make([]byte, 8)
-		if fp >= regs.Rsp && fp+fxSwBytesOff+8 <= regs.Rsp+uint64(n) {
-			copy(sw, buf[fp+fxSwBytesOff-regs.Rsp:])
-		} else if m, err := proc.ReadBytes(tid, fp+fxSwBytesOff, sw); err != nil || m != len(sw) {
-			sw = nil
+	end := format.SigframeEnd(regs.Rsp, func(addr uint64, b []byte) error {
+		if n, err := proc.ReadBytes(tid, addr, b); err != nil || n != len(b) {
+			return fmt.Errorf("read %#x: %v", addr, err)
 		}
-		if sw != nil && binary.LittleEndian.Uint32(sw) == fpXStateMagic1 {
-			size = uint64(binary.LittleEndian.Uint32(sw[4:]))
-		}
-		end = max(end, fp+size)
-	}
+		return nil
+	})
 	if end-regs.Rsp > maxFrame {
 		return nil, fmt.Errorf("signal frame at %#x: %d bytes", regs.Rsp, end-regs.Rsp)
 	}
-	var frame []byte
-	if end-regs.Rsp <= uint64(n) {
-		frame = append([]byte(nil), buf[:end-regs.Rsp]...)
-	} else {
-		frame = make([]byte, end-regs.Rsp)
-		if m, err := proc.ReadBytes(tid, regs.Rsp, frame); err != nil || m != len(frame) {
-			return nil, fmt.Errorf("read the signal frame at %#x: %v", regs.Rsp, err)
-		}
+	frame := make([]byte, end-regs.Rsp)
+	if n, err := proc.ReadBytes(tid, regs.Rsp, frame); err != nil || n != len(frame) {
+		return nil, fmt.Errorf("read the signal frame at %#x: %v", regs.Rsp, err)
 	}
 	return &format.Delivery{Regs: regs, XState: xs, SigMask: mask, FrameAddr: regs.Rsp, Frame: frame}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/tprec/tprec/format"
+	"github.com/tprec/tprec/proc"
 	"golang.org/x/sys/unix"
 )
 
@@ -74,20 +75,87 @@ func (e *engine) touch(addr uint64, n int) error {
 
 // lazyIn reports whether an output buffer lies on a page not served yet.
 func (e *engine) lazyIn(outs []format.OutBuf) bool {
-	if !e.opts.Lazy {
-		return false
-	}
 	for _, o := range outs {
-		for p := pageDown(o.Addr); p < o.Addr+uint64(len(o.Data)); p += pageSize {
-			if _, ok := e.lazy[p]; ok {
-				return true
-			}
-			if g, ok := e.guards.find(p); ok && g.zero {
-				return true
-			}
+		if e.lazyRange(o.Addr, len(o.Data)) {
+			return true
 		}
 	}
 	return false
+}
+
+// lazyRange reports whether [addr, addr+n) has a page not served yet.
+func (e *engine) lazyRange(addr uint64, n int) bool {
+	if !e.opts.Lazy {
+		return false
+	}
+	for p := pageDown(addr); p < addr+uint64(n); p += pageSize {
+		if _, ok := e.lazy[p]; ok {
+			return true
+		}
+		if g, ok := e.guards.find(p); ok && g.zero {
+			return true
+		}
+	}
+	return false
+}
+
+// sigreturnEntry handles the entry of an rt_sigreturn whose signal frame is
+// on pages not served yet: the kernel reads the frame itself, and a page it
+// cannot read kills the program with SIGSEGV, but no page can be served from
+// a syscall-entry stop. The call is skipped, and its exit stop serves the
+// frame and sets the program back on the syscall instruction, which runs
+// the call again (sigreturnAgain). It reports whether it did so.
+func (e *engine) sigreturnEntry(regs proc.Regs) (bool, error) {
+	frame := regs.Rsp - 8 // the handler's return popped the restorer's address
+	end := format.SigframeEnd(frame, e.readLazy)
+	if !e.lazyRange(frame, int(end-frame)) {
+		return false, nil
+	}
+	regs.OrigRax = ^uint64(0)
+	if err := proc.SetRegs(e.stub.pid, regs); err != nil {
+		return true, fmt.Errorf("skip rt_sigreturn: %w", err)
+	}
+	e.sigreturnFrame = frame
+	return true, nil
+}
+
+// readLazy reads the program's memory, pages not served yet included, without
+// serving them (peek).
+func (e *engine) readLazy(addr uint64, b []byte) error {
+	for len(b) > 0 {
+		n := min(len(b), int(pageDown(addr)+pageSize-addr))
+		data, lazy, err := e.peek(addr)
+		if err != nil {
+			return err
+		}
+		if lazy {
+			copy(b[:n], data[addr-pageDown(addr):])
+		} else if err := e.mem.ReadAt(b[:n], addr); err != nil {
+			return err
+		}
+		addr, b = addr+uint64(n), b[n:]
+	}
+	return nil
+}
+
+// sigreturnAgain serves the frame of the rt_sigreturn sigreturnEntry
+// skipped, at its exit stop, and sets the program to execute it again.
+func (e *engine) sigreturnAgain(regs proc.Regs) error {
+	frame := e.sigreturnFrame
+	e.sigreturnFrame = 0
+	end := format.SigframeEnd(frame, func(addr uint64, b []byte) error {
+		if err := e.touch(addr, len(b)); err != nil {
+			return err
+		}
+		return e.mem.ReadAt(b, addr)
+	})
+	if err := e.touch(frame, int(end-frame)); err != nil {
+		return err
+	}
+	regs.Rip -= 2
+	regs.Rax = unix.SYS_RT_SIGRETURN
+	regs.OrigRax = ^uint64(0)
+	return proc.SetRegs(e.stub.pid, regs)
 }
 
 // peek returns the content a page not served yet would be served with,

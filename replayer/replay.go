@@ -204,8 +204,11 @@ type engine struct {
 	nextSig   int                  // position in sigs of the next one
 	sigAtExit *format.SignalEvent  // delivered at the exit of the call it interrupted
 	sigSearch *format.SignalEvent  // delivered in user code, its point searched for (startSearch)
-	base      uint64
-	timeout   time.Duration
+	// sigreturnFrame: an rt_sigreturn was skipped at its entry, to be run
+	// again once its frame is served (sigreturnEntry).
+	sigreturnFrame uint64
+	base           uint64
+	timeout        time.Duration
 
 	stub   *stub
 	mem    *proc.Mem
@@ -588,6 +591,9 @@ func (e *engine) advance(req int, intercept trapIntercept) (event, error) {
 			if err == nil && e.sigAtExit != nil {
 				return e.interrupted(ev)
 			}
+		case info.Op == proc.SyscallExit && e.sigreturnFrame != 0:
+			ev.kind = evOther // the exit of a skipped rt_sigreturn (sigreturnEntry)
+			err = e.sigreturnAgain(regs)
 		case info.Op == proc.SyscallExit:
 			ev.kind = evExit
 			if e.pend != nil {
@@ -712,6 +718,11 @@ func (e *engine) onEntry(regs proc.Regs, nr int, args [6]uint64) (*Result, error
 	if rec.Rip != 0 && regs.Rip != rec.Rip && nr != unix.SYS_RT_SIGRETURN {
 		return nil, e.diverge(regs.Rip, rec.Seq, fmt.Sprintf("%s called from elsewhere", syscalls.Name(nr)),
 			fmt.Sprintf("rip %#x", rec.Rip), fmt.Sprintf("rip %#x", regs.Rip))
+	}
+	if rec.Nr == unix.SYS_RT_SIGRETURN {
+		if again, err := e.sigreturnEntry(regs); again || err != nil {
+			return nil, err
+		}
 	}
 	if e.opts.Verbose {
 		e.logf("#%d %s", rec.Seq, syscalls.Format(*rec))

@@ -201,3 +201,18 @@ func TestUnplaceableSignalCutsWindow(t *testing.T) {
 		replay(t, cks[0])
 	})
 }
+
+// Windows and trial pieces that begin inside a signal handler
+// (testdata/slowhandler.c spends about a third of its time in one): the
+// handler's rt_sigreturn reads a frame the replay may not have served yet,
+// which the replay serves before running the call again.
+func TestWindowStartsInHandler(t *testing.T) {
+	requireRoot(t)
+	prog := cc(t, "testdata/slowhandler.c", t.TempDir())
+	forBackends(t, func(t *testing.T, backend string) {
+		target, _, done := startTarget(t, prog)
+		time.Sleep(300 * time.Millisecond)
+		ck := crashThread(t, target, done, target.Process.Pid, 2*time.Second, "--backend", backend)
+		replay(t, ck)
+	})
+}
