@@ -215,13 +215,6 @@ func (s *session) threadStates() (threads []format.Thread, running []int, err er
 	return threads, running, nil
 }
 
-// closeInterval saves the originals of the pages written during the current
-// interval from its shadow, kills the shadow and moves the interval to the ring.
-func (s *session) closeInterval(now time.Time) error {
-	_, err := s.closeIntervalSnap(now, false)
-	return err
-}
-
 // closeIntervalSnap closes the interval and returns the target's pagemap it
 // read to do so (nil when it read none), for the interval that opens next.
 // What needs the target stopped happens now: the syscall log, the pagemap and

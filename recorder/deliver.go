@@ -22,11 +22,7 @@ import (
 // end state would be checked with at that point (signalDigests).
 func (s *session) deliver(t *thread, sig int) error {
 	name := unix.SignalName(unix.Signal(sig))
-	regs, err := proc.GetRegs(t.tid)
-	if err != nil {
-		return err
-	}
-	info, err := proc.GetSiginfo(t.tid)
+	regs, info, err := signalStop(t.tid)
 	if err != nil {
 		return err
 	}

@@ -85,7 +85,11 @@ func (s *session) dump(end format.EndState, reason string) error {
 // pages that are no longer changed, by pointer, so the ring dropping them
 // meanwhile does not matter.
 func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk *stepClock) (*format.Checkpoint, *liveSource, func() error, error) {
-	if err := s.closeInterval(t0); err != nil {
+	// The close reads the memory map, the pagemap and the shared writable
+	// pages while the target is held: the present pages and the final
+	// content of the shared ones come from that same read.
+	snap, err := s.closeIntervalSnap(t0, false)
+	if err != nil {
 		return nil, nil, nil, err
 	}
 	clk.mark("close interval")
@@ -104,7 +108,6 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 			break
 		}
 	}
-	var err error
 	if end.XState, err = proc.GetXState(end.Tid); err != nil {
 		return nil, nil, nil, err
 	}
@@ -112,20 +115,22 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 	end.LastSeq = s.seq
 	end.Rseq = threadRseq(end.Tid)
 
-	maps, err := proc.ReadMaps(s.pid)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	snap, err := s.readSnapshotOf(maps, recorded)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("present pages: %w", err)
+	if snap == nil {
+		// The close read nothing (no interval open, or its shadow lost).
+		maps, err := proc.ReadMaps(s.pid)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if snap, err = s.readSnapshot(maps); err != nil {
+			return nil, nil, nil, fmt.Errorf("present pages: %w", err)
+		}
+		clk.mark("maps+present")
 	}
 	now := snap.present()
 	// The live source forked from the target shares its shared writable
 	// pages, which other processes may go on writing: their final content
-	// is the one they have now.
-	shared := s.readShared(snap)
-	clk.mark("maps+present")
+	// is the one they had now.
+	shared := snap.shared
 	addrs := unionPages(ivs[0].present, now)
 	store := format.NewMemStore()
 	// Final content exists for the pages present now. One that was present

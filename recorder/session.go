@@ -697,8 +697,7 @@ func (s *session) noteSignal(t *thread, sig int) {
 	if s.cur == nil || ignoredSignal(s.pid, sig) {
 		return
 	}
-	regs, _ := proc.GetRegs(t.tid)
-	info, _ := proc.GetSiginfo(t.tid)
+	regs, info, _ := signalStop(t.tid)
 	s.cur.signals = append(s.cur.signals, format.SignalEvent{Seq: s.seq, Tid: t.tid, Signo: sig, Siginfo: info, Regs: regs, Interval: s.cur.meta.Index})
 	why := "it was not seen reaching a handler"
 	if t.held {
@@ -707,14 +706,21 @@ func (s *session) noteSignal(t *thread, sig int) {
 	s.notReplayable(fmt.Sprintf("signal %s delivered to thread %d after syscall %d: %s", unix.SignalName(unix.Signal(sig)), t.tid, s.seq, why))
 }
 
+// signalStop reads a thread's registers and siginfo at a signal-delivery
+// stop.
+func signalStop(tid int) (format.Regs, []byte, error) {
+	regs, err := proc.GetRegs(tid)
+	if err != nil {
+		return regs, nil, err
+	}
+	info, err := proc.GetSiginfo(tid)
+	return regs, info, err
+}
+
 // crash writes the checkpoint of a fatal signal that stopped thread t in its
 // delivery, the other threads held, then lets the signal proceed.
 func (s *session) crash(t *thread, sig int) error {
-	regs, err := proc.GetRegs(t.tid)
-	if err != nil {
-		return err
-	}
-	info, err := proc.GetSiginfo(t.tid)
+	regs, info, err := signalStop(t.tid)
 	if err != nil {
 		return err
 	}

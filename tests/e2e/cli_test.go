@@ -223,6 +223,17 @@ type intervalInfo struct {
 	Threads    int    `json:"threads"`
 }
 
+// allReplayable requires every interval of a checkpoint to be replayable,
+// naming the reason of each that is not.
+func allReplayable(t *testing.T, ckpt string) {
+	t.Helper()
+	for _, iv := range intervalsIn(t, ckpt) {
+		if !iv.Replayable {
+			t.Errorf("interval %d: %s", iv.Index, iv.Reason)
+		}
+	}
+}
+
 // intervalsIn lists a checkpoint's intervals (tpinspect --json).
 func intervalsIn(t *testing.T, ckpt string) []intervalInfo {
 	t.Helper()

@@ -79,12 +79,7 @@ func TestCaughtSignalsReplayed(t *testing.T) {
 	forBackends(t, func(t *testing.T, backend string) {
 		target, _, done := startTarget(t, prog, "30")
 		ck := crashThread(t, target, done, target.Process.Pid, 2500*time.Millisecond, "--backend", backend)
-		ivs := intervalsIn(t, ck)
-		for _, iv := range ivs {
-			if !iv.Replayable {
-				t.Errorf("interval %d: %s", iv.Index, iv.Reason)
-			}
-		}
+		allReplayable(t, ck)
 		out := replay(t, ck, "-v")
 		if n := strings.Count(out, " delivered after #"); n < 100 {
 			t.Errorf("the replay delivered %d signals, want the hundreds of the window", n)
@@ -105,11 +100,7 @@ func TestShellScriptSignals(t *testing.T) {
 	forBackends(t, func(t *testing.T, backend string) {
 		target, _, done := startTarget(t, bash, "-c", `i=0; while :; do /bin/sleep 0.05; i=$((i+1)); echo $i >/dev/null; done`)
 		ck := crashThread(t, target, done, target.Process.Pid, 2*time.Second, "--backend", backend)
-		for _, iv := range intervalsIn(t, ck) {
-			if !iv.Replayable {
-				t.Errorf("interval %d: %s", iv.Index, iv.Reason)
-			}
-		}
+		allReplayable(t, ck)
 		out := replay(t, ck, "-v")
 		if n := strings.Count(out, "SIGCHLD delivered after #"); n < 10 {
 			t.Errorf("the replay delivered %d SIGCHLD, want one per command of the window", n)
@@ -150,11 +141,7 @@ func TestTimerSignalsInComputation(t *testing.T) {
 		target, _, done := startTarget(t, "/usr/bin/python3", "-S", script)
 		time.Sleep(300 * time.Millisecond)
 		ck := crashThread(t, target, done, target.Process.Pid, 2*time.Second, "--backend", backend)
-		for _, iv := range intervalsIn(t, ck) {
-			if !iv.Replayable {
-				t.Errorf("interval %d: %s", iv.Index, iv.Reason)
-			}
-		}
+		allReplayable(t, ck)
 		out := replay(t, ck, "-v")
 		if n := strings.Count(out, "SIGALRM: delivery point found in user code"); n < 20 {
 			t.Errorf("the replay delivered %d SIGALRM in user code, want about one per 30 ms of the window", n)
