@@ -22,13 +22,13 @@ const (
 	// boundary digests for the others) and stores short outputs as
 	// differences (syslog.go): a version 2 reader would replay from a start
 	// the file does not hold. This reader reads versions 1 to 3.
-	VersionMajor = 3
+	VersionMajor = 4
 	// VersionMinor changes when fields are appended at the end of a section
 	// payload or new sections appear; older readers skip what they do not know.
 	// Version 2.1 compressed with zstd (FlagZstd), as every later one does.
 	// Version 3.1 appends to SIGNL what each signal's delivery did
 	// (SignalEvent.Handler), which replay needs to deliver it.
-	VersionMinor = 1
+	VersionMinor = 0
 
 	fileHeaderSize    = 16
 	sectionHeaderSize = 16

@@ -26,15 +26,19 @@ func TestWriteSeeds(t *testing.T) {
 	// small-1.0.tpc was written by version 1.0 of the writer (fixed-width
 	// syscall log), small-2.0.tpc by version 2.0 (lz4), small-2.1.tpc by
 	// version 2.1 (every interval start stored), small-3.0.tpc by version
-	// 3.0 (signals without deliveries); they are never rewritten:
-	// files of those versions must stay readable.
-	frozen := map[string]bool{"small-1.0.tpc": true, "small-2.0.tpc": true, "small-2.1.tpc": true, "small-3.0.tpc": true}
+	// 3.0 (signals without deliveries), small-3.1.tpc by version 3.1 (one
+	// stream of syscall records); they are never rewritten: files of those
+	// versions must stay readable.
+	frozen := map[string]bool{"small-1.0.tpc": true, "small-2.0.tpc": true, "small-2.1.tpc": true, "small-3.0.tpc": true, "small-3.1.tpc": true}
 	for name := range frozen {
 		c := old
 		if name == "small-3.0.tpc" {
 			// Version 3.0: signals without their deliveries.
 			c, _ = smallCheckpointV3()
 			c = noDeliveries(c)
+		}
+		if name == "small-3.1.tpc" {
+			c, _ = smallCheckpointV3()
 		}
 		seeds = append(seeds, struct {
 			name  string

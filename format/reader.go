@@ -439,10 +439,13 @@ func Decode(r io.ReaderAt, size int64) (*File, error) {
 		{SecFinal, func(d *dec) { c.Final = d.pageRefs("final page") }},
 		{SecSyscalls, func(d *dec) {
 			raw[SecSyscalls] = f.unpacked(d, func(d2 *dec) {
-				if f.major == 1 {
+				switch f.major {
+				case 1:
 					c.Syscalls = decodeSyscallsV1(d2)
-				} else {
-					c.Syscalls = decodeSyscalls(d2, f.major)
+				case 2, 3:
+					c.Syscalls = decodeSyscallsV2(d2, f.major)
+				default:
+					c.Syscalls = decodeSyscalls(d2)
 				}
 			})
 		}},

@@ -59,76 +59,6 @@ func (e *enc) uvarint(v uint64) { e.b = binary.AppendUvarint(e.b, v) }
 // svarint stores a difference: zigzag, then uvarint (binary.AppendVarint).
 func (e *enc) svarint(v uint64) { e.b = binary.AppendVarint(e.b, int64(v)) }
 
-func encodeSyscalls(z *codec, calls []Syscall) []byte {
-	return packed(z, encodeSyscallsRaw(calls))
-}
-
-// encodeSyscallsRaw is the log before compression.
-func encodeSyscallsRaw(calls []Syscall) []byte {
-	// Sized up front: a log of hundreds of megabytes of outputs would
-	// otherwise be copied over and over as it grows.
-	size := 10
-	for i := range calls {
-		size += 24 + 40*len(calls[i].Pages)
-		for _, o := range calls[i].Out {
-			size += 12 + len(o.Data)
-		}
-	}
-	raw := enc{b: make([]byte, 0, size)}
-	raw.uvarint(uint64(len(calls)))
-	var seq, tid uint64
-	prev := map[int]*syscallPrev{}
-	for i := range calls {
-		s := &calls[i]
-		raw.uvarint(s.Seq - seq)
-		raw.svarint(uint64(s.Tid) - tid)
-		raw.svarint(uint64(s.Nr))
-		seq, tid = s.Seq, uint64(s.Tid)
-		p := prev[s.Nr]
-		if p == nil {
-			p = &syscallPrev{}
-			prev[s.Nr] = p
-		}
-		vals := syscallVals(s)
-		var mask byte
-		for k, v := range vals {
-			if v != p.vals[k] {
-				mask |= 1 << k
-			}
-		}
-		raw.u8(mask)
-		for k, v := range vals {
-			if mask&(1<<k) != 0 {
-				raw.svarint(v - p.vals[k])
-			}
-		}
-		p.vals = vals
-		raw.uvarint(uint64(len(s.Out)))
-		for j, o := range s.Out {
-			var ref uint64
-			if j < len(p.outs) {
-				ref = p.outs[j]
-			}
-			raw.svarint(o.Addr - ref)
-			raw.uvarint(uint64(len(o.Data)))
-			if p.wordDelta(j, len(o.Data)) {
-				for k := 0; k < len(o.Data); k += 8 {
-					raw.svarint(le64(o.Data[k:]) - le64(p.data[j][k:]))
-				}
-			} else {
-				raw.b = append(raw.b, o.Data...)
-			}
-		}
-		p.remember(s)
-		raw.uvarint(uint64(len(s.Pages)))
-		for _, pg := range s.Pages {
-			raw.u64(pg.Addr)
-			raw.hash(pg.Hash)
-		}
-	}
-	return raw.b
-}
-
 func (d *dec) uvarint(what string) uint64 { return d.varint(what, binary.Uvarint) }
 
 // svarint reads a zig-zag varint (a signed difference), as raw bits.
@@ -179,8 +109,10 @@ func (d *dec) ucount(what string, minSize int) int {
 // checkpoints under it by dropping the oldest intervals.
 const MaxSyscalls = 8 << 20
 
-// decodeSyscalls reads the log of versions 2 and 3 (see encodeSyscalls).
-func decodeSyscalls(d *dec, major uint16) []Syscall {
+// decodeSyscallsV2 reads the log of versions 2 and 3: one stream of
+// records, each compared with the previous record of the same number
+// (FORMAT.md, version history).
+func decodeSyscallsV2(d *dec, major uint16) []Syscall {
 	at := d.off
 	n := d.ucount("syscall", minSyscallV2)
 	if n > MaxSyscalls {
@@ -271,7 +203,7 @@ func UnpackSyscalls(b []byte) ([]Syscall, error) {
 		return nil, d.fail
 	}
 	d2 := &dec{b: raw, base: -1, sec: "SYSCL"}
-	calls := decodeSyscalls(d2, VersionMajor)
+	calls := decodeSyscalls(d2)
 	d2.end(true)
 	if d2.fail != nil {
 		return nil, d2.fail
