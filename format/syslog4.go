@@ -131,8 +131,26 @@ func encodeSyscallsRaw(calls []Syscall) []byte {
 		}
 		return e
 	}
-	head := st(streamHead, 0)
+	// The streams every record may use, looked up once; the per-number ones
+	// once per record with outputs.
+	head, out, pages := st(streamHead, 0), st(streamOutput, 0), st(streamPages, 0)
 	head.b = make([]byte, 0, 8*len(calls))
+	var values [8]*enc
+	for k := range values {
+		values[k] = st(streamValue, int64(k))
+	}
+	// Output bytes are not copied into their stream as they come: each
+	// stream is a list of the slices, copied once into the result.
+	type dataStream struct {
+		parts [][]byte
+		n     int
+	}
+	data := map[int64]*dataStream{}
+	type perNr struct {
+		words *enc
+		data  *dataStream
+	}
+	byNr := map[int]perNr{}
 	m := newLogModel(calls)
 	var seq, tid uint64
 	for i := range calls {
@@ -156,39 +174,53 @@ func encodeSyscallsRaw(calls []Syscall) []byte {
 		head.uvarint(uint64(len(s.Pages)))
 		for k, v := range vals {
 			if mask&(1<<k) != 0 {
-				st(streamValue, int64(k)).svarint(v - pvals[k])
+				values[k].svarint(v - pvals[k])
 			}
 		}
-		for j, o := range s.Out {
-			var ref uint64
-			if j < len(pk.Out) {
-				ref = pk.Out[j].Addr
+		if len(s.Out) > 0 {
+			nr, ok := byNr[s.Nr]
+			if !ok {
+				nr = perNr{st(streamWords, int64(s.Nr)), &dataStream{}}
+				data[int64(s.Nr)] = nr.data
+				byNr[s.Nr] = nr
 			}
-			out := st(streamOutput, 0)
-			out.svarint(o.Addr - ref)
-			out.uvarint(uint64(len(o.Data)))
-			if timeWords(pk, j, len(o.Data)) {
-				w := st(streamWords, int64(s.Nr))
-				for k := 0; k < len(o.Data); k += 8 {
-					w.svarint(le64(o.Data[k:]) - le64(pk.Out[j].Data[k:]))
+			for j, o := range s.Out {
+				var ref uint64
+				if j < len(pk.Out) {
+					ref = pk.Out[j].Addr
 				}
-			} else if len(o.Data) > 0 {
-				d := st(streamData, int64(s.Nr))
-				d.b = append(d.b, o.Data...)
+				out.svarint(o.Addr - ref)
+				out.uvarint(uint64(len(o.Data)))
+				if timeWords(pk, j, len(o.Data)) {
+					for k := 0; k < len(o.Data); k += 8 {
+						nr.words.svarint(le64(o.Data[k:]) - le64(pk.Out[j].Data[k:]))
+					}
+				} else if len(o.Data) > 0 {
+					nr.data.parts = append(nr.data.parts, o.Data)
+					nr.data.n += len(o.Data)
+				}
 			}
 		}
 		for _, pg := range s.Pages {
-			p := st(streamPages, 0)
-			p.u64(pg.Addr)
-			p.hash(pg.Hash)
+			pages.u64(pg.Addr)
+			pages.hash(pg.Hash)
 		}
 		m.note(i)
 	}
-	ids := make([]streamID, 0, len(streams))
-	size := 0
+	length := map[streamID]int{}
 	for id, e := range streams {
-		ids = append(ids, id)
-		size += len(e.b) + 24
+		length[id] = len(e.b)
+	}
+	for nr, d := range data {
+		length[streamID{streamData, nr}] = d.n
+	}
+	ids := make([]streamID, 0, len(length))
+	size := 0
+	for id, n := range length {
+		if n > 0 {
+			ids = append(ids, id)
+			size += n + 24
+		}
 	}
 	slices.SortFunc(ids, func(a, b streamID) int {
 		return cmp.Or(cmp.Compare(a.kind, b.kind), cmp.Compare(a.key, b.key))
@@ -199,10 +231,16 @@ func encodeSyscallsRaw(calls []Syscall) []byte {
 	for _, id := range ids {
 		raw.uvarint(id.kind)
 		raw.svarint(uint64(id.key))
-		raw.uvarint(uint64(len(streams[id].b)))
+		raw.uvarint(uint64(length[id]))
 	}
 	for _, id := range ids {
-		raw.b = append(raw.b, streams[id].b...)
+		if id.kind == streamData {
+			for _, p := range data[id.key].parts {
+				raw.b = append(raw.b, p...)
+			}
+		} else {
+			raw.b = append(raw.b, streams[id].b...)
+		}
 	}
 	return raw.b
 }
