@@ -13,6 +13,7 @@ import (
 	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/proc"
 	"github.com/tprec/tprec/syscalls"
+	"golang.org/x/sys/unix"
 )
 
 // dump takes a checkpoint of the retained intervals, ending at end. While
@@ -54,7 +55,10 @@ func (s *session) dump(end format.EndState, reason string) error {
 			err = s.finish(path, c, src, t0, held)
 		}
 		if err != nil {
-			s.logf("write checkpoint %s: %v", path, err)
+			s.errorf("checkpoint not written: %v", err)
+			s.mu.Lock()
+			s.lostDumps++
+			s.mu.Unlock()
 		}
 		if dsh != nil {
 			s.retire(dsh)
@@ -232,7 +236,7 @@ func (s *session) finish(path string, c *format.Checkpoint, src *liveSource, t0 
 	if c.Final, err = src.resolve(c.Final); err != nil {
 		return err
 	}
-	if err := format.Write(path, c, src.store); err != nil {
+	if path, err = s.write(path, c, src.store); err != nil {
 		return err
 	}
 	var size int64
@@ -261,6 +265,57 @@ func (s *session) finish(path string, c *format.Checkpoint, src *liveSource, t0 
 		s.o.Dumped(path)
 	}
 	return nil
+}
+
+// write writes the checkpoint at path or, when its directory cannot take
+// it (full, over quota, read-only, gone), in the first fallback directory on
+// another file system that can, and says so even with --quiet: the process
+// is gone and the file is all that is left of its crash. It returns where
+// the file went.
+func (s *session) write(path string, c *format.Checkpoint, pages format.PageSource) (string, error) {
+	err := format.Write(path, c, pages)
+	if err == nil || !storageError(err) {
+		return path, err
+	}
+	tried := map[uint64]bool{}
+	if dev, ok := deviceOf(filepath.Dir(path)); ok {
+		tried[dev] = true
+	}
+	for _, dir := range s.o.FallbackDirs {
+		dev, ok := deviceOf(dir)
+		if !ok || tried[dev] {
+			continue
+		}
+		tried[dev] = true
+		alt := filepath.Join(dir, filepath.Base(path))
+		if werr := format.Write(alt, c, pages); werr != nil {
+			s.logf("fallback %s: %v", dir, werr)
+			continue
+		}
+		s.errorf("%v; the checkpoint went to %s instead", err, alt)
+		return alt, nil
+	}
+	return path, err
+}
+
+// storageError reports whether a write failed for want of a place to put
+// the file rather than because of its content.
+func storageError(err error) bool {
+	for _, e := range []error{unix.ENOSPC, unix.EDQUOT, unix.EROFS, unix.EACCES, unix.EPERM, unix.ENOENT, unix.ENOTDIR, unix.EIO, unix.EFBIG} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// deviceOf returns the device of the file system holding dir.
+func deviceOf(dir string) (uint64, bool) {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return 0, false
+	}
+	return st.Dev, true
 }
 
 // digests computes the end-state digests of the listed pages

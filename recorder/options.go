@@ -2,6 +2,7 @@ package recorder
 
 import (
 	"io"
+	"os"
 	"time"
 )
 
@@ -22,6 +23,13 @@ type Options struct {
 	// StatusEvery is how often a status line is logged (0: never).
 	StatusEvery time.Duration
 	Log         io.Writer
+	// Errors receives what the user must see even when Log is silenced: a
+	// checkpoint that could not be written, or was written elsewhere
+	// (default os.Stderr).
+	Errors io.Writer
+	// FallbackDirs are where a checkpoint goes when OutputDir cannot take it
+	// (full, read-only, gone): default $TMPDIR, /var/tmp, /tmp.
+	FallbackDirs []string
 	// Dumped, if set, is called with the path of every checkpoint written.
 	Dumped func(path string)
 }
@@ -44,5 +52,11 @@ func (o *Options) defaults() {
 	}
 	if o.Log == nil {
 		o.Log = io.Discard
+	}
+	if o.Errors == nil {
+		o.Errors = os.Stderr
+	}
+	if o.FallbackDirs == nil {
+		o.FallbackDirs = []string{os.TempDir(), "/var/tmp", "/tmp"}
 	}
 }

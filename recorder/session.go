@@ -22,6 +22,10 @@ var ErrNoProcess = errors.New("no such process")
 // ErrPermission is returned when the kernel refuses to let tprec trace the target.
 var ErrPermission = errors.New("not permitted to trace the process")
 
+// ErrNotWritten is returned at the end of a recording when a checkpoint it
+// took could be written neither to the output directory nor to any fallback.
+var ErrNotWritten = errors.New("checkpoint lost")
+
 // Options of the target (PTRACE_O_*). EXITKILL is deliberately absent: if tprec
 // dies, the target must run on. The shadow gets EXITKILL of its own.
 const targetOptions = unix.PTRACE_O_TRACESYSGOOD | unix.PTRACE_O_TRACECLONE | unix.PTRACE_O_TRACEEXEC | unix.PTRACE_O_TRACEEXIT
@@ -49,6 +53,7 @@ type session struct {
 	mem   *proc.Mem
 	pm    *proc.Pagemap
 	vdso  *vdsoPatch
+	entry uint64 // the entry point breakpoint after an exec (entry.go), 0 when none
 	ring  *ring
 	hdr   format.Header
 	state state
@@ -84,6 +89,7 @@ type session struct {
 	gone        bool
 	exitStatus  unix.WaitStatus
 	dumps       []string
+	lostDumps   int            // checkpoints that could not be written anywhere
 	mu          sync.Mutex     // guards dumps and deadShadows (checkpoints finish in the background)
 	deadShadows []int          // killed dump shadows to collect
 	pending     sync.WaitGroup // checkpoints being finished
@@ -146,6 +152,9 @@ func Record(ctx context.Context, o Options, requests <-chan struct{}) error {
 	if launched != nil {
 		// The launched command is our child: collect it so it does not linger.
 		launched.Wait()
+	}
+	if err == nil && s.lostDumps > 0 {
+		err = fmt.Errorf("%w: %d checkpoint(s) could not be written (see above)", ErrNotWritten, s.lostDumps)
 	}
 	return err
 }
@@ -478,6 +487,8 @@ func (s *session) handle(st proc.Stop) error {
 		s.abandonIntervals()
 		s.vdso = nil
 		s.state = stateStarting
+		s.entry = 0 // exec dropped the breakpoint, if any
+		s.armEntry()
 		if err := proc.Resume(s.src.resumeRequest(), s.pid, 0); err != nil {
 			return err
 		}
@@ -676,6 +687,9 @@ func (s *session) suppressed(t *thread, sig int) bool {
 func (s *session) onSignal(t *thread, sig int) error {
 	if sig == 0 || s.suppressed(t, sig) {
 		return s.resume(t.tid, 0)
+	}
+	if s.atEntry(t, sig) {
+		return s.onEntry(t)
 	}
 	if s.state == stateRecording && fatalSignals[unix.Signal(sig)] {
 		return s.crash(t, sig)
@@ -1017,6 +1031,7 @@ func (s *session) detach(why string) error {
 	}
 	s.killShadow()
 	s.reapZombie(true)
+	s.disarmEntry()
 	if s.vdso != nil && s.mem != nil {
 		s.leaveVDSO()
 		if err := s.vdso.undo(s.mem); err != nil {
@@ -1138,6 +1153,11 @@ func (s *session) fail(err error) error {
 
 func (s *session) logf(f string, args ...any) {
 	fmt.Fprintf(s.o.Log, "tprec: "+f+"\n", args...)
+}
+
+// errorf reports what the user must see even with --quiet.
+func (s *session) errorf(f string, args ...any) {
+	fmt.Fprintf(s.o.Errors, "tprec: "+f+"\n", args...)
 }
 
 // defaultIgnored are the signals whose default action is to ignore them.

@@ -436,3 +436,66 @@ func TestAttachInsideVDSO(t *testing.T) {
 		}
 	})
 }
+
+// tinyDir mounts a 64 KiB tmpfs on a new temporary directory: too small for
+// any checkpoint.
+func tinyDir(t *testing.T) string {
+	t.Helper()
+	d := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", d).CombinedOutput(); err != nil {
+		t.Fatalf("mount a small tmpfs: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", d).Run() })
+	return d
+}
+
+// A full output directory loses no checkpoint: tprec writes it to the first
+// fallback directory on another file system ($TMPDIR here) and says where,
+// even with --quiet, and exits 0. When every fallback is full too it says
+// the checkpoint is lost and exits 1. The recorded program is Debian's
+// /bin/sh, counting in a loop and then killing itself with SIGSEGV.
+func TestFullOutputDirectory(t *testing.T) {
+	requireRoot(t)
+	script := `i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done; kill -SEGV $$`
+	tprec := filepath.Join(tools(t), "tprec")
+
+	full, fallback := tinyDir(t), t.TempDir()
+	cmd := exec.Command(tprec, "-q", "-o", full, "--", "/bin/sh", "-c", script)
+	cmd.Env = append(os.Environ(), "TMPDIR="+fallback)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("tprec with a full output directory and room in $TMPDIR: %v\n%s", err, out)
+	}
+	cks := checkpoints(t, fallback)
+	if len(cks) != 1 {
+		t.Fatalf("want one checkpoint in the fallback directory, got %v\n%s", cks, out)
+	}
+	if !strings.Contains(string(out), "no space left") || !strings.Contains(string(out), "went to "+cks[0]+" instead") {
+		t.Fatalf("tprec -q does not say the output directory was full and where the checkpoint went:\n%s", out)
+	}
+	t.Logf("tprec -q:\n%s", out)
+	if left := checkpoints(t, full); len(left) != 0 {
+		t.Fatalf("files left in the full directory: %v", left)
+	}
+	replay(t, cks[0])
+
+	// Every place full: /tmp, /var/tmp and $TMPDIR are small tmpfs mounts
+	// in a mount namespace of the test's own. tprec is executed through a
+	// descriptor opened before the mounts, in case it lives under /tmp.
+	sh := fmt.Sprintf(`set -e
+exec 3<%q
+mount -t tmpfs -o size=64k tmpfs /tmp
+mount -t tmpfs -o size=64k tmpfs /var/tmp
+TMPDIR=/tmp exec /proc/self/fd/3 -q -o /tmp -- /bin/sh -c "$SCRIPT"`, tprec)
+	cmd = exec.Command("unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", sh)
+	cmd.Env = append(os.Environ(), "SCRIPT="+script)
+	out, err = cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("tprec with nowhere to write: %v, want exit status 1\n%s", err, out)
+	}
+	t.Logf("tprec -q with nowhere to write:\n%s", out)
+	if !strings.Contains(string(out), "checkpoint not written") || !strings.Contains(string(out), "could not be written") {
+		t.Fatalf("tprec does not say the checkpoint was lost:\n%s", out)
+	}
+}

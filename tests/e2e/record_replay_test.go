@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	mrand "math/rand/v2"
 	"os"
@@ -354,4 +355,36 @@ func listDir(t *testing.T, dir string) string {
 		fmt.Fprintf(&b, "%s:%d:%v ", e.Name(), info.Size(), info.ModTime().UnixNano())
 	}
 	return b.String()
+}
+
+// A program launched by tprec that crashes within its first interval:
+// the dynamic loader's start-up reads the time stamp counter and cpuid,
+// which the log cannot hold, so the interval ends at the program's entry
+// point and the replay starts there. Debian's /bin/sh counts in a loop and
+// kills itself with SIGSEGV, a fraction of a second after its exec.
+func TestCrashInFirstInterval(t *testing.T) {
+	requireRoot(t)
+	forBackends(t, func(t *testing.T, backend string) {
+		dir := t.TempDir()
+		script := `i=0; while [ $i -lt 30000 ]; do i=$((i+1)); done; kill -SEGV $$`
+		ck := recordOne(t, dir, "--backend", backend, "-o", dir, "--", "/bin/sh", "-c", script)
+		var info struct {
+			Intervals []struct {
+				Index      int    `json:"index"`
+				Replayable bool   `json:"replayable"`
+				Reason     string `json:"reason"`
+			} `json:"intervals"`
+		}
+		out, code := runTool(t, "tpinspect", "--json", ck)
+		if code != 0 {
+			t.Fatalf("tpinspect: exit %d\n%s", code, out)
+		}
+		if err := json.Unmarshal([]byte(out), &info); err != nil {
+			t.Fatal(err)
+		}
+		if len(info.Intervals) < 2 || info.Intervals[0].Replayable || !strings.Contains(info.Intervals[0].Reason, "dynamic loader") {
+			t.Fatalf("want a first interval ending at the entry point, not replayable because of the loader:\n%s", out)
+		}
+		replay(t, ck)
+	})
 }
