@@ -177,15 +177,22 @@ func TestEBPFFaultsAgreeWithPagemap(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(got) < 3 {
+	if len(got) < 4 {
 		t.Fatalf("only %d intervals compared\n%s", len(got), log.String())
 	}
-	for i, r := range got[1:] { // the first interval includes the program's start-up
-		if r.pm < 2*64 {
-			t.Errorf("interval %d: pagemap found %d written pages, want at least %d", i+1, r.pm, 2*64)
-		}
+	// The first interval ends at the program's entry point (the loader's
+	// start-up, entry.go), the second at the first tick after it, which may
+	// come at once: the program's own start-up. The later ones each hold
+	// whole rounds of the fixture's writes.
+	for i, r := range got {
 		if r.onlyPM != 0 || r.onlyF != 0 {
-			t.Errorf("interval %d: %d pages only in pagemap, %d only in faults", i+1, r.onlyPM, r.onlyF)
+			t.Errorf("interval %d: %d pages only in pagemap, %d only in faults", i, r.onlyPM, r.onlyF)
+		}
+		if i < 2 {
+			continue
+		}
+		if r.pm < 2*64 {
+			t.Errorf("interval %d: pagemap found %d written pages, want at least %d", i, r.pm, 2*64)
 		}
 	}
 }
