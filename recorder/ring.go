@@ -2,6 +2,7 @@ package recorder
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/klauspost/compress/s2"
 	"github.com/tprec/tprec/format"
@@ -115,10 +116,7 @@ func (b *blob) page() ([]byte, error) {
 // The newest interval is never dropped.
 func (r *ring) push(iv *interval) {
 	for s := range iv.syscalls.all() {
-		iv.logBytes += 96
-		for _, o := range s.Out {
-			iv.logBytes += int64(len(o.Data))
-		}
+		iv.logBytes += callBytes(s)
 	}
 	r.bytes += iv.logBytes
 	r.intervals = append(r.intervals, iv)
@@ -139,6 +137,18 @@ func (r *ring) push(iv *interval) {
 		}
 		r.drop()
 	}
+}
+
+// callBytes is the memory one logged call holds: its record, its output
+// list and the output bytes (copied into blocks the log owns), its mapped
+// file pages. (Counting 96 bytes a record and the output bytes alone let a
+// recorder of redis-server hold twice its --max-memory.)
+func callBytes(s *format.Syscall) int64 {
+	n := int64(unsafe.Sizeof(*s)) + int64(cap(s.Out))*int64(unsafe.Sizeof(format.OutBuf{})) + int64(cap(s.Pages))*int64(unsafe.Sizeof(format.PageRef{}))
+	for _, o := range s.Out {
+		n += int64(len(o.Data))
+	}
+	return n
 }
 
 // unpacked returns the oldest interval whose log was not packed yet.

@@ -1283,6 +1283,19 @@ func (s *session) statusLine(now time.Time) string {
 	for _, iv := range s.ring.intervals {
 		lost += iv.lost
 	}
-	return fmt.Sprintf("pid %d: %.1f s of history in %d intervals, ring %.1f of %.0f MiB, %d syscalls logged, %d events lost",
-		s.pid, history.Seconds(), len(s.ring.intervals)+1, float64(s.ring.bytes)/(1<<20), float64(s.o.MaxMemory)/(1<<20), s.seq, lost)
+	return fmt.Sprintf("pid %d: %.1f s of history in %d intervals, ring %.1f of %.0f MiB (tprec resident %.0f MiB), %d syscalls logged, %d events lost",
+		s.pid, history.Seconds(), len(s.ring.intervals)+1, float64(s.ring.bytes)/(1<<20), float64(s.o.MaxMemory)/(1<<20), float64(residentBytes())/(1<<20), s.seq, lost)
+}
+
+// residentBytes is tprec's own resident memory (0 if unknown).
+func residentBytes() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	var size, rss int64
+	if _, err := fmt.Sscan(string(b), &size, &rss); err != nil {
+		return 0
+	}
+	return rss * int64(os.Getpagesize())
 }

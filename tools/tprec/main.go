@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -81,6 +82,14 @@ func record(c *cli.Context) error {
 	var err error
 	if o.MaxMemory, err = parseSize(c.String("max-memory")); err != nil {
 		return cli.Exit(fmt.Sprintf("tprec: --max-memory: %v", err), 2)
+	}
+	// The ring holds up to --max-memory; the interval being recorded, the
+	// reader's blocks and a dump in progress come on top. Without a limit
+	// the Go collector lets the heap grow to twice what is live (a recorder
+	// of redis-server: 230 MB of heap for a 64 MiB ring). GOMEMLIMIT, when
+	// set, wins.
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(2*o.MaxMemory + 32<<20)
 	}
 	rb, err := parseSize(c.String("ringbuf-size"))
 	if err != nil {
