@@ -49,11 +49,16 @@ func (s *session) restartEpollAtExit(t *thread) bool {
 	if nr != unix.SYS_EPOLL_WAIT && nr != unix.SYS_EPOLL_PWAIT && !(nr == unix.SYS_EPOLL_PWAIT2 && t.entry.Args[3] == 0) {
 		return false
 	}
-	waited := int64(-1)
-	if !t.entryAt.IsZero() {
-		waited = time.Since(t.entryAt).Milliseconds()
+	regs, err := proc.GetRegs(t.tid)
+	if err != nil || int64(regs.Rax) != -int64(unix.EINTR) {
+		return false
 	}
-	if err := restartWait(t.tid, waited); err != nil {
+	if timeout := int64(int32(regs.R10)); nr != unix.SYS_EPOLL_PWAIT2 && timeout > 0 && !t.entryAt.IsZero() {
+		waited := time.Since(t.entryAt).Milliseconds()
+		regs.R10 = uint64(timeout - min(waited, timeout))
+	}
+	regs.Rax = uint64(-erestartNoHand)
+	if err := proc.SetRegs(t.tid, regs); err != nil {
 		if !proc.Gone(err) {
 			s.logf("restart the epoll wait of thread %d: %v", t.tid, err)
 		}
@@ -71,33 +76,29 @@ func (s *session) restartEpoll(tid int) {
 	if !cut {
 		return
 	}
-	waited := int64(-1)
-	var now unix.Timespec
-	if known && unix.ClockGettime(unix.CLOCK_MONOTONIC, &now) == nil {
-		waited = int64((uint64(now.Nano()) - t0) / 1e6)
-	}
-	if err := restartWait(tid, waited); err != nil && !proc.Gone(err) {
-		// The log now lacks a call the program saw.
-		s.logf("restart the epoll wait of thread %d: %v", tid, err)
-		s.notReplayable(fmt.Sprintf("thread %d: an epoll wait cut short by a boundary could not be restarted: %v", tid, err))
-	}
-}
-
-// restartWait makes the epoll wait that thread tid, stopped, is returning
-// EINTR from go back into the call with the time left of its timeout
-// (waited: milliseconds since it began, -1 if unknown).
-func restartWait(tid int, waited int64) error {
 	regs, err := proc.GetRegs(tid)
 	if err != nil {
-		return err
+		return
 	}
 	nr := int64(regs.OrigRax)
 	if int64(regs.Rax) != -int64(unix.EINTR) || (nr != unix.SYS_EPOLL_WAIT && nr != unix.SYS_EPOLL_PWAIT && nr != unix.SYS_EPOLL_PWAIT2) {
-		return fmt.Errorf("its registers say %s = %d, not an epoll wait failing with EINTR", syscalls.Name(int(nr)), int64(regs.Rax))
+		// Cannot happen: the mark is set at the call's exit and this is
+		// the thread's next stop. Said, since the log now lacks a call
+		// the program saw.
+		s.logf("thread %d: an epoll wait left out of the log, but its registers say %s = %d", tid, syscalls.Name(int(nr)), int64(regs.Rax))
+		s.notReplayable(fmt.Sprintf("thread %d: an epoll wait cut short by a boundary could not be restarted", tid))
+		return
 	}
-	if timeout := int64(int32(regs.R10)); nr != unix.SYS_EPOLL_PWAIT2 && timeout > 0 && waited >= 0 {
-		regs.R10 = uint64(timeout - min(waited, timeout))
+	if timeout := int64(int32(regs.R10)); nr != unix.SYS_EPOLL_PWAIT2 && timeout > 0 && known {
+		var now unix.Timespec
+		if unix.ClockGettime(unix.CLOCK_MONOTONIC, &now) == nil {
+			waited := (uint64(now.Nano()) - t0) / 1e6
+			regs.R10 = uint64(timeout - int64(min(waited, uint64(timeout))))
+		}
 	}
 	regs.Rax = uint64(-erestartNoHand)
-	return proc.SetRegs(tid, regs)
+	if err := proc.SetRegs(tid, regs); err != nil && !proc.Gone(err) {
+		s.logf("restart the epoll wait of thread %d: %v", tid, err)
+		s.notReplayable(fmt.Sprintf("thread %d: an epoll wait cut short by a boundary could not be restarted: %v", tid, err))
+	}
 }
