@@ -2,7 +2,6 @@ package recorder
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/tprec/tprec/proc"
 	"github.com/tprec/tprec/syscalls"
@@ -29,43 +28,11 @@ import (
 // interrupting the call). The timeout is shortened by the time already
 // waited (the programs note when each epoll wait begins), so a timer the
 // program waits for fires when it would have; epoll_pwait2, whose timeout is
-// in memory, is restarted only without one.
-//
-// The ptrace backend sees the EINTR at the call's exit stop, and the entry
-// stop says when the wait began: restartEpollAtExit makes the same change
-// there, before the call is logged, so that it is not (a restart code is
-// never logged). Something is pending whenever an epoll wait returns EINTR
-// (the recorder's interrupt, or a signal), so the kernel looks at the code
-// on the way out and restarts the call, or, for a handler, turns it into
-// EINTR.
+// in memory, is restarted only without one. The ptrace backend does not do
+// this: there the program sees the EINTR, and it is logged.
 
 // erestartNoHand is ERESTARTNOHAND (include/linux/errno.h).
 var erestartNoHand int64 = 514
-
-// restartEpollAtExit restarts the epoll wait whose exit stop thread t is
-// at, with EINTR (ptrace backend). It reports whether it did.
-func (s *session) restartEpollAtExit(t *thread) bool {
-	nr := int64(t.entry.Nr)
-	if nr != unix.SYS_EPOLL_WAIT && nr != unix.SYS_EPOLL_PWAIT && !(nr == unix.SYS_EPOLL_PWAIT2 && t.entry.Args[3] == 0) {
-		return false
-	}
-	regs, err := proc.GetRegs(t.tid)
-	if err != nil || int64(regs.Rax) != -int64(unix.EINTR) {
-		return false
-	}
-	if timeout := int64(int32(regs.R10)); nr != unix.SYS_EPOLL_PWAIT2 && timeout > 0 && !t.entryAt.IsZero() {
-		waited := time.Since(t.entryAt).Milliseconds()
-		regs.R10 = uint64(timeout - min(waited, timeout))
-	}
-	regs.Rax = uint64(-erestartNoHand)
-	if err := proc.SetRegs(t.tid, regs); err != nil {
-		if !proc.Gone(err) {
-			s.logf("restart the epoll wait of thread %d: %v", t.tid, err)
-		}
-		return false
-	}
-	return true
-}
 
 // restartEpoll is called at every event stop of thread tid (the interrupt's
 // stop, or a group stop that came with it), before anything reads its

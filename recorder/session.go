@@ -99,9 +99,6 @@ type session struct {
 type thread struct {
 	tid   int
 	entry *proc.SyscallInfo // ptrace backend: the call between its entry and exit stops
-	// entryAt is when the thread reached that entry stop (ptrace backend:
-	// the time left of an epoll wait restarted at its exit, epoll.go).
-	entryAt time.Time
 	// While holdOthers holds the thread: held, and how to resume it (req
 	// with sig, or PTRACE_LISTEN in a group stop). exiting: held at its
 	// exit; fatal: held in the delivery of a fatal signal.
@@ -566,7 +563,7 @@ func (s *session) onSyscall(t *thread) error {
 		return err
 	}
 	if si.Op == proc.SyscallEntry {
-		t.entry, t.entryAt = &si, time.Now()
+		t.entry = &si
 		if err := s.resume(t.tid, 0); err != nil {
 			return err
 		}
@@ -591,9 +588,6 @@ func (s *session) onSyscall(t *thread) error {
 
 // syscallExit logs the call a thread completes (ptrace backend).
 func (s *session) syscallExit(t *thread, si proc.SyscallInfo) {
-	if t.entry != nil && si.Ret == -int64(unix.EINTR) && s.restartEpollAtExit(t) {
-		si.Ret = -erestartNoHand
-	}
 	if t.entry != nil && si.Ret == -516 && t.entry.Nr != unix.SYS_RESTART_SYSCALL {
 		e := *t.entry
 		s.restarts[t.tid] = &e // ERESTART_RESTARTBLOCK: restart_syscall will finish it
@@ -856,7 +850,7 @@ func (s *session) holdStop(t *thread, st proc.Stop) (*thread, error) {
 			return nil, err
 		}
 		if si.Op == proc.SyscallEntry {
-			t.entry, t.entryAt = &si, time.Now()
+			t.entry = &si
 		} else if si.Op == proc.SyscallExit {
 			s.syscallExit(t, si)
 		}

@@ -309,22 +309,18 @@ func TestThreadedTargetUnharmedWhenTprecKilled(t *testing.T) {
 // hashes and writes to a pipe). epoll waits return EINTR when a boundary
 // interrupts them and are never restarted by the kernel, so the waiting
 // thread was back in user code at every interval start and no interval was
-// replayable. The recorder now restarts such a wait with the time left of
-// its timeout (recorder/epoll.go): the program's own timeouts still come on
-// time, it never sees an EINTR, and a crash of the worker replays.
+// replayable. The eBPF backend now restarts such a wait with the time left
+// of its timeout (recorder/epoll.go): the program's own timeouts still come
+// on time and it never sees an EINTR, and a crash of the worker replays.
+// The ptrace backend leaves the EINTR to the program, as before.
 func TestEpollWaitRestarted(t *testing.T) {
 	requireRoot(t)
 	dir := t.TempDir()
 	prog := cc(t, "testdata/epollidle.c", dir)
-	forBackends(t, func(t *testing.T, backend string) {
-		testEpollWaitRestarted(t, prog, backend)
-	})
-}
 
-func testEpollWaitRestarted(t *testing.T, prog, backend string) {
 	// The timeouts: 1 s waits over 4.5 s of recording, the program launched
 	// by tprec and printing to a pipe the test reads.
-	cmd := exec.Command(filepath.Join(tools(t), "tprec"), "--backend", backend, "-o", t.TempDir(), "--", prog, "1000", "4.5")
+	cmd := exec.Command(filepath.Join(tools(t), "tprec"), "--backend", "ebpf", "-o", t.TempDir(), "--", prog, "1000", "4.5")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -365,6 +361,6 @@ func testEpollWaitRestarted(t *testing.T, prog, backend string) {
 	if worker == 0 {
 		t.Fatal("the worker thread did not start")
 	}
-	ck := crashThread(t, target, done, worker, 1500*time.Millisecond, "--backend", backend)
+	ck := crashThread(t, target, done, worker, 1500*time.Millisecond, "--backend", "ebpf")
 	replay(t, ck)
 }
