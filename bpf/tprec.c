@@ -75,10 +75,8 @@ struct {
 } restarts SEC(".maps");
 
 /* When each thread of a recorded process last entered an epoll wait
- * (bpf_ktime_get_ns, CLOCK_MONOTONIC), and TP_EPOLL_CUT when sys_exit left
- * that wait, cut short by the recorder's interrupt, out of the log: the
- * recorder restarts it with the time left of its timeout. */
-#define TP_EPOLL_CUT (1ULL << 63)
+ * (bpf_ktime_get_ns, CLOCK_MONOTONIC): the recorder restarts a wait its
+ * interrupt cut short with the time left of its timeout. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
@@ -650,18 +648,8 @@ int BPF_PROG(tp_sys_exit, struct pt_regs *regs, long ret)
 		call.args[5] = regs->r9;
 	}
 	if (ret == -4 /* EINTR */ && (p->flags & TP_PROC_EPOLL_RESTART) && epoll_restartable(&call) &&
-	    (BPF_CORE_READ(bpf_get_current_task_btf(), jobctl) & TP_JOBCTL_TRAP_STOP)) {
-		/* Left out of the log: the recorder finds the mark at the
-		 * thread's next stop and makes the call restart there. */
-		__u64 *t0 = bpf_map_lookup_elem(&epoll_start, &tid);
-		if (t0) {
-			*t0 |= TP_EPOLL_CUT;
-		} else {
-			__u64 v = TP_EPOLL_CUT;
-			bpf_map_update_elem(&epoll_start, &tid, &v, BPF_ANY);
-		}
-		return 0;
-	}
+	    (BPF_CORE_READ(bpf_get_current_task_btf(), jobctl) & TP_JOBCTL_TRAP_STOP))
+		return 0; /* becomes a restart at the interrupt's stop */
 	if (restarting(ret)) {
 		if (ret == -516 && call.nr != TP_NR_RESTART)
 			bpf_map_update_elem(&restarts, &tid, (struct tp_entry *)&call, BPF_ANY);

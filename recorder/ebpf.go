@@ -249,25 +249,17 @@ func (e *ebpfSource) attachEpoll() bool {
 	return true
 }
 
-// epollCut reads and clears the programs' mark on tid's epoll wait
-// (epoll.go, bpf/tprec.c: epoll_start).
-func (e *ebpfSource) epollCut(tid int) (bool, uint64, bool) {
+// epollStart reads when tid entered its epoll wait (epoll.go).
+func (e *ebpfSource) epollStart(tid int) (uint64, bool, bool) {
 	if !e.epoll {
-		return false, 0, false
+		return 0, false, false
 	}
-	var v uint64
-	if err := e.objs.EpollStart.Lookup(uint32(tid), &v); err != nil || v&epollCutMark == 0 {
-		return false, 0, false
+	var t0 uint64
+	if err := e.objs.EpollStart.Lookup(uint32(tid), &t0); err != nil {
+		return 0, false, true
 	}
-	t0 := v &^ epollCutMark
-	if err := e.objs.EpollStart.Update(uint32(tid), t0, ebpf.UpdateExist); err != nil {
-		e.logf("clear the epoll mark of thread %d: %v", tid, err)
-	}
-	return true, t0, t0 != 0
+	return t0, true, true
 }
-
-// epollCutMark is TP_EPOLL_CUT (bpf/tprec.c).
-const epollCutMark = 1 << 63
 
 // markTraced sets or clears the bit of tgid in traced_bits, the programs'
 // first filter. The read-modify-write is not atomic against the fork
