@@ -74,16 +74,6 @@ struct {
 	__type(value, struct tp_entry);
 } restarts SEC(".maps");
 
-/* When each thread of a recorded process last entered an epoll wait
- * (bpf_ktime_get_ns, CLOCK_MONOTONIC): the recorder restarts a wait its
- * interrupt cut short with the time left of its timeout. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);
-	__type(value, __u64);
-} epoll_start SEC(".maps");
-
 struct tp_page_key {
 	__u32 tgid;
 	__u32 pad;
@@ -454,31 +444,6 @@ static long out_step(__u64 i, struct call_ctx *c)
 	return 0;
 }
 
-/* include/linux/sched/jobctl.h: JOBCTL_TRAP_STOP, set by PTRACE_INTERRUPT
- * (and for a traced thread's group stop) until the thread stops. */
-#define TP_JOBCTL_TRAP_STOP (1UL << 19)
-
-/* epoll_wait and epoll_pwait take their timeout in milliseconds in the
- * fourth argument, which the recorder can shorten; epoll_pwait2 takes a
- * timespec pointer and only its "no timeout" (NULL) is restarted. */
-static __always_inline int epoll_restartable(struct call_ctx *c)
-{
-	return c->nr == 232 || c->nr == 281 || (c->nr == 441 && c->args[3] == 0);
-}
-
-SEC("tracepoint/syscalls/sys_enter_epoll_wait")
-int tp_epoll_enter(void *ctx)
-{
-	__u64 pt = bpf_get_current_pid_tgid();
-	__u32 tgid = pt >> 32, tid = (__u32)pt;
-	struct tp_proc *p = traced_proc(tgid);
-	if (!p || !(p->flags & TP_PROC_EPOLL_RESTART))
-		return 0;
-	__u64 now = bpf_ktime_get_ns();
-	bpf_map_update_elem(&epoll_start, &tid, &now, BPF_ANY);
-	return 0;
-}
-
 static __always_inline int restarting(long ret)
 {
 	/* include/linux/errno.h: ERESTARTSYS, ERESTARTNOINTR, ERESTARTNOHAND,
@@ -647,9 +612,6 @@ int BPF_PROG(tp_sys_exit, struct pt_regs *regs, long ret)
 		call.args[4] = regs->r8;
 		call.args[5] = regs->r9;
 	}
-	if (ret == -4 /* EINTR */ && (p->flags & TP_PROC_EPOLL_RESTART) && epoll_restartable(&call) &&
-	    (BPF_CORE_READ(bpf_get_current_task_btf(), jobctl) & TP_JOBCTL_TRAP_STOP))
-		return 0; /* becomes a restart at the interrupt's stop */
 	if (restarting(ret)) {
 		if (ret == -516 && call.nr != TP_NR_RESTART)
 			bpf_map_update_elem(&restarts, &tid, (struct tp_entry *)&call, BPF_ANY);
@@ -805,7 +767,6 @@ int BPF_PROG(tp_exit, struct task_struct *task)
 	if (!traced_proc(tgid))
 		return 0;
 	bpf_map_delete_elem(&restarts, &tid);
-	bpf_map_delete_elem(&epoll_start, &tid);
 	/* kernel/exit.c: do_exit drops signal->live before this tracepoint. */
 	if (BPF_CORE_READ(task, signal, live.counter) == 0) {
 		bpf_map_delete_elem(&traced, &tgid);

@@ -85,11 +85,6 @@ struct tp_proc {
 enum tp_proc_flags {
 	TP_PROC_FOLLOW_FORK = 1, /* children are added to the map */
 	TP_PROC_MARK_MMAPS = 2,  /* stop the thread (SIGURG) after a file mmap */
-	/* An epoll wait that returns EINTR because the recorder's interrupt is
-	 * pending is left out of the log: the recorder turns it into a restart
-	 * at the interrupt's stop (recorder/epoll.go). Set only when the
-	 * programs that note when such waits begin are attached. */
-	TP_PROC_EPOLL_RESTART = 4,
 };
 
 /* Per-CPU counters, read by the recorder at every boundary. */

@@ -102,9 +102,8 @@ type TprecTpProc struct {
 type TprecTpProcFlags uint32
 
 const (
-	TprecTpProcFlagsTP_PROC_FOLLOW_FORK   TprecTpProcFlags = 1
-	TprecTpProcFlagsTP_PROC_MARK_MMAPS    TprecTpProcFlags = 2
-	TprecTpProcFlagsTP_PROC_EPOLL_RESTART TprecTpProcFlags = 4
+	TprecTpProcFlagsTP_PROC_FOLLOW_FORK TprecTpProcFlags = 1
+	TprecTpProcFlagsTP_PROC_MARK_MMAPS  TprecTpProcFlags = 2
 )
 
 type TprecTpRecFlags uint32
@@ -133,14 +132,12 @@ type TprecTpSyscall struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	TprecMapCounters         = "counters"
-	TprecMapEpollStart       = "epoll_start"
 	TprecMapEvents           = "events"
 	TprecMapPages            = "pages"
 	TprecMapRestarts         = "restarts"
 	TprecMapScratch          = "scratch"
 	TprecMapTraced           = "traced"
 	TprecMapTracedBits       = "traced_bits"
-	TprecProgTpEpollEnter    = "tp_epoll_enter"
 	TprecProgTpExit          = "tp_exit"
 	TprecProgTpFaultKernel   = "tp_fault_kernel"
 	TprecProgTpFaultUser     = "tp_fault_user"
@@ -201,7 +198,6 @@ type TprecSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type TprecProgramSpecs struct {
-	TpEpollEnter  *ebpf.ProgramSpec `ebpf:"tp_epoll_enter"`
 	TpExit        *ebpf.ProgramSpec `ebpf:"tp_exit"`
 	TpFaultKernel *ebpf.ProgramSpec `ebpf:"tp_fault_kernel"`
 	TpFaultUser   *ebpf.ProgramSpec `ebpf:"tp_fault_user"`
@@ -214,7 +210,6 @@ type TprecProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type TprecMapSpecs struct {
 	Counters   *ebpf.MapSpec `ebpf:"counters"`
-	EpollStart *ebpf.MapSpec `ebpf:"epoll_start"`
 	Events     *ebpf.MapSpec `ebpf:"events"`
 	Pages      *ebpf.MapSpec `ebpf:"pages"`
 	Restarts   *ebpf.MapSpec `ebpf:"restarts"`
@@ -261,7 +256,6 @@ func (o *TprecObjects) Close() error {
 // It can be passed to LoadTprecObjects or ebpf.CollectionSpec.LoadAndAssign.
 type TprecMaps struct {
 	Counters   *ebpf.Map `ebpf:"counters"`
-	EpollStart *ebpf.Map `ebpf:"epoll_start"`
 	Events     *ebpf.Map `ebpf:"events"`
 	Pages      *ebpf.Map `ebpf:"pages"`
 	Restarts   *ebpf.Map `ebpf:"restarts"`
@@ -273,7 +267,6 @@ type TprecMaps struct {
 func (m *TprecMaps) Close() error {
 	return _TprecClose(
 		m.Counters,
-		m.EpollStart,
 		m.Events,
 		m.Pages,
 		m.Restarts,
@@ -304,7 +297,6 @@ type TprecVariables struct {
 //
 // It can be passed to LoadTprecObjects or ebpf.CollectionSpec.LoadAndAssign.
 type TprecPrograms struct {
-	TpEpollEnter  *ebpf.Program `ebpf:"tp_epoll_enter"`
 	TpExit        *ebpf.Program `ebpf:"tp_exit"`
 	TpFaultKernel *ebpf.Program `ebpf:"tp_fault_kernel"`
 	TpFaultUser   *ebpf.Program `ebpf:"tp_fault_user"`
@@ -314,7 +306,6 @@ type TprecPrograms struct {
 
 func (p *TprecPrograms) Close() error {
 	return _TprecClose(
-		p.TpEpollEnter,
 		p.TpExit,
 		p.TpFaultKernel,
 		p.TpFaultUser,

@@ -74,7 +74,6 @@ type ebpfSource struct {
 
 	epoch    uint64
 	marks    uint32 // SIGURGs of file mmaps taken (ownSignal), against tp_proc.marks
-	epoll    bool   // epoll waits cut short by an interrupt are restarted (epoll.go)
 	baseline bpf.TprecTpCounters
 	misses   uint64 // recursion misses of the programs, last read
 
@@ -212,11 +211,7 @@ func newEBPFSource(pid int, ringbufSize int, logf func(string, ...any)) (*ebpfSo
 		return nil, fmt.Errorf("%w: ring buffer reader: %w", ErrEBPFUnavailable, err)
 	}
 	go e.read()
-	flags := uint32(bpf.TprecTpProcFlagsTP_PROC_MARK_MMAPS)
-	if e.attachEpoll() {
-		flags |= uint32(bpf.TprecTpProcFlagsTP_PROC_EPOLL_RESTART)
-	}
-	if err := e.objs.Traced.Update(uint32(pid), bpf.TprecTpProc{Flags: flags}, ebpf.UpdateAny); err != nil {
+	if err := e.objs.Traced.Update(uint32(pid), bpf.TprecTpProc{Flags: uint32(bpf.TprecTpProcFlagsTP_PROC_MARK_MMAPS)}, ebpf.UpdateAny); err != nil {
 		e.close()
 		return nil, fmt.Errorf("%w: trace process %d: %w", ErrEBPFUnavailable, pid, err)
 	}
@@ -225,40 +220,6 @@ func newEBPFSource(pid int, ringbufSize int, logf func(string, ...any)) (*ebpfSo
 		return nil, fmt.Errorf("%w: trace process %d: %w", ErrEBPFUnavailable, pid, err)
 	}
 	return e, nil
-}
-
-// attachEpoll attaches the program that notes when a thread enters an
-// epoll wait to the three epoll waits' own tracepoints (they run for those
-// calls only). Without them (no tracefs, say) epoll waits that a boundary
-// interrupts return EINTR to the program, as they did before (epoll.go).
-func (e *ebpfSource) attachEpoll() bool {
-	var links []link.Link
-	for _, call := range []string{"epoll_wait", "epoll_pwait", "epoll_pwait2"} {
-		l, err := link.Tracepoint("syscalls", "sys_enter_"+call, e.objs.TpEpollEnter, nil)
-		if err != nil {
-			for _, l := range links {
-				l.Close()
-			}
-			e.logf("epoll waits interrupted by a boundary will return EINTR: attach to syscalls:sys_enter_%s: %v", call, err)
-			return false
-		}
-		links = append(links, l)
-	}
-	e.links = append(e.links, links...)
-	e.epoll = true
-	return true
-}
-
-// epollStart reads when tid entered its epoll wait (epoll.go).
-func (e *ebpfSource) epollStart(tid int) (uint64, bool, bool) {
-	if !e.epoll {
-		return 0, false, false
-	}
-	var t0 uint64
-	if err := e.objs.EpollStart.Lookup(uint32(tid), &t0); err != nil {
-		return 0, false, true
-	}
-	return t0, true, true
 }
 
 // markTraced sets or clears the bit of tgid in traced_bits, the programs'

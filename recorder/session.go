@@ -599,7 +599,6 @@ func (s *session) syscallExit(t *thread, si proc.SyscallInfo) {
 }
 
 func (s *session) onEventStop(t *thread, st proc.Stop) error {
-	s.restartEpoll(t.tid)
 	if sig := st.Status.StopSignal(); sig != unix.SIGTRAP {
 		// A group stop (SIGSTOP, SIGTSTP...): stay stopped until SIGCONT, as
 		// without tprec.
@@ -856,7 +855,6 @@ func (s *session) holdStop(t *thread, st proc.Stop) (*thread, error) {
 		}
 		t.hold(req, 0)
 	case st.Event() == unix.PTRACE_EVENT_STOP:
-		s.restartEpoll(t.tid)
 		t.hold(req, 0)
 		t.listen = st.Status.StopSignal() != unix.SIGTRAP // in a group stop
 	case st.Event() == unix.PTRACE_EVENT_CLONE:
@@ -1090,7 +1088,6 @@ func (s *session) stopForDetach() error {
 			return nil
 		}
 		if st.Event() == unix.PTRACE_EVENT_STOP && st.Status.StopSignal() == unix.SIGTRAP {
-			s.restartEpoll(s.pid)
 			return nil
 		}
 		if st.SyscallStop() {

@@ -33,11 +33,6 @@ type source interface {
 	// lastSeq returns the sequence number of the last syscall the target
 	// completed, called with the thread that matters stopped.
 	lastSeq(s *session) (uint64, error)
-	// epollStart says when thread tid entered the epoll wait that an
-	// interrupt of the recorder cut short (CLOCK_MONOTONIC nanoseconds), if
-	// the source restarts such waits (epoll.go); ok is false when it does
-	// not, and then the program sees the EINTR as it is logged.
-	epollStart(tid int) (t0 uint64, known, ok bool)
 	close()
 }
 
@@ -52,7 +47,6 @@ func (ptraceSource) ownSignal(sig int) bool                            { return 
 func (ptraceSource) close()                                            {}
 func (ptraceSource) checkWritten(*session, []format.Mapping, []uint64) {}
 func (ptraceSource) lastSeq(s *session) (uint64, error)                { return s.seq, nil }
-func (ptraceSource) epollStart(int) (uint64, bool, bool)               { return 0, false, false }
 
 // appendSyscall adds one completed syscall to the current interval, giving
 // it the next sequence number. problem, if set, says why its outputs could

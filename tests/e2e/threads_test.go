@@ -1,11 +1,9 @@
 package e2e
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -302,65 +300,4 @@ func TestThreadedTargetUnharmedWhenTprecKilled(t *testing.T) {
 	if got := out.String(); got != string(ref) {
 		t.Fatalf("output %q, an unrecorded run printed %q", got, ref)
 	}
-}
-
-// A thread waiting in epoll_wait while another works (testdata/epollidle.c:
-// the main thread waits on a listening socket nobody connects to, a worker
-// hashes and writes to a pipe). epoll waits return EINTR when a boundary
-// interrupts them and are never restarted by the kernel, so the waiting
-// thread was back in user code at every interval start and no interval was
-// replayable. The eBPF backend now restarts such a wait with the time left
-// of its timeout (recorder/epoll.go): the program's own timeouts still come
-// on time and it never sees an EINTR, and a crash of the worker replays.
-// The ptrace backend leaves the EINTR to the program, as before.
-func TestEpollWaitRestarted(t *testing.T) {
-	requireRoot(t)
-	dir := t.TempDir()
-	prog := cc(t, "testdata/epollidle.c", dir)
-
-	// The timeouts: 1 s waits over 4.5 s of recording, the program launched
-	// by tprec and printing to a pipe the test reads.
-	cmd := exec.Command(filepath.Join(tools(t), "tprec"), "--backend", "ebpf", "-o", t.TempDir(), "--", prog, "1000", "4.5")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("tprec: %v\n%s", err, stderr.String())
-	}
-	var waits []float64
-	for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
-		var ms float64
-		switch {
-		case line == "eintr":
-			t.Errorf("the program saw an epoll_wait fail with EINTR")
-		case strings.HasPrefix(line, "timeout "):
-			fmt.Sscanf(line, "timeout %f", &ms)
-			waits = append(waits, ms)
-		}
-	}
-	t.Logf("waits that timed out (ms): %v", waits)
-	if len(waits) < 3 {
-		t.Fatalf("%d of the program's 1 s waits timed out in 4.5 s, want at least 3:\n%s", len(waits), stdout.String())
-	}
-	for _, ms := range waits {
-		if ms < 950 || ms > 1400 {
-			t.Errorf("a 1 s wait lasted %.0f ms", ms)
-		}
-	}
-
-	// The crash: a 5 s wait in the main thread, the worker crashed.
-	target, _, done := startTarget(t, prog, "5000", "30")
-	var worker int
-	for i := 0; i < 100 && worker == 0; i++ {
-		for _, tid := range tids(t, target.Process.Pid) {
-			if tid != target.Process.Pid {
-				worker = tid
-			}
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if worker == 0 {
-		t.Fatal("the worker thread did not start")
-	}
-	ck := crashThread(t, target, done, worker, 1500*time.Millisecond, "--backend", "ebpf")
-	replay(t, ck)
 }
