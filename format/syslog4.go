@@ -354,8 +354,7 @@ func decodeSyscalls(d *dec) []Syscall {
 		s.Ret, s.Rip = int64(vals[6]), vals[7]
 		if nOut > 0 {
 			outs := st(streamOutput, 0)
-			if nOut > uint64(outs.remaining()/minOutput4) {
-				outs.failf("%d outputs do not fit in the %d bytes left", nOut, outs.remaining())
+			if !outs.fits(nOut, minOutput4, "outputs") {
 				break
 			}
 			s.Out = make([]OutBuf, nOut)
@@ -387,8 +386,7 @@ func decodeSyscalls(d *dec) []Syscall {
 		}
 		if nPages > 0 {
 			pages := st(streamPages, 0)
-			if nPages > uint64(pages.remaining()/pageRefSize) {
-				pages.failf("%d mapped file pages do not fit in the %d bytes left", nPages, pages.remaining())
+			if !pages.fits(nPages, pageRefSize, "mapped file pages") {
 				break
 			}
 			s.Pages = make([]PageRef, nPages)
@@ -412,4 +410,14 @@ func decodeSyscalls(d *dec) []Syscall {
 		}
 	}
 	return out
+}
+
+// fits reports whether n elements of at least size bytes each fit in what
+// the stream has left, and fails it if not.
+func (d *dec) fits(n uint64, size int, what string) bool {
+	if n > uint64(d.remaining()/size) {
+		d.failf("%d %s do not fit in the %d bytes left", n, what, d.remaining())
+		return false
+	}
+	return true
 }

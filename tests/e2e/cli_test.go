@@ -533,23 +533,8 @@ func goMemory(t *testing.T, pid int) int64 {
 // what is live, it held 230 MB of heap for a 64 MiB ring.
 func TestMemoryWithinBudget(t *testing.T) {
 	requireRoot(t)
-	srv := needTool(t, "redis-server")
-	bench := needTool(t, "redis-benchmark")
-	cli := needTool(t, "redis-cli")
-	port := "6433"
-	target, _, _ := startTarget(t, srv, "--port", port, "--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", t.TempDir())
+	target, _ := redisUnderLoad(t, "6433")
 	pid := target.Process.Pid
-	for i := 0; exec.Command(cli, "-p", port, "ping").Run() != nil; i++ {
-		if i == 100 {
-			t.Fatal("redis-server did not answer")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	load := exec.Command(bench, "-p", port, "-n", "100000000", "-c", "10", "-r", "100000", "-t", "set,get", "-q")
-	if err := load.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { load.Process.Kill(); load.Wait() })
 	const budget = 32 << 20
 	rec := startTprec(t, "--pid", fmt.Sprint(pid), "--max-memory", "32M", "--status", "1s", "-o", t.TempDir())
 	rec.waitRecording(t)

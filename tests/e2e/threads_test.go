@@ -163,35 +163,40 @@ spin()
 	}
 }
 
+// redisUnderLoad starts Debian's redis-server on port, without persistence,
+// waits until it answers, and runs redis-benchmark against it (10 clients,
+// 100,000 random keys, SET and GET) until the test ends.
+func redisUnderLoad(t *testing.T, port string) (*exec.Cmd, chan error) {
+	t.Helper()
+	srv := needTool(t, "redis-server")
+	bench := needTool(t, "redis-benchmark")
+	cli := needTool(t, "redis-cli")
+	target, _, done := startTarget(t, srv, "--port", port, "--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", t.TempDir())
+	for i := 0; exec.Command(cli, "-p", port, "ping").Run() != nil; i++ {
+		if i == 100 {
+			t.Fatal("redis-server did not answer")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	load := exec.Command(bench, "-p", port, "-n", "100000000", "-c", "10", "-r", "100000", "-t", "set,get", "-q")
+	if err := load.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { load.Process.Kill(); load.Wait() })
+	return target, done
+}
+
 // Debian's redis-server as shipped (three background-job threads and
 // jemalloc's background thread besides the main one), under redis-benchmark
 // load: recorded, crashed in its main thread, the checkpoint minimized by the
 // trial replay and replayed to the verified crash.
 func TestRedisServerThreads(t *testing.T) {
 	requireRoot(t)
-	srv := needTool(t, "redis-server")
-	bench := needTool(t, "redis-benchmark")
-	cli := needTool(t, "redis-cli")
-	port := "6431"
-	target, _, done := startTarget(t, srv, "--port", port, "--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", t.TempDir())
+	target, done := redisUnderLoad(t, "6431")
 	pid := target.Process.Pid
-	for i := 0; ; i++ {
-		if exec.Command(cli, "-p", port, "ping").Run() == nil {
-			break
-		}
-		if i == 100 {
-			t.Fatal("redis-server did not answer")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 	if n := len(tids(t, pid)); n < 2 {
 		t.Fatalf("redis-server has %d threads; this test is about several", n)
 	}
-	load := exec.Command(bench, "-p", port, "-n", "10000000", "-c", "10", "-r", "100000", "-t", "set,get", "-q")
-	if err := load.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { load.Process.Kill(); load.Wait() })
 	ck := crashThread(t, target, done, pid, 2*time.Second)
 	ivs := intervalsIn(t, ck)
 	if len(ivs) < 2 || ivs[0].Threads < 2 {
