@@ -152,8 +152,9 @@ func TestTimerSignalsInComputation(t *testing.T) {
 // A signal delivered in a loop that makes no syscall for millions of passes
 // over its instructions cannot be placed within the search's budget: the
 // trial replay then starts the window after that signal's interval, says
-// so, and the checkpoint replays from there to the crash. The timer of
-// testdata/busyloop.c fires once in the window (1.5 s after its start; it
+// so, and the checkpoint replays from there to the crash. The one-shot
+// timer of testdata/busyloop.c fires once in the window, 10 ms after its
+// first syscall past 1.5 s, millions of passes after that syscall (it
 // crashes itself on a null pointer after 2.4 s).
 func TestUnplaceableSignalCutsWindow(t *testing.T) {
 	requireRoot(t)
