@@ -42,6 +42,7 @@ func (s *session) dump(end format.EndState, reason string) error {
 			return fmt.Errorf("fork the dump shadow: %w", err)
 		}
 		live = dsh.pid
+		s.dropFiles(dsh)
 	}
 	name := fmt.Sprintf("tp-%d-%s.tpc", s.pid, t0.UTC().Format("20060102T150405.000Z"))
 	path := filepath.Join(s.o.OutputDir, name)

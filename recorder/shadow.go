@@ -62,6 +62,27 @@ func (s *session) createShadow() (*shadow, error) {
 	return &shadow{pid: child, pm: pm}, nil
 }
 
+// closeRangeUnshare is CLOSE_RANGE_UNSHARE (include/uapi/linux/close_range.h).
+const closeRangeUnshare = 1 << 1
+
+// dropFiles closes every descriptor of a dump shadow. A shadow shares the
+// target's file table (CLONE_FILES) and needs none of it; but a dump shadow
+// outlives a crashed target by the seconds its checkpoint takes, and would
+// keep the table alive all that time: a listening socket still bound, so the
+// restarted server cannot bind its port; client connections never closed; the
+// pipe a supervisor waits on never at end of file. close_range with
+// CLOSE_RANGE_UNSHARE gives the shadow a private copy of the table and closes
+// that, leaving the target's own as it was.
+func (s *session) dropFiles(sh *shadow) {
+	res, err := proc.Inject(sh.pid, s.vdso.insn, unix.SYS_CLOSE_RANGE, 0, uint64(^uint32(0)), closeRangeUnshare)
+	if err == nil && res.Ret < 0 {
+		err = unix.Errno(-res.Ret)
+	}
+	if err != nil {
+		s.logf("warning: could not close the dump shadow's files (%v): the crashed process's descriptors (sockets, pipes) stay open until the checkpoint is written", err)
+	}
+}
+
 // killShadow kills the current shadow and waits until the tracer has seen it
 // die. It stays a zombie child of the target until reapZombie.
 func (s *session) killShadow() {

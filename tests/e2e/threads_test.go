@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"sort"
@@ -203,6 +204,54 @@ func TestRedisServerThreads(t *testing.T) {
 		t.Errorf("intervals %+v: want several, each with every thread", ivs)
 	}
 	replay(t, ck)
+}
+
+// A crashed server's descriptors close when it dies, not when its
+// checkpoint is written seconds later: its port can be bound again at once
+// (a supervisor restarting it) and the pipe its parent reads reaches end of
+// file. The dump shadow tprec forks at the crash shares the server's file
+// table, and used to keep it alive until the end of the dump.
+func TestCrashedServerReleasesPort(t *testing.T) {
+	requireRoot(t)
+	const port = "6435"
+	target, done := redisUnderLoad(t, port)
+	pid := target.Process.Pid
+	dir := t.TempDir()
+	rec := startTprec(t, "--pid", fmt.Sprint(pid), "--output", dir)
+	rec.waitRecording(t)
+	time.Sleep(2 * time.Second)
+	if err := unix.Tgkill(pid, pid, unix.SIGSEGV); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done: // exec waits for the end of the server's stdout pipe too
+	case <-time.After(20 * time.Second):
+		t.Fatalf("redis-server's parent saw no end of it within 20 s of the crash; tprec:\n%s", rec.stderr)
+	}
+	var err error
+	for i := 0; i < 40; i++ {
+		var l net.Listener
+		if l, err = net.Listen("tcp", "127.0.0.1:"+port); err == nil {
+			l.Close()
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stillWriting := !strings.Contains(rec.stderr.String(), "wrote ")
+	if err != nil {
+		t.Fatalf("port %s still bound 2 s after the crash: %v; tprec:\n%s", port, err, rec.stderr)
+	}
+	if !stillWriting {
+		t.Fatalf("tprec had written its checkpoint before the port was free: this test needs a dump that takes longer; tprec:\n%s", rec.stderr)
+	}
+	if err := rec.wait(t, 120*time.Second); err != nil {
+		t.Fatalf("tprec: %v\n%s", err, rec.stderr)
+	}
+	cks := checkpoints(t, dir)
+	if len(cks) == 0 {
+		t.Fatalf("no checkpoint; tprec:\n%s", rec.stderr)
+	}
+	replay(t, cks[0])
 }
 
 // A thread that waits for its vfork child sleeps uninterruptibly and does not
