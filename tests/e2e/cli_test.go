@@ -502,27 +502,33 @@ TMPDIR=/tmp exec /proc/self/fd/3 -q -o /tmp -- /bin/sh -c "$SCRIPT"`, tprec)
 
 // goMemory sums the resident memory of a process's mappings except the eBPF
 // maps (the ring buffer is fixed by --ringbuf-size and mapped twice, so
-// that records wrap around contiguously).
-func goMemory(t *testing.T, pid int) int64 {
+// that records wrap around contiguously), and lists the mappings with more
+// than 4 MiB resident.
+func goMemory(t *testing.T, pid int) (int64, string) {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var total int64
-	bpf := false
+	var big strings.Builder
+	bpf, mapping := false, ""
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
 		switch {
 		case len(f) >= 5 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":"):
 			bpf = len(f) >= 6 && strings.HasPrefix(f[5], "anon_inode:bpf")
+			mapping = line
 		case len(f) == 3 && f[0] == "Rss:" && !bpf:
 			var kb int64
 			fmt.Sscan(f[1], &kb)
 			total += kb << 10
+			if kb > 4<<10 {
+				fmt.Fprintf(&big, "  %6.1f MiB  %s\n", float64(kb)/1024, mapping)
+			}
 		}
 	}
-	return total
+	return total, big.String()
 }
 
 // --max-memory bounds what tprec holds: recording Debian's redis-server
@@ -539,9 +545,12 @@ func TestMemoryWithinBudget(t *testing.T) {
 	rec := startTprec(t, "--pid", fmt.Sprint(pid), "--max-memory", "32M", "--status", "1s", "-o", t.TempDir())
 	rec.waitRecording(t)
 	var peak int64
+	var peakMaps string
 	for i := 0; i < 16; i++ {
 		time.Sleep(500 * time.Millisecond)
-		peak = max(peak, goMemory(t, rec.cmd.Process.Pid))
+		if m, maps := goMemory(t, rec.cmd.Process.Pid); m > peak {
+			peak, peakMaps = m, maps
+		}
 	}
 	rec.cmd.Process.Signal(os.Interrupt)
 	if err := rec.wait(t, 30*time.Second); err != nil {
@@ -549,7 +558,7 @@ func TestMemoryWithinBudget(t *testing.T) {
 	}
 	t.Logf("tprec's memory without the ring buffer: at most %.1f MiB; status:\n%s", float64(peak)/(1<<20), rec.stderr)
 	if limit := int64(2*budget + 56<<20); peak > limit {
-		t.Errorf("tprec held %.1f MiB with --max-memory 32M, want at most %.0f MiB", float64(peak)/(1<<20), float64(limit)/(1<<20))
+		t.Errorf("tprec held %.1f MiB with --max-memory 32M, want at most %.0f MiB; its largest mappings then:\n%s", float64(peak)/(1<<20), float64(limit)/(1<<20), peakMaps)
 	}
 	if !strings.Contains(rec.stderr.String(), "history in") {
 		t.Errorf("no status line:\n%s", rec.stderr)
