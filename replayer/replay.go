@@ -684,7 +684,7 @@ func (e *engine) onEntry(regs proc.Regs, nr int, args [6]uint64) (*Result, error
 			at := regs
 			at.Rip -= 2
 			at.Rax = uint64(nr)
-			if inCall = e.matchEnd(at); inCall == "" {
+			if inCall = e.matchEndInCall(at, nr, args); inCall == "" {
 				return e.verified(at.Rip), nil
 			}
 		}
