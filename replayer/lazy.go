@@ -6,6 +6,7 @@ import (
 
 	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/proc"
+	"github.com/tprec/tprec/syscalls"
 	"golang.org/x/sys/unix"
 )
 
@@ -101,22 +102,44 @@ func (e *engine) lazyRange(addr uint64, n int) bool {
 
 // sigreturnEntry handles the entry of an rt_sigreturn whose signal frame is
 // on pages not served yet: the kernel reads the frame itself, and a page it
-// cannot read kills the program with SIGSEGV, but no page can be served from
-// a syscall-entry stop. The call is skipped, and its exit stop serves the
-// frame and sets the program back on the syscall instruction, which runs
-// the call again (sigreturnAgain). It reports whether it did so.
+// cannot read kills the program with SIGSEGV. The call is run again once the
+// frame is served (skipToServe). It reports whether it did so.
 func (e *engine) sigreturnEntry(regs proc.Regs) (bool, error) {
 	frame := regs.Rsp - 8 // the handler's return popped the restorer's address
 	end := format.SigframeEnd(frame, e.readLazy)
 	if !e.lazyRange(frame, int(end-frame)) {
 		return false, nil
 	}
+	serve := func() error {
+		end := format.SigframeEnd(frame, func(addr uint64, b []byte) error {
+			if err := e.touch(addr, len(b)); err != nil {
+				return err
+			}
+			return e.mem.ReadAt(b, addr)
+		})
+		return e.touch(frame, int(end-frame))
+	}
+	return true, e.skipToServe(regs, unix.SYS_RT_SIGRETURN, serve)
+}
+
+// skippedCall is a call skipped at its entry: serve serves the memory the
+// kernel reads for it, then the program runs it again.
+type skippedCall struct {
+	nr    int
+	serve func() error
+}
+
+// skipToServe skips the call nr at its entry stop, where no page can be
+// served (serving injects an mprotect). Its exit stop serves the memory
+// (runAgain) and sets the program back on the syscall instruction, so the
+// call comes to its entry again, with its memory in place.
+func (e *engine) skipToServe(regs proc.Regs, nr int, serve func() error) error {
 	regs.OrigRax = ^uint64(0)
 	if err := proc.SetRegs(e.stub.pid, regs); err != nil {
-		return true, fmt.Errorf("skip rt_sigreturn: %w", err)
+		return fmt.Errorf("skip %s: %w", syscalls.Name(nr), err)
 	}
-	e.sigreturnFrame = frame
-	return true, nil
+	e.again = &skippedCall{nr: nr, serve: serve}
+	return nil
 }
 
 // readLazy reads the program's memory, pages not served yet included, without
@@ -138,22 +161,16 @@ func (e *engine) readLazy(addr uint64, b []byte) error {
 	return nil
 }
 
-// sigreturnAgain serves the frame of the rt_sigreturn sigreturnEntry
-// skipped, at its exit stop, and sets the program to execute it again.
-func (e *engine) sigreturnAgain(regs proc.Regs) error {
-	frame := e.sigreturnFrame
-	e.sigreturnFrame = 0
-	end := format.SigframeEnd(frame, func(addr uint64, b []byte) error {
-		if err := e.touch(addr, len(b)); err != nil {
-			return err
-		}
-		return e.mem.ReadAt(b, addr)
-	})
-	if err := e.touch(frame, int(end-frame)); err != nil {
+// runAgain, at the exit stop of the call skipToServe skipped, serves its
+// memory and sets the program to execute the call again.
+func (e *engine) runAgain(regs proc.Regs) error {
+	a := e.again
+	e.again = nil
+	if err := a.serve(); err != nil {
 		return err
 	}
 	regs.Rip -= 2
-	regs.Rax = unix.SYS_RT_SIGRETURN
+	regs.Rax = uint64(a.nr)
 	regs.OrigRax = ^uint64(0)
 	return proc.SetRegs(e.stub.pid, regs)
 }

@@ -204,11 +204,11 @@ type engine struct {
 	nextSig   int                  // position in sigs of the next one
 	sigAtExit *format.SignalEvent  // delivered at the exit of the call it interrupted
 	sigSearch *format.SignalEvent  // delivered in user code, its point searched for (startSearch)
-	// sigreturnFrame: an rt_sigreturn was skipped at its entry, to be run
-	// again once its frame is served (sigreturnEntry).
-	sigreturnFrame uint64
-	base           uint64
-	timeout        time.Duration
+	// again: a call skipped at its entry, to be run again once the memory
+	// the kernel reads for it is served (skipToServe).
+	again   *skippedCall
+	base    uint64
+	timeout time.Duration
 
 	stub   *stub
 	mem    *proc.Mem
@@ -591,9 +591,9 @@ func (e *engine) advance(req int, intercept trapIntercept) (event, error) {
 			if err == nil && e.sigAtExit != nil {
 				return e.interrupted(ev)
 			}
-		case info.Op == proc.SyscallExit && e.sigreturnFrame != 0:
-			ev.kind = evOther // the exit of a skipped rt_sigreturn (sigreturnEntry)
-			err = e.sigreturnAgain(regs)
+		case info.Op == proc.SyscallExit && e.again != nil:
+			ev.kind = evOther // the exit of a call skipped to serve its memory (skipToServe)
+			err = e.runAgain(regs)
 		case info.Op == proc.SyscallExit:
 			ev.kind = evExit
 			if e.pend != nil {
@@ -722,6 +722,12 @@ func (e *engine) onEntry(regs proc.Regs, nr int, args [6]uint64) (*Result, error
 	if rec.Nr == unix.SYS_RT_SIGRETURN {
 		if again, err := e.sigreturnEntry(regs); again || err != nil {
 			return nil, err
+		}
+	}
+	if d != nil && d.Kind == syscalls.Process {
+		// A call the kernel executes reads its memory argument itself.
+		if a, n := processMemory(rec.Nr, rec.Args); a != 0 && e.lazyRange(a, n) {
+			return nil, e.skipToServe(regs, rec.Nr, func() error { return e.touch(a, n) })
 		}
 	}
 	if e.opts.Verbose {
