@@ -116,6 +116,7 @@ type openLog struct {
 	// resumes through restart_syscall (session.restarts at the open).
 	restarts map[int]*proc.SyscallInfo
 	runner   runner
+	vforks   *vforkCaptures // the session's, for calls that made a vfork child
 }
 
 func (l *openLog) fail(why string) {
@@ -140,7 +141,7 @@ func (l *openLog) add(q uint64, rec format.Syscall, problem string) {
 	}
 	l.nextQ = q + 1
 	restarted(&rec, l.restarts)
-	if why := replayProblem(&rec, problem); why != "" {
+	if why := l.vforks.replayProblem(&rec, problem); why != "" {
 		l.fail(why)
 	}
 	if fileMmap(&rec) {
@@ -655,7 +656,7 @@ func (e *ebpfSource) opened(s *session) error {
 	if _, _, err := e.losses(); err != nil {
 		return err
 	}
-	l := &openLog{firstQ: p.Seq + 1, nextQ: p.Seq + 1, restarts: s.restarts}
+	l := &openLog{firstQ: p.Seq + 1, nextQ: p.Seq + 1, restarts: s.restarts, vforks: &s.vforks}
 	s.restarts = map[int]*proc.SyscallInfo{}
 	if s.cur != nil {
 		l.delta = l.firstQ - s.cur.meta.FirstSeq

@@ -28,7 +28,8 @@ var ErrNotWritten = errors.New("checkpoint lost")
 
 // Options of the target (PTRACE_O_*). EXITKILL is deliberately absent: if tprec
 // dies, the target must run on. The shadow gets EXITKILL of its own.
-const targetOptions = unix.PTRACE_O_TRACESYSGOOD | unix.PTRACE_O_TRACECLONE | unix.PTRACE_O_TRACEEXEC | unix.PTRACE_O_TRACEEXIT
+const targetOptions = unix.PTRACE_O_TRACESYSGOOD | unix.PTRACE_O_TRACECLONE | unix.PTRACE_O_TRACEEXEC | unix.PTRACE_O_TRACEEXIT |
+	unix.PTRACE_O_TRACEVFORK | unix.PTRACE_O_TRACEVFORKDONE
 
 // fatalSignals are the signals whose delivery means a crash: a checkpoint is
 // written before the signal proceeds.
@@ -78,7 +79,8 @@ type session struct {
 	execOrphans map[int]bool // shadows that die after the target's exec
 	src         source
 	shadow      *shadow
-	zombie      int // killed shadow the target still has to reap
+	vforks      vforkCaptures // what vfork children wrote into the target (vfork.go)
+	zombie      int           // killed shadow the target still has to reap
 	// deferred is work a boundary leaves for after the target resumes
 	// (runDeferred): saving the closed interval's originals.
 	deferred []func()
@@ -500,6 +502,16 @@ func (s *session) handle(st proc.Stop) error {
 			return err
 		}
 		s.onClone(t, int(child))
+		return s.resume(t.tid, 0)
+	case unix.PTRACE_EVENT_VFORK:
+		child, err := proc.EventMsg(t.tid)
+		if err != nil {
+			return err
+		}
+		s.onVfork(t, int(child))
+		return s.resume(t.tid, 0)
+	case unix.PTRACE_EVENT_VFORK_DONE:
+		s.onVforkDone(t)
 		return s.resume(t.tid, 0)
 	case unix.PTRACE_EVENT_EXIT:
 		if t.tid == s.pid && s.o.OnExit && s.state == stateRecording {

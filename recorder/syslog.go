@@ -60,7 +60,7 @@ func (s *session) appendSyscall(rec format.Syscall, problem string) {
 	s.seq++
 	rec.Seq = s.seq
 	restarted(&rec, s.restarts)
-	if why := replayProblem(&rec, problem); why != "" {
+	if why := s.vforks.replayProblem(&rec, problem); why != "" {
 		s.notReplayable(why)
 	}
 	if why := s.cur.runner.ran(&rec); why != "" {
@@ -110,8 +110,12 @@ func (r *runner) ran(rec *format.Syscall) string {
 
 // replayProblem says why a logged call makes its interval not replayable:
 // a call outside the table, one replay cannot do, an argument form it does
-// not support, or a problem the source met building the record.
-func replayProblem(rec *format.Syscall, problem string) string {
+// not support, or a problem the source met building the record. A call that
+// may have made a vfork child gets the outputs its capture took (vfork.go).
+func (v *vforkCaptures) replayProblem(rec *format.Syscall, problem string) string {
+	if problem == "" && vforkCall(rec) {
+		return v.outputs(rec)
+	}
 	d, ok := syscalls.Lookup(rec.Nr)
 	switch {
 	case !ok:

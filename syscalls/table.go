@@ -153,7 +153,9 @@ var table = []Desc{
 	// learns of it comes through its own logged calls (wait4, kill, pipes).
 	{Nr: unix.SYS_CLONE, Name: "clone", Kind: Emulate, Args: a(aHex, aPtr, aPtr, aPtr, aPtr), Accept: cloneAccept},
 	{Nr: unix.SYS_FORK, Name: "fork", Kind: Emulate, Args: a()},
-	{Nr: unix.SYS_VFORK, Name: "vfork", Kind: Unsupported, Args: a(), Note: noteThreads},
+	// vfork, and clone/clone3 with CLONE_VFORK: the recorder takes what the
+	// child wrote into the parent's memory as the call's outputs.
+	{Nr: unix.SYS_VFORK, Name: "vfork", Kind: Emulate, Args: a()},
 	{Nr: unix.SYS_EXECVE, Name: "execve", Kind: Unsupported, Args: a(aStr, aPtr, aPtr), Note: noteExec},
 	{Nr: unix.SYS_EXIT, Name: "exit", Kind: Exit, Args: a(aInt)},
 	{Nr: unix.SYS_WAIT4, Name: "wait4", Kind: Emulate, Args: a(aInt, ArgInt32Out, aHex, aOut),
@@ -421,7 +423,7 @@ var table = []Desc{
 	{Nr: unix.SYS_IO_URING_ENTER, Name: "io_uring_enter", Kind: Unsupported, Args: a(aFd, aUint, aUint, aHex, aPtr, aUint), Note: noteAsync},
 	{Nr: unix.SYS_IO_URING_REGISTER, Name: "io_uring_register", Kind: Unsupported, Args: a(aFd, aUint, aPtr, aUint), Note: noteAsync},
 	{Nr: unix.SYS_PIDFD_OPEN, Name: "pidfd_open", Kind: Emulate, Args: a(aInt, aHex), Ret: aFd},
-	{Nr: unix.SYS_CLONE3, Name: "clone3", Kind: Unsupported, Args: a(aPtr, aUint), Note: noteThreads},
+	{Nr: unix.SYS_CLONE3, Name: "clone3", Kind: Emulate, Args: a(aPtr, aUint)}, // flags in memory: the recorder accepts a vfork child only
 	{Nr: unix.SYS_CLOSE_RANGE, Name: "close_range", Kind: Emulate, Args: a(aUint, aUint, aHex)},
 	{Nr: unix.SYS_OPENAT2, Name: "openat2", Kind: Emulate, Args: a(aFd, aStr, aPtr, aUint), Ret: aFd},
 	{Nr: unix.SYS_PIDFD_GETFD, Name: "pidfd_getfd", Kind: Emulate, Args: a(aFd, aFd, aHex), Ret: aFd},

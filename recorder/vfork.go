@@ -1,0 +1,235 @@
+package recorder
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/tprec/tprec/format"
+	"github.com/tprec/tprec/proc"
+	"golang.org/x/sys/unix"
+)
+
+// A vfork child (vfork, and clone or clone3 with CLONE_VM|CLONE_VFORK: glibc's
+// posix_spawn, system and popen, CPython's subprocess) runs in its parent's
+// memory until it calls exec or exits, while the parent waits in the call.
+// For the parent, that call is one syscall that returns the child's pid and
+// leaves in its memory whatever the child wrote there: frames below the
+// stack pointer, errno in the shared thread-local storage, an error code in
+// the parent's frame. The recorder stops the parent when the child is created
+// (PTRACE_EVENT_VFORK) and when the child lets the memory go
+// (PTRACE_EVENT_VFORK_DONE), and takes the difference as the call's outputs:
+// replay then emulates the call like any other. The child itself is not
+// recorded (it is another process) and runs on untraced.
+//
+// The difference is found without copying the whole memory twice: a page
+// the parent had not written since the interval start still shares its frame
+// with the interval's shadow, and the child can only change it by breaking
+// that sharing; the pages that no longer share it (the interval's written
+// set, usually a few thousand) are copied at the first stop and compared at
+// the second.
+
+// vforkCapture is what the recorder saw of one thread's vfork.
+type vforkCapture struct {
+	child   int
+	before  map[uint64][]byte // written pages and their content at the first stop
+	maps    []format.Mapping
+	done    bool
+	outs    []format.OutBuf
+	problem string // set when the outputs could not be taken
+}
+
+// vforkCaptures holds, per thread, the last vfork captured and not yet
+// matched with its syscall record. The eBPF reader matches records on its
+// own goroutine, hence the lock.
+type vforkCaptures struct {
+	mu  sync.Mutex
+	tid map[int]*vforkCapture
+}
+
+func (v *vforkCaptures) put(tid int, c *vforkCapture) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.tid == nil {
+		v.tid = map[int]*vforkCapture{}
+	}
+	v.tid[tid] = c
+}
+
+func (v *vforkCaptures) get(tid int) *vforkCapture {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.tid[tid]
+}
+
+func (v *vforkCaptures) take(tid int) *vforkCapture {
+	if v == nil {
+		return nil
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	c := v.tid[tid]
+	delete(v.tid, tid)
+	return c
+}
+
+// vforkCall reports whether rec may have made a vfork child: vfork, clone
+// with CLONE_VFORK, and clone3 (whose flags are in memory; one that made a
+// vfork child is told apart by the capture).
+func vforkCall(rec *format.Syscall) bool {
+	switch rec.Nr {
+	case unix.SYS_VFORK, unix.SYS_CLONE3:
+		return true
+	case unix.SYS_CLONE:
+		return rec.Args[0]&unix.CLONE_VFORK != 0
+	}
+	return false
+}
+
+// outputs gives rec, a call for which vforkCall holds, the outputs the
+// capture of its thread took, and says why the call cannot be replayed when
+// it cannot: a clone3 that made a thread or a process sharing memory, or a
+// vfork whose child the recorder did not see through. A call that failed
+// made no child and wrote nothing.
+func (v *vforkCaptures) outputs(rec *format.Syscall) (why string) {
+	c := v.take(rec.Tid)
+	switch {
+	case c == nil && rec.Ret < 0:
+		return ""
+	case c == nil && rec.Nr == unix.SYS_CLONE3:
+		return fmt.Sprintf("clone3 at seq %d made a thread, or a process sharing memory without CLONE_VFORK: new threads and processes are not recorded yet", rec.Seq)
+	case c == nil:
+		return fmt.Sprintf("%s at seq %d made a vfork child the recorder did not see", callName(rec), rec.Seq)
+	case c.child != int(rec.Ret):
+		return fmt.Sprintf("%s at seq %d returned %d, the vfork child seen was %d", callName(rec), rec.Seq, rec.Ret, c.child)
+	case !c.done:
+		return fmt.Sprintf("%s at seq %d: the end of its vfork child was not seen", callName(rec), rec.Seq)
+	case c.problem != "":
+		return fmt.Sprintf("%s at seq %d: %s", callName(rec), rec.Seq, c.problem)
+	}
+	rec.Out = c.outs
+	return ""
+}
+
+func callName(rec *format.Syscall) string {
+	switch rec.Nr {
+	case unix.SYS_VFORK:
+		return "vfork"
+	case unix.SYS_CLONE3:
+		return "clone3"
+	}
+	return "clone"
+}
+
+// onVfork handles PTRACE_EVENT_VFORK in thread t: the child exists, stopped,
+// and has not run. It notes the parent's written pages, then lets the child go.
+func (s *session) onVfork(t *thread, child int) {
+	c := &vforkCapture{child: child}
+	if _, err := proc.Wait(child); err == nil {
+		defer proc.Detach(child, 0)
+	}
+	s.vforks.put(t.tid, c)
+	if s.state != stateRecording || s.shadow == nil {
+		c.problem = "it started before the interval's shadow"
+		return
+	}
+	maps, err := proc.ReadMaps(s.pid)
+	if err != nil {
+		c.problem = err.Error()
+		return
+	}
+	written, err := s.privateWritten(maps)
+	if err != nil {
+		c.problem = err.Error()
+		return
+	}
+	buf := make([]byte, len(written)*format.PageSize)
+	if err := proc.ReadPages(s.pid, written, buf); err != nil {
+		c.problem = fmt.Sprintf("read its parent's written pages: %v", err)
+		return
+	}
+	c.maps = maps
+	c.before = make(map[uint64][]byte, len(written))
+	for i, a := range written {
+		c.before[a] = buf[i*format.PageSize : (i+1)*format.PageSize]
+	}
+}
+
+// onVforkDone handles PTRACE_EVENT_VFORK_DONE in thread t: the child called
+// exec or exited, and the parent is about to return from the call. What
+// differs from the first stop becomes the call's outputs.
+func (s *session) onVforkDone(t *thread) {
+	c := s.vforks.get(t.tid)
+	if c == nil {
+		return
+	}
+	defer func() { c.before, c.maps, c.done = nil, nil, true }()
+	if c.problem != "" {
+		return
+	}
+	if s.shadow == nil {
+		c.problem = "the interval's shadow went away during the call"
+		return
+	}
+	maps, err := proc.ReadMaps(s.pid)
+	if err != nil {
+		c.problem = err.Error()
+		return
+	}
+	if !slices.Equal(maps, c.maps) {
+		c.problem = "the vfork child changed its parent's memory map"
+		return
+	}
+	written, err := s.privateWritten(maps)
+	if err != nil {
+		c.problem = err.Error()
+		return
+	}
+	page := make([]byte, format.PageSize)
+	orig := make([]byte, format.PageSize)
+	for _, a := range written {
+		if _, err := proc.ReadBytes(s.pid, a, page); err != nil {
+			c.problem = fmt.Sprintf("read %#x: %v", a, err)
+			return
+		}
+		was := c.before[a]
+		if was == nil {
+			// Shared with the shadow at the first stop: its content was
+			// the shadow's, or nothing (zeros) where the shadow has none.
+			clear(orig)
+			proc.ReadBytes(s.shadow.pid, a, orig)
+			was = orig
+		}
+		if lo, hi, ok := diffSpan(was, page); ok {
+			c.outs = append(c.outs, format.OutBuf{Addr: a + uint64(lo), Data: bytes.Clone(page[lo:hi])})
+		}
+	}
+}
+
+// privateWritten lists the pages of the private mappings in maps that no
+// longer share their frame with the interval's shadow.
+func (s *session) privateWritten(maps []format.Mapping) ([]uint64, error) {
+	snap, err := s.readSnapshotOf(maps, func(m format.Mapping) bool { return !m.Shared && !proc.Special(m) })
+	if err != nil {
+		return nil, err
+	}
+	return s.writtenPages(maps, snap, s.shadow)
+}
+
+// diffSpan returns the smallest range [lo, hi) outside of which a and b are
+// equal, and false when they are equal.
+func diffSpan(a, b []byte) (lo, hi int, ok bool) {
+	n := min(len(a), len(b))
+	for lo < n && a[lo] == b[lo] {
+		lo++
+	}
+	if lo == n {
+		return 0, 0, false
+	}
+	hi = n
+	for hi > lo && a[hi-1] == b[hi-1] {
+		hi--
+	}
+	return lo, hi, true
+}
