@@ -680,10 +680,15 @@ func (e *engine) onEntry(regs proc.Regs, nr int, args [6]uint64) (*Result, error
 		if !e.realFault {
 			// The recording may have ended inside this very call (a dump
 			// request or a kill while it blocked): its end state is then
-			// normalized to "about to execute the syscall".
+			// normalized to "about to execute the syscall", or about to
+			// execute restart_syscall for a call the kernel resumes that
+			// way (nanosleep, clock_nanosleep, poll: -ERESTART_RESTARTBLOCK).
 			at := regs
 			at.Rip -= 2
 			at.Rax = uint64(nr)
+			if e.end.Regs.Rax == unix.SYS_RESTART_SYSCALL {
+				at.Rax = unix.SYS_RESTART_SYSCALL
+			}
 			if inCall = e.matchEndInCall(at, nr, args); inCall == "" {
 				return e.verified(at.Rip), nil
 			}

@@ -31,3 +31,18 @@ func TestEndInsideSelect(t *testing.T) {
 		}
 	})
 }
+
+// coreutils' sleep crashed while it sleeps: the kernel resumes an
+// interrupted relative clock_nanosleep through restart_syscall, so the
+// recorded end is "about to call restart_syscall", with the remainder
+// written into the program's struct timespec. The replay reaches the end
+// at the clock_nanosleep entry and verifies it.
+func TestEndInsideSleep(t *testing.T) {
+	requireRoot(t)
+	forBackends(t, func(t *testing.T, backend string) {
+		target, _, done := startTarget(t, "/bin/sleep", "100")
+		time.Sleep(200 * time.Millisecond)
+		ck := crashThread(t, target, done, target.Process.Pid, 1200*time.Millisecond, "--backend", backend)
+		replay(t, ck)
+	})
+}
