@@ -113,7 +113,15 @@ func (r *recording) waitRecording(t *testing.T) {
 		if strings.Contains(r.stderr.String(), "recording process") {
 			return
 		}
-		time.Sleep(20 * time.Millisecond)
+		select {
+		case err := <-r.done:
+			r.done <- err // for wait; the stderr is complete once tprec is done
+			if strings.Contains(r.stderr.String(), "recording process") {
+				return
+			}
+			t.Fatalf("tprec exited before it started recording (%v); stderr:\n%s", err, r.stderr)
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 	t.Fatalf("tprec did not start recording; stderr:\n%s", r.stderr)
 }

@@ -143,8 +143,13 @@ func TestTimerSignalsInComputation(t *testing.T) {
 		ck := crashThread(t, target, done, target.Process.Pid, 2*time.Second, "--backend", backend)
 		allReplayable(t, ck)
 		out := replay(t, ck, "-v")
-		if n := strings.Count(out, "SIGALRM: delivery point found in user code"); n < 20 {
-			t.Errorf("the replay delivered %d SIGALRM in user code, want about one per 30 ms of the window", n)
+		// About one SIGALRM per 30 ms of the window (59 in 1.8 s seen), some
+		// while python3 is in a syscall: under the ptrace backend, whose
+		// syscalls take longer, 19 of 59 landed in user code once.
+		delivered := strings.Count(out, "SIGALRM delivered after")
+		inUser := strings.Count(out, "SIGALRM: delivery point found in user code")
+		if delivered < 20 || inUser < 5 {
+			t.Errorf("the replay delivered %d SIGALRM, %d of them in user code; want about one per 30 ms of the window, several in user code", delivered, inUser)
 		}
 	})
 }
