@@ -34,6 +34,7 @@ import (
 type vforkCapture struct {
 	child   int
 	before  map[uint64][]byte // written pages and their content at the first stop
+	buf     []byte            // what before's pages are slices of
 	maps    []format.Mapping
 	done    bool
 	outs    []format.OutBuf
@@ -46,6 +47,34 @@ type vforkCapture struct {
 type vforkCaptures struct {
 	mu  sync.Mutex
 	tid map[int]*vforkCapture
+	// free holds page buffers for the next captures: a fresh buffer costs
+	// a page fault per page in tprec (several microseconds each in a VM),
+	// more than the copy itself.
+	free [][]byte
+}
+
+// buf returns a buffer of n bytes, reusing a released one when it can.
+func (v *vforkCaptures) buf(n int) []byte {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for i, b := range v.free {
+		if cap(b) >= n {
+			v.free = append(v.free[:i], v.free[i+1:]...)
+			return b[:n]
+		}
+	}
+	return make([]byte, n)
+}
+
+// release gives buffers back for later captures (at most a few are kept).
+func (v *vforkCaptures) release(bufs ...[]byte) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, b := range bufs {
+		if b != nil && len(v.free) < 4 {
+			v.free = append(v.free, b)
+		}
+	}
 }
 
 func (v *vforkCaptures) put(tid int, c *vforkCapture) {
@@ -126,9 +155,15 @@ func callName(rec *format.Syscall) string {
 // and has not run. It notes the parent's written pages, then lets the child go.
 func (s *session) onVfork(t *thread, child int) {
 	c := &vforkCapture{child: child}
-	if _, err := proc.Wait(child); err == nil {
-		defer proc.Detach(child, 0)
-	}
+	clk := newStepClock()
+	defer clk.log(s, "vfork")
+	// The child is let go last: by then it has come to its first stop,
+	// which a detach needs, and the parent is held either way.
+	defer func() {
+		if _, err := proc.Wait(child); err == nil {
+			proc.Detach(child, 0)
+		}
+	}()
 	s.vforks.put(t.tid, c)
 	if s.state != stateRecording || s.shadow == nil {
 		c.problem = "it started before the interval's shadow"
@@ -139,12 +174,15 @@ func (s *session) onVfork(t *thread, child int) {
 		c.problem = err.Error()
 		return
 	}
+	clk.mark("maps")
 	written, err := s.privateWritten(maps)
 	if err != nil {
 		c.problem = err.Error()
 		return
 	}
-	buf := make([]byte, len(written)*format.PageSize)
+	clk.mark(fmt.Sprintf("pagemap (%d written)", len(written)))
+	buf := s.vforks.buf(len(written) * format.PageSize)
+	c.buf = buf
 	if err := proc.ReadPages(s.pid, written, buf); err != nil {
 		c.problem = fmt.Sprintf("read its parent's written pages: %v", err)
 		return
@@ -154,6 +192,7 @@ func (s *session) onVfork(t *thread, child int) {
 	for i, a := range written {
 		c.before[a] = buf[i*format.PageSize : (i+1)*format.PageSize]
 	}
+	clk.mark("copy")
 }
 
 // onVforkDone handles PTRACE_EVENT_VFORK_DONE in thread t: the child called
@@ -164,7 +203,13 @@ func (s *session) onVforkDone(t *thread) {
 	if c == nil {
 		return
 	}
-	defer func() { c.before, c.maps, c.done = nil, nil, true }()
+	clk := newStepClock()
+	defer clk.log(s, "vfork done")
+	var now, orig []byte
+	defer func() {
+		s.vforks.release(c.buf, now, orig)
+		c.before, c.buf, c.maps, c.done = nil, nil, nil, true
+	}()
 	if c.problem != "" {
 		return
 	}
@@ -181,45 +226,71 @@ func (s *session) onVforkDone(t *thread) {
 		c.problem = "the vfork child changed its parent's memory map"
 		return
 	}
+	clk.mark("maps")
 	written, err := s.privateWritten(maps)
 	if err != nil {
 		c.problem = err.Error()
 		return
 	}
-	page := make([]byte, format.PageSize)
-	orig := make([]byte, format.PageSize)
+	clk.mark(fmt.Sprintf("pagemap (%d written)", len(written)))
+	now = s.vforks.buf(len(written) * format.PageSize)
+	if err := proc.ReadPages(s.pid, written, now); err != nil {
+		c.problem = fmt.Sprintf("read its parent's written pages: %v", err)
+		return
+	}
+	// The pages that shared their frame with the shadow at the first stop
+	// held the shadow's content then, or nothing (zeros) where it has none.
+	var fresh []uint64
 	for _, a := range written {
-		if _, err := proc.ReadBytes(s.pid, a, page); err != nil {
-			c.problem = fmt.Sprintf("read %#x: %v", a, err)
-			return
+		if c.before[a] == nil {
+			fresh = append(fresh, a)
 		}
+	}
+	orig = s.vforks.buf(len(fresh) * format.PageSize)
+	if err := proc.ReadPages(s.shadow.pid, fresh, orig); err != nil {
+		clear(orig)
+		for i, a := range fresh {
+			proc.ReadBytes(s.shadow.pid, a, orig[i*format.PageSize:(i+1)*format.PageSize])
+		}
+	}
+	next := orig
+	for i, a := range written {
+		page := now[i*format.PageSize : (i+1)*format.PageSize]
 		was := c.before[a]
 		if was == nil {
-			// Shared with the shadow at the first stop: its content was
-			// the shadow's, or nothing (zeros) where the shadow has none.
-			clear(orig)
-			proc.ReadBytes(s.shadow.pid, a, orig)
-			was = orig
+			was, next = next[:format.PageSize], next[format.PageSize:]
 		}
 		if lo, hi, ok := diffSpan(was, page); ok {
 			c.outs = append(c.outs, format.OutBuf{Addr: a + uint64(lo), Data: bytes.Clone(page[lo:hi])})
 		}
 	}
+	clk.mark(fmt.Sprintf("compare (%d outputs)", len(c.outs)))
 }
 
-// privateWritten lists the pages of the private mappings in maps that no
-// longer share their frame with the interval's shadow.
+// privateWritten lists the pages of the writable private mappings in maps
+// that no longer share their frame with the interval's shadow. The child
+// cannot write the others without changing the map (mprotect), which
+// onVforkDone checks.
 func (s *session) privateWritten(maps []format.Mapping) ([]uint64, error) {
-	snap, err := s.readSnapshotOf(maps, func(m format.Mapping) bool { return !m.Shared && !proc.Special(m) })
+	var writable []format.Mapping
+	for _, m := range maps {
+		if !m.Shared && !proc.Special(m) && m.Prot&format.ProtWrite != 0 {
+			writable = append(writable, m)
+		}
+	}
+	snap, err := s.readSnapshotOf(writable, func(format.Mapping) bool { return true })
 	if err != nil {
 		return nil, err
 	}
-	return s.writtenPages(maps, snap, s.shadow)
+	return s.writtenPages(writable, snap, s.shadow)
 }
 
 // diffSpan returns the smallest range [lo, hi) outside of which a and b are
 // equal, and false when they are equal.
 func diffSpan(a, b []byte) (lo, hi int, ok bool) {
+	if bytes.Equal(a, b) {
+		return 0, 0, false // most pages: compared at memcmp's speed
+	}
 	n := min(len(a), len(b))
 	for lo < n && a[lo] == b[lo] {
 		lo++

@@ -119,6 +119,20 @@ for m in $MODES; do
 	log "clock_gettime via python time.monotonic $m: $(for i in $(seq "$RUNS"); do vdso_ns "$m"; done | median | xargs printf %.0f) ns per call"
 done
 
+# --- vfork children: python3's subprocess.run, whose child runs in the
+# parent's memory until its exec (the recorder stops the parent twice per
+# call to log what the child wrote there)
+spawn_us() { run "$1" python3 -c 'import subprocess, time
+n=200; t=time.perf_counter()
+for i in range(n): subprocess.run(["/bin/true"])
+print((time.perf_counter()-t)/n*1e6)'; }
+declare -A SP SP_R
+interleaved SP spawn_us
+for m in $MODES; do
+	[ "$m" = ebpf-idle ] && continue
+	log "python3 subprocess.run(/bin/true) $m: $(printf %.0f "${SP[$m]}") us per call, ratio $(printf %.2f "${SP_R[$m]}")"
+done
+
 # --- server: redis-server on loopback as Debian ships it (its main thread,
 # three background-job threads and jemalloc's), recorded by attaching to it.
 # A run whose recorder is not recording when the load starts counts as a
