@@ -241,7 +241,7 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 	sh := s.shadow
 	s.shadow = nil
 	finish := func() {
-		s.ring.push(iv)
+		s.ring.push(iv, later) // a dump's close (not later) keeps the whole ring for the dump
 		clk.mark("push")
 		if sh != nil {
 			s.retire(sh)

@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/klauspost/compress/s2"
+	"github.com/pierrec/lz4/v4"
 	"github.com/tprec/tprec/format"
 )
 
@@ -113,8 +114,12 @@ func (b *blob) page() ([]byte, error) {
 }
 
 // push appends a closed interval and drops the oldest ones beyond the limits.
-// The newest interval is never dropped.
-func (r *ring) push(iv *interval) {
+// The newest interval is never dropped. With budget false (the partial
+// interval a dump closes) the memory budget waits for the next push: a dump
+// takes the whole ring, and a program whose one interval fills the budget
+// (reading 40 MB of incompressible data in a quarter second) would otherwise
+// lose all its history to the few milliseconds before its crash.
+func (r *ring) push(iv *interval, budget bool) {
 	for s := range iv.syscalls.all() {
 		iv.logBytes += callBytes(s)
 	}
@@ -122,6 +127,9 @@ func (r *ring) push(iv *interval) {
 	r.intervals = append(r.intervals, iv)
 	for len(r.intervals) > 1 && len(r.intervals) > r.keep {
 		r.drop()
+	}
+	if !budget {
+		return
 	}
 	// Over the memory budget, older logs are packed before any interval is
 	// dropped: the buffers that read(2) returned are most of a log and
@@ -167,7 +175,7 @@ func (r *ring) unpacked() *interval {
 // for an interval the ring could not keep anyway.
 func (r *ring) pack(iv *interval) {
 	iv.packTried = true
-	if iv.logBytes > r.maxBytes {
+	if iv.logBytes > r.maxBytes || incompressible(iv) {
 		return
 	}
 	calls := make([]format.Syscall, 0, iv.syscalls.len())
@@ -182,6 +190,31 @@ func (r *ring) pack(iv *interval) {
 	iv.syscalls = callLog{}
 	r.bytes += int64(len(b)) - iv.logBytes
 	iv.logBytes = int64(len(b))
+}
+
+// incompressible reports whether an interval's log is mostly output bytes
+// that do not compress (a program reading compressed or random data), judged
+// on a sample: packing 60 MB of it took a third of a second for nothing, on
+// the tracer's thread, and held up the next boundary (an interval of
+// sha256sum grew to over a second).
+func incompressible(iv *interval) bool {
+	const sampleMax, piece = 256 << 10, 16 << 10
+	var out int64
+	var sample []byte
+	for c := range iv.syscalls.all() {
+		for _, o := range c.Out {
+			out += int64(len(o.Data))
+			if len(sample) < sampleMax {
+				sample = append(sample, o.Data[:min(len(o.Data), piece)]...)
+			}
+		}
+	}
+	if out*2 < iv.logBytes || len(sample) < 64<<10 {
+		return false
+	}
+	z := make([]byte, lz4.CompressBlockBound(len(sample)))
+	n, err := lz4.CompressBlock(sample, z, nil)
+	return err == nil && (n == 0 || n > len(sample)*9/10)
 }
 
 // calls returns how many calls the interval's log holds.

@@ -27,7 +27,7 @@ func TestRingKeepsNewestAndSharesPages(t *testing.T) {
 		r.addPage(iv, 0x1000, page(1))          // the same content every interval
 		r.addPage(iv, 0x2000, page(byte(10+i))) // new content
 		r.addPage(iv, 0x3000, page(0))          // zeros are never stored
-		r.push(iv)
+		r.push(iv, true)
 	}
 	if len(r.intervals) != 3 || r.intervals[0].meta.Index != 2 || r.intervals[2].meta.Index != 4 {
 		t.Fatalf("ring holds %d intervals, first %d", len(r.intervals), r.intervals[0].meta.Index)
@@ -54,7 +54,7 @@ func TestRingMemoryLimitDropsOldest(t *testing.T) {
 		iv := &interval{meta: format.Interval{Index: i}}
 		// Incompressible content, so each page costs a whole page.
 		r.addPage(iv, 0x1000, noise(int64(i)))
-		r.push(iv)
+		r.push(iv, true)
 		if r.bytes > 3*format.PageSize && len(r.intervals) > 1 {
 			t.Fatalf("ring holds %d bytes with %d intervals", r.bytes, len(r.intervals))
 		}
@@ -67,7 +67,7 @@ func TestRingMemoryLimitDropsOldest(t *testing.T) {
 	for a := uint64(0); a < 8; a++ {
 		r.addPage(big, a*format.PageSize, noise(int64(100+a)))
 	}
-	r.push(big)
+	r.push(big, true)
 	if len(r.intervals) != 1 || r.intervals[0].meta.Index != 10 {
 		t.Fatalf("want only the newest interval, have %d", len(r.intervals))
 	}
@@ -185,7 +185,7 @@ func TestRingPacksLogsBeforeDropping(t *testing.T) {
 	// Each log holds ~410 KB unpacked; the budget fits about two of them.
 	r := newRing(100, 900<<10)
 	for i := 0; i < 6; i++ {
-		r.push(mk(i))
+		r.push(mk(i), true)
 	}
 	if len(r.intervals) != 6 {
 		t.Fatalf("ring dropped intervals instead of packing their logs: %d left", len(r.intervals))
@@ -244,5 +244,50 @@ func TestNewPages(t *testing.T) {
 	want := []uint64{0x12000, 0x20000, 0x20000 + pg, 0x7e000}
 	if fmt.Sprintf("%x", got) != fmt.Sprintf("%x", want) {
 		t.Errorf("new pages %x, want %x", got, want)
+	}
+}
+
+// readLog is an interval whose log holds n reads of 32 KiB from fill.
+func readLog(index, n int, fill func(i int) []byte) *interval {
+	iv := &interval{meta: format.Interval{Index: index}}
+	for i := 0; i < n; i++ {
+		iv.syscalls.append(format.Syscall{Nr: 0, Args: [6]uint64{3, 0x10000, 32 << 10}, Ret: 32 << 10,
+			Out: []format.OutBuf{{Addr: 0x10000, Data: fill(i)}}})
+	}
+	return iv
+}
+
+// A log of reads of random bytes is not packed (it would not shrink); one
+// of text is. And the partial interval a dump closes does not push the ring
+// over its budget into dropping the interval before it, which the next
+// boundary's push then does.
+func TestRingIncompressibleLogAndDumpPush(t *testing.T) {
+	random := func(i int) []byte {
+		b := make([]byte, 32<<10)
+		rand.New(rand.NewSource(int64(i))).Read(b)
+		return b
+	}
+	text := func(i int) []byte {
+		return bytes.Repeat([]byte(fmt.Sprintf("line %d of a log file\n", i)), 32<<10/16)[:32<<10]
+	}
+	if !incompressible(readLog(1, 40, random)) {
+		t.Error("a log of random reads counts as compressible")
+	}
+	if incompressible(readLog(1, 40, text)) {
+		t.Error("a log of text reads counts as incompressible")
+	}
+	r := newRing(8, 2<<20)
+	r.push(readLog(1, 40, random), true) // 1.25 MiB
+	r.push(readLog(2, 40, random), true) // over 2 MiB: interval 1 goes, unpacked
+	if len(r.intervals) != 1 || r.intervals[0].meta.Index != 2 || r.intervals[0].packed != nil {
+		t.Fatalf("after the second push: %d intervals, first %d, packed %v", len(r.intervals), r.intervals[0].meta.Index, r.intervals[0].packed != nil)
+	}
+	r.push(readLog(3, 1, random), false) // a dump's partial interval
+	if len(r.intervals) != 2 {
+		t.Fatalf("the dump's push left %d intervals, want 2", len(r.intervals))
+	}
+	r.push(readLog(4, 40, random), true)
+	if len(r.intervals) != 2 || r.intervals[0].meta.Index != 3 {
+		t.Fatalf("the next push left %d intervals, first %d; want 3 and 4", len(r.intervals), r.intervals[0].meta.Index)
 	}
 }
