@@ -33,6 +33,7 @@ import (
 // vforkCapture is what the recorder saw of one thread's vfork.
 type vforkCapture struct {
 	child   int
+	shadow  int               // the interval's shadow at the first stop
 	before  map[uint64][]byte // written pages and their content at the first stop
 	buf     []byte            // what before's pages are slices of
 	maps    []format.Mapping
@@ -169,6 +170,7 @@ func (s *session) onVfork(t *thread, child int) {
 		c.problem = "it started before the interval's shadow"
 		return
 	}
+	c.shadow = s.shadow.pid
 	maps, err := proc.ReadMaps(s.pid)
 	if err != nil {
 		c.problem = err.Error()
@@ -213,8 +215,9 @@ func (s *session) onVforkDone(t *thread) {
 	if c.problem != "" {
 		return
 	}
-	if s.shadow == nil {
-		c.problem = "the interval's shadow went away during the call"
+	if s.shadow == nil || s.shadow.pid != c.shadow {
+		// The comparison needs the shadow the first stop compared with.
+		c.problem = "an interval boundary came during the call"
 		return
 	}
 	maps, err := proc.ReadMaps(s.pid)
