@@ -171,22 +171,10 @@ func (s *session) onVfork(t *thread, child int) {
 		return
 	}
 	c.shadow = s.shadow.pid
-	maps, err := proc.ReadMaps(s.pid)
-	if err != nil {
-		c.problem = err.Error()
-		return
-	}
-	clk.mark("maps")
-	written, err := s.privateWritten(maps)
-	if err != nil {
-		c.problem = err.Error()
-		return
-	}
-	clk.mark(fmt.Sprintf("pagemap (%d written)", len(written)))
-	buf := s.vforks.buf(len(written) * format.PageSize)
+	maps, written, buf, err := s.writtenNow(clk)
 	c.buf = buf
-	if err := proc.ReadPages(s.pid, written, buf); err != nil {
-		c.problem = fmt.Sprintf("read its parent's written pages: %v", err)
+	if err != nil {
+		c.problem = err.Error()
 		return
 	}
 	c.maps = maps
@@ -194,7 +182,6 @@ func (s *session) onVfork(t *thread, child int) {
 	for i, a := range written {
 		c.before[a] = buf[i*format.PageSize : (i+1)*format.PageSize]
 	}
-	clk.mark("copy")
 }
 
 // onVforkDone handles PTRACE_EVENT_VFORK_DONE in thread t: the child called
@@ -220,25 +207,13 @@ func (s *session) onVforkDone(t *thread) {
 		c.problem = "an interval boundary came during the call"
 		return
 	}
-	maps, err := proc.ReadMaps(s.pid)
+	maps, written, now, err := s.writtenNow(clk)
 	if err != nil {
 		c.problem = err.Error()
 		return
 	}
 	if !slices.Equal(maps, c.maps) {
 		c.problem = "the vfork child changed its parent's memory map"
-		return
-	}
-	clk.mark("maps")
-	written, err := s.privateWritten(maps)
-	if err != nil {
-		c.problem = err.Error()
-		return
-	}
-	clk.mark(fmt.Sprintf("pagemap (%d written)", len(written)))
-	now = s.vforks.buf(len(written) * format.PageSize)
-	if err := proc.ReadPages(s.pid, written, now); err != nil {
-		c.problem = fmt.Sprintf("read its parent's written pages: %v", err)
 		return
 	}
 	// The pages that shared their frame with the shadow at the first stop
@@ -268,6 +243,27 @@ func (s *session) onVforkDone(t *thread) {
 		}
 	}
 	clk.mark(fmt.Sprintf("compare (%d outputs)", len(c.outs)))
+}
+
+// writtenNow reads the target's memory map, the pages of its writable
+// private mappings that no longer share their frame with the interval's
+// shadow, and their content (in a buffer from s.vforks, returned even with
+// an error so that it goes back).
+func (s *session) writtenNow(clk *stepClock) (maps []format.Mapping, written []uint64, content []byte, err error) {
+	if maps, err = proc.ReadMaps(s.pid); err != nil {
+		return nil, nil, nil, err
+	}
+	clk.mark("maps")
+	if written, err = s.privateWritten(maps); err != nil {
+		return nil, nil, nil, err
+	}
+	clk.mark(fmt.Sprintf("pagemap (%d written)", len(written)))
+	content = s.vforks.buf(len(written) * format.PageSize)
+	if err = proc.ReadPages(s.pid, written, content); err != nil {
+		return nil, nil, content, fmt.Errorf("read its parent's written pages: %w", err)
+	}
+	clk.mark("read")
+	return maps, written, content, nil
 }
 
 // privateWritten lists the pages of the writable private mappings in maps
