@@ -55,9 +55,12 @@ type session struct {
 	pm    *proc.Pagemap
 	vdso  *vdsoPatch
 	entry uint64 // the entry point breakpoint after an exec (entry.go), 0 when none
-	ring  *ring
-	hdr   format.Header
-	state state
+	// entryInt3: that breakpoint is an int3 over entryOrig, not DR0.
+	entryInt3 bool
+	entryOrig byte
+	ring      *ring
+	hdr       format.Header
+	state     state
 
 	cur        *interval
 	nextIndex  int
@@ -489,7 +492,7 @@ func (s *session) handle(st proc.Stop) error {
 		s.abandonIntervals()
 		s.vdso = nil
 		s.state = stateStarting
-		s.entry = 0 // exec dropped the breakpoint, if any
+		s.entry, s.entryInt3 = 0, false // exec dropped the breakpoint, if any
 		s.armEntry()
 		if err := proc.Resume(s.src.resumeRequest(), s.pid, 0); err != nil {
 			return err

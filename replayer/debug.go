@@ -1,6 +1,7 @@
 package replayer
 
 import (
+	"bytes"
 	"fmt"
 	"sync/atomic"
 
@@ -9,10 +10,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Owners of an int3 byte: the engine's end-state search and the debugger.
+// Owners of an int3 byte: the engine's end-state search, the debugger, and
+// the end search's stop after a rep string instruction (repRun).
 const (
 	ownerEnd = 1 << iota
 	ownerDbg
+	ownerRep
 )
 
 // int3 is one software breakpoint in the program's code.
@@ -159,8 +162,12 @@ type debugState struct {
 	user    map[uint64]bool     // of those, where the debugger stops
 	keep    map[uint64]bool     // tracked for a position, not pruned at stretch starts
 	watches []Watch
-	hits    int // watchpoint triggers since the stretch began
-	catch   catchSet
+	// softVals: where the debug registers do not work, the watched bytes
+	// as last seen; the program then runs by single steps while a
+	// watchpoint is set, and a write watchpoint fires when they change.
+	softVals [][]byte
+	hits     int // watchpoint triggers since the stretch began
+	catch    catchSet
 	// atEntry: stopped at a syscall-entry stop the engine already handled;
 	// entryRegs are the registers the program had there.
 	atEntry    bool
@@ -239,10 +246,20 @@ func (e *engine) arrive(rip uint64) {
 	}
 }
 
-// setWatches loads the watchpoints into DR0-DR3 and DR7.
+// setWatches loads the watchpoints into DR0-DR3 and DR7, or where those do
+// not work, takes the watched bytes for single-step comparison.
 func (e *engine) setWatches(ws []Watch) error {
 	if len(ws) > 4 {
 		return fmt.Errorf("%d watchpoints: the CPU has 4 debug address registers", len(ws))
+	}
+	if !e.hwbp {
+		for _, w := range ws {
+			if w.Kind != WatchWrite {
+				return fmt.Errorf("read and access watchpoints need the debug registers, which do not work on this machine (%s); write watchpoints work, by single steps", e.noHW)
+			}
+		}
+		e.dbg.watches = append([]Watch(nil), ws...)
+		return e.syncSoftWatches()
 	}
 	pid := e.stub.pid
 	// Disable first: the kernel checks each address against the enabled
@@ -281,9 +298,49 @@ func (e *engine) setWatches(ws []Watch) error {
 	return nil
 }
 
-// watchTriggered reads and clears DR6 and returns the watchpoint that fired.
+// syncSoftWatches takes the bytes software watchpoints compare with (their
+// pages served first: a lazy page reads as zeros until then).
+func (e *engine) syncSoftWatches() error {
+	d := e.dbg
+	if e.hwbp {
+		return nil
+	}
+	d.softVals = d.softVals[:0]
+	for _, w := range d.watches {
+		if err := e.touch(w.Addr, w.Len); err != nil {
+			return err
+		}
+		b := make([]byte, w.Len)
+		if err := e.readMem(b, w.Addr); err != nil {
+			return fmt.Errorf("watchpoint at %#x: %w", w.Addr, err)
+		}
+		d.softVals = append(d.softVals, b)
+	}
+	return nil
+}
+
+// softWatching reports that the program must run by single steps for the
+// watchpoints to be seen.
+func (e *engine) softWatching() bool { return !e.hwbp && len(e.dbg.watches) > 0 }
+
+// watchTriggered reads and clears DR6 and returns the watchpoint that fired;
+// without debug registers, it compares the watched bytes.
 func (e *engine) watchTriggered() (Watch, bool, error) {
 	if len(e.dbg.watches) == 0 {
+		return Watch{}, false, nil
+	}
+	if !e.hwbp {
+		d := e.dbg
+		for i, w := range d.watches {
+			b := make([]byte, w.Len)
+			if err := e.readMem(b, w.Addr); err != nil {
+				return Watch{}, false, fmt.Errorf("watchpoint at %#x: %w", w.Addr, err)
+			}
+			if !bytes.Equal(b, d.softVals[i]) {
+				d.softVals[i] = b
+				return w, true, nil
+			}
+		}
 		return Watch{}, false, nil
 	}
 	dr6, err := proc.GetDebugReg(e.stub.pid, 6)
@@ -405,13 +462,17 @@ func (e *engine) execOne(step bool) (dEvent, bool, error) {
 		if derr := e.int3s.drop(e.mem); derr != nil && err == nil {
 			err = derr
 		}
+		if err == nil {
+			// The call's outputs are reported by outputHitsWatch.
+			err = e.syncSoftWatches()
+		}
 		if err != nil {
 			return dEvent{}, false, err
 		}
 		return e.after(ev, step)
 	}
 	req := unix.PTRACE_SYSCALL
-	if step || onInt3 {
+	if step || onInt3 || e.softWatching() {
 		req = unix.PTRACE_SINGLESTEP
 		if err := e.int3s.lift(e.mem, regs.Rip); err != nil {
 			return dEvent{}, false, err
@@ -504,6 +565,9 @@ func (e *engine) atEndAddr(regs proc.Regs) (res *Result, moved bool, err error) 
 // finishSyscall resumes from a syscall-entry stop to the exit.
 func (e *engine) finishSyscall() (dEvent, bool, error) {
 	ev, err := e.advance(unix.PTRACE_SYSCALL, e.claim)
+	if err == nil {
+		err = e.syncSoftWatches()
+	}
 	if err != nil {
 		return dEvent{}, false, err
 	}

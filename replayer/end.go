@@ -37,7 +37,13 @@ type breakpoint struct {
 	// reaches shortly before the recorded end, so that only the last
 	// iterations are single-stepped (repStep).
 	repWatching bool
-	hits        int
+	// repRun: where the debug registers do not work, an int3 after the
+	// rep string instruction (at addr + rep.length) stops it once it has
+	// run the iterations in rcx; repRest iterations are then put back in
+	// rcx with rip at the instruction again (repRun).
+	repRun  bool
+	repRest uint64
+	hits    int
 	// regsMatched counts hits where only memory differed; lastWhy says how.
 	regsMatched int
 	lastWhy     string
@@ -93,7 +99,7 @@ func (e *engine) startSearch(regs proc.Regs, what string) error {
 		return e.diverge(regs.Rip, e.lastSeq(), what+" is not mapped in the replay",
 			fmt.Sprintf("code at %#x", rip), err.Error())
 	}
-	e.bp = breakpoint{addr: rip, orig: code[0], active: true, syscall: code[0] == 0x0f && code[1] == 0x05, hw: e.dbg == nil,
+	e.bp = breakpoint{addr: rip, orig: code[0], active: true, syscall: code[0] == 0x0f && code[1] == 0x05, hw: e.dbg == nil && e.hwbp,
 		rep: decodeRepString(code)}
 	return e.armBreakpoint()
 }
@@ -146,10 +152,11 @@ func (e *engine) goalHit(regs proc.Regs) (res *Result, done bool, err error) {
 	if err := e.disarmBreakpoint(); err != nil {
 		return nil, true, err
 	}
+	passes := e.bp.hits
 	e.bp = breakpoint{}
 	e.sigSearch = nil
 	if e.opts.Verbose {
-		e.logf("%s: delivery point found in user code", signalName(ev.Signo))
+		e.logf("%s: delivery point found in user code (pass %d over its instruction)", signalName(ev.Signo), passes)
 	}
 	if regs, err = e.deliver(ev, regs); err != nil {
 		return nil, true, err
@@ -174,13 +181,15 @@ func (e *engine) goalHit(regs proc.Regs) (res *Result, done bool, err error) {
 type repString struct {
 	size     uint64 // bytes per iteration; 0: not a rep string instruction
 	rsi, rdi bool
+	length   uint64 // bytes of the instruction
+	cond     bool   // cmps, scas: the flags can end it before rcx does
 }
 
 // decodeRepString decodes the prefixes and opcode at the start of code.
 func decodeRepString(code []byte) repString {
 	var r repString
 	rep, opsize, w := false, false, false
-	for _, b := range code {
+	for i, b := range code {
 		switch {
 		case b == 0xf3 || b == 0xf2:
 			rep = true
@@ -219,6 +228,8 @@ func decodeRepString(code []byte) repString {
 		if b&1 == 1 {
 			r.size = wide
 		}
+		r.length = uint64(i) + 1
+		r.cond = b == 0xa6 || b == 0xa7 || b == 0xae || b == 0xaf
 		return r
 	}
 	return r
@@ -232,12 +243,16 @@ func decodeRepString(code []byte) repString {
 const repMargin = 4096
 
 // repApproach resumes a rep string instruction whose recorded end lies
-// ahead (repStep): single steps when it is near, else a debug register
-// (DR1, reads and writes of one byte) at the address the advancing pointer
-// reaches repMargin bytes before the end, then single steps.
+// ahead (repStep): single steps when it is near or the debug registers do
+// not work here, else a debug register (DR1, reads and writes of one byte)
+// at the address the advancing pointer reaches repMargin bytes before the
+// end, then single steps.
 func (e *engine) repApproach(regs proc.Regs) (int, error) {
 	r, want := e.bp.rep, e.goal()
-	if (regs.Rcx-want.Rcx)*r.size <= repMargin {
+	if !e.hwbp && !r.cond {
+		return e.repRun(regs, want.Rcx)
+	}
+	if !e.hwbp || (regs.Rcx-want.Rcx)*r.size <= repMargin {
 		e.bp.repStepping = true
 		return unix.PTRACE_SINGLESTEP, nil
 	}
@@ -258,6 +273,62 @@ func (e *engine) repApproach(regs proc.Regs) (int, error) {
 	}
 	e.bp.repWatching = true
 	return unix.PTRACE_SYSCALL, nil
+}
+
+// repRun runs the rep string instruction the thread stands at (its
+// breakpoint lifted) until rest iterations are left, with rcx lowered by
+// rest and an int3 right after the instruction: the iterations run are the
+// same, and at the int3 the thread is put back at the instruction with rcx
+// raised again (repRunOver). rest 0 runs the instruction out. Not for cmps
+// and scas, which the flags can end early.
+func (e *engine) repRun(regs proc.Regs, rest uint64) (int, error) {
+	next := e.bp.addr + e.bp.rep.length
+	if err := e.touch(next, 1); err != nil {
+		return 0, err
+	}
+	if err := e.int3s.set(e.mem, next, ownerRep, true); err != nil {
+		return 0, fmt.Errorf("breakpoint after the rep string instruction: %w", err)
+	}
+	if rest > 0 {
+		regs.Rcx -= rest
+		if err := proc.SetRegs(e.stub.pid, regs); err != nil {
+			return 0, err
+		}
+	}
+	e.bp.repRun, e.bp.repRest = true, rest
+	return unix.PTRACE_SYSCALL, nil
+}
+
+// repRunOver handles the int3 after the instruction repRun ran: at the
+// goal's iteration count, compare; else, or after a mismatch, the
+// instruction is run out and the search goes on.
+func (e *engine) repRunOver(regs proc.Regs) (*Result, int, error) {
+	next := e.bp.addr + e.bp.rep.length
+	e.bp.repRun = false
+	if err := e.int3s.set(e.mem, next, ownerRep, false); err != nil {
+		return nil, 0, err
+	}
+	regs.Rip = next
+	if rest := e.bp.repRest; rest > 0 {
+		e.bp.repRest = 0
+		regs.Rip, regs.Rcx = e.bp.addr, regs.Rcx+rest
+		if err := proc.SetRegs(e.stub.pid, regs); err != nil {
+			return nil, 0, err
+		}
+		res, done, err := e.goalHit(regs)
+		if res != nil {
+			e.logf("the end lies inside a rep string instruction, with %d iterations left: reached by running the ones before", regs.Rcx)
+		}
+		if res != nil || done || err != nil {
+			return res, unix.PTRACE_SYSCALL, err
+		}
+		next, err := e.repRun(regs, 0)
+		return nil, next, err
+	}
+	if err := proc.SetRegs(e.stub.pid, regs); err != nil {
+		return nil, 0, err
+	}
+	return nil, unix.PTRACE_SYSCALL, e.armBreakpoint()
 }
 
 // repStep reports whether a stop at the end address, before a rep string
@@ -375,6 +446,9 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 		}
 		return nil, 0, e.diverge(regs.Rip, e.lastSeq(), reason, fmt.Sprintf("end at rip %#x", e.end.Regs.Rip), actual)
 	}
+	if sig == int(unix.SIGTRAP) && e.bp.active && e.bp.repRun && regs.Rip == e.bp.addr+e.bp.rep.length+1 {
+		return e.repRunOver(regs)
+	}
 	if sig == int(unix.SIGTRAP) && e.bp.active && e.bp.repWatching {
 		// The watched byte was reached: step the iterations left.
 		e.bp.repWatching = false
@@ -440,6 +514,15 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 			}
 			if res, done, err := e.goalHit(regs); res != nil || done || err != nil {
 				return res, unix.PTRACE_SYSCALL, err
+			}
+			if e.repStep(regs) {
+				next, err := e.repApproach(regs)
+				return nil, next, err
+			}
+			if e.bp.rep.size > 0 {
+				// Stepping over it would run one iteration a stop.
+				next, err := e.repRun(regs, 0)
+				return nil, next, err
 			}
 			if e.bp.syscall {
 				// The next stop is that syscall's entry, which is itself a

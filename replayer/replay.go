@@ -209,6 +209,10 @@ type engine struct {
 	again   *skippedCall
 	base    uint64
 	timeout time.Duration
+	// hwbp: the debug registers work here (HardwareBreakpoints); else the
+	// end search sets an int3.
+	hwbp bool
+	noHW string // why not
 
 	stub   *stub
 	mem    *proc.Mem
@@ -316,6 +320,9 @@ func prepare(c *format.Checkpoint, pages format.PageSource, opts Options) (*engi
 		return nil, fmt.Errorf("checkpoint end state has unknown kind %q", end.Kind)
 	}
 	e := &engine{c: c, end: end, until: until, pages: pages, opts: opts, k: k, first: first, thread: thread, brkEnd: heapEnd(c, k), rseqs: c.RseqAreas()}
+	if e.hwbp, e.noHW = HardwareBreakpoints(); !e.hwbp && opts.Verbose {
+		e.logf("the debug registers do not work on this machine (%s): breakpoints are int3, watchpoints single steps", e.noHW)
+	}
 	// The signals delivered from the first call of the start interval on
 	// (one delivered before it belongs to the interval before: the
 	// recorder marks an interval where one arrives before its first call

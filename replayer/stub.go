@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"runtime"
+	"sync"
 	"syscall"
 
 	"github.com/tprec/tprec/format"
@@ -216,4 +218,79 @@ func (s *stub) kill() {
 	}
 	s.reaped = true
 	_ = s.proc.Release()
+}
+
+var hwbp struct {
+	once sync.Once
+	ok   bool
+	why  string
+}
+
+// HardwareBreakpoints reports whether the debug registers work on this
+// machine, and if not, why. Some hypervisors accept writes to DR0-DR7 and
+// never raise the debug exception (a PVM guest on AMD EPYC seen: gdb says
+// "No hardware breakpoint support in the target"), so the answer comes
+// from trying once per process: a stub stopped at its `syscall` gets an
+// execution breakpoint on that very instruction and is resumed; where the
+// registers work it stops with SIGTRAP before the instruction runs, where
+// they do not it enters the syscall (a getpid). Callers fall back to int3.
+// TPREC_NO_DEBUG_REGISTERS=1 in the environment makes the answer no, to
+// test those paths on a machine where the registers work.
+func HardwareBreakpoints() (bool, string) {
+	hwbp.once.Do(func() {
+		if os.Getenv("TPREC_NO_DEBUG_REGISTERS") != "" {
+			hwbp.why = "TPREC_NO_DEBUG_REGISTERS is set"
+			return
+		}
+		done := make(chan struct{})
+		go func() {
+			// startStub pins the calling thread; a goroutine that exits
+			// locked takes its thread with it.
+			runtime.LockOSThread()
+			hwbp.ok, hwbp.why = probeDebugRegs()
+			close(done)
+		}()
+		<-done
+	})
+	return hwbp.ok, hwbp.why
+}
+
+func probeDebugRegs() (bool, string) {
+	s, err := startStub(0x1000_0000_0000, 0)
+	if err != nil {
+		return false, "the probe could not start: " + err.Error()
+	}
+	defer s.kill()
+	regs, err := proc.GetRegs(s.pid)
+	if err != nil {
+		return false, "the probe could not start: " + err.Error()
+	}
+	regs.Rax = unix.SYS_GETPID
+	if err := proc.SetRegs(s.pid, regs); err != nil {
+		return false, "the probe could not start: " + err.Error()
+	}
+	if err := proc.SetDebugReg(s.pid, 0, s.gadget); err != nil {
+		return false, err.Error()
+	}
+	if err := proc.SetDebugReg(s.pid, 7, 1); err != nil {
+		return false, err.Error()
+	}
+	if err := proc.Resume(unix.PTRACE_SYSCALL, s.pid, 0); err != nil {
+		return false, "the probe could not resume: " + err.Error()
+	}
+	st, err := proc.Wait(s.pid)
+	if err != nil {
+		return false, err.Error()
+	}
+	if st.Signal() != int(unix.SIGTRAP) {
+		return false, fmt.Sprintf("an execution breakpoint set in DR0 did not fire (the probe's next stop: %v)", st)
+	}
+	dr6, err := proc.GetDebugReg(s.pid, 6)
+	if err != nil {
+		return false, err.Error()
+	}
+	if dr6&1 == 0 {
+		return false, fmt.Sprintf("an execution breakpoint set in DR0 did not fire (SIGTRAP with DR6 %#x)", dr6)
+	}
+	return true, ""
 }
