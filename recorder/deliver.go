@@ -119,7 +119,14 @@ func handlerState(tid int) (*format.Delivery, error) {
 
 // signalDigests digests, at a delivery in user code, the pages a replay
 // compares there (format.EndDigestPages: the stack page, the pages the
-// interval wrote so far, from the pagemap against the shadow's).
+// interval wrote so far, from the pagemap against the shadow's, then the
+// pages the interval before wrote). Early in an interval the pages written
+// so far are few or none, and a loop that keeps its state in the heap
+// passes the same registers and stack page many times: python3 hashing in
+// a loop had SIGALRM delivered 250 passes early by a replay from the
+// interval before, with the boundary's own digests matching only at the
+// right pass. The previous interval's pages are the ones the boundary
+// digests compare too.
 func (s *session) signalDigests(regs format.Regs) ([]format.PageRef, error) {
 	var written []format.PageRef
 	if s.shadow != nil {
@@ -136,6 +143,7 @@ func (s *session) signalDigests(regs format.Regs) ([]format.PageRef, error) {
 			written = append(written, format.PageRef{Addr: a})
 		}
 	}
+	written = append(written, s.ring.lastWritten(s.cur.meta.Index)...)
 	var rseqs []format.Rseq
 	for _, t := range s.cur.meta.Threads {
 		if t.Rseq.Len != 0 {

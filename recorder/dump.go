@@ -204,9 +204,15 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 	}
 	clk.mark(fmt.Sprintf("files and saved pages (%d pages, %d syscalls)", len(saved), n))
 	// The stack page and the pages the last interval wrote tell a matching
-	// end from a loop iteration with the same registers.
+	// end from a loop iteration with the same registers; so do the pages
+	// the interval before wrote, when the end came soon after a boundary
+	// (signalDigests).
 	c.End.Digests = nil
-	for _, a := range format.EndDigestPages(end.Regs.Rsp, ivs[len(ivs)-1].meta.Written) {
+	written := ivs[len(ivs)-1].meta.Written
+	if len(ivs) > 1 {
+		written = append(append([]format.PageRef(nil), written...), ivs[len(ivs)-2].meta.Written...)
+	}
+	for _, a := range format.EndDigestPages(end.Regs.Rsp, written) {
 		c.End.Digests = append(c.End.Digests, format.PageRef{Addr: a})
 	}
 	c.Header.DumpTime = time.Now()

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 
+	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/proc"
 	"github.com/tprec/tprec/replayer"
 	"golang.org/x/sys/unix"
@@ -91,6 +92,7 @@ func (s *session) armEntryInt3(entry uint64) {
 		return
 	}
 	s.entry, s.entryInt3, s.entryOrig = entry, true, orig[0]
+	s.ownWrites = append(s.ownWrites, entry&^(format.PageSize-1))
 }
 
 // disarmEntry removes the entry point breakpoint.
@@ -106,6 +108,7 @@ func (s *session) disarmEntry() {
 		if err == nil {
 			err = mem.WriteAt([]byte{s.entryOrig}, entry)
 			mem.Close()
+			s.ownWrites = append(s.ownWrites, entry&^(format.PageSize-1))
 		}
 		if err != nil && !proc.Gone(err) && !errors.Is(err, fs.ErrNotExist) {
 			s.logf("remove the entry point breakpoint: %v", err)

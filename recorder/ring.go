@@ -64,6 +64,15 @@ func newRing(keep int, maxBytes int64) *ring {
 }
 
 // addPage stores one original page for iv and returns its reference.
+// lastWritten returns the pages the interval before the one of the given
+// index wrote, when the ring still holds it (empty otherwise).
+func (r *ring) lastWritten(index int) []format.PageRef {
+	if n := len(r.intervals); n > 0 && r.intervals[n-1].meta.Index == index-1 {
+		return r.intervals[n-1].meta.Written
+	}
+	return nil
+}
+
 func (r *ring) addPage(iv *interval, addr uint64, data []byte) {
 	h := format.HashPage(data)
 	iv.meta.Written = append(iv.meta.Written, format.PageRef{Addr: addr, Hash: h})

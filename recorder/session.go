@@ -58,6 +58,10 @@ type session struct {
 	// entryInt3: that breakpoint is an int3 over entryOrig, not DR0.
 	entryInt3 bool
 	entryOrig byte
+	// ownWrites: pages tprec itself wrote in the target in the current
+	// interval (that int3 and its removal), left out of the comparison of
+	// the fault stream with the pagemap.
+	ownWrites []uint64
 	ring      *ring
 	hdr       format.Header
 	state     state
@@ -492,7 +496,7 @@ func (s *session) handle(st proc.Stop) error {
 		s.abandonIntervals()
 		s.vdso = nil
 		s.state = stateStarting
-		s.entry, s.entryInt3 = 0, false // exec dropped the breakpoint, if any
+		s.entry, s.entryInt3, s.ownWrites = 0, false, nil // exec dropped the breakpoint, if any
 		s.armEntry()
 		if err := proc.Resume(s.src.resumeRequest(), s.pid, 0); err != nil {
 			return err

@@ -140,7 +140,11 @@ func TestTimerSignalsInComputation(t *testing.T) {
 	forBackends(t, func(t *testing.T, backend string) {
 		target, _, done := startTarget(t, "/usr/bin/python3", "-S", script)
 		time.Sleep(300 * time.Millisecond)
-		ck := crashThread(t, target, done, target.Process.Pid, 2*time.Second, "--backend", backend)
+		// 1.2 s of recording: each delivery in user code is a search of
+		// hundreds to a hundred thousand passes, and the trial replay has
+		// 30 s (on a machine without working debug registers a pass is two
+		// stops, and 2 s of this window took 16-34 s).
+		ck := crashThread(t, target, done, target.Process.Pid, 1200*time.Millisecond, "--backend", backend)
 		allReplayable(t, ck)
 		out := replay(t, ck, "-v")
 		// About one SIGALRM per 30 ms of the window (59 in 1.8 s seen), some
