@@ -10,6 +10,8 @@ import (
 
 	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/proc"
+
+	"golang.org/x/sys/unix"
 )
 
 // boundary ends the current interval and starts the next one. The target is in
@@ -203,9 +205,23 @@ func (s *session) threadStates() (threads []format.Thread, running []int, err er
 		if inSys && int64(regs.Rax) == -516 && s.restarts[tid] == nil {
 			// Stopped in a call the kernel resumes through restart_syscall,
 			// whose entry the recorder did not see (it attached during the
-			// call).
-			s.restarts[tid] = &proc.SyscallInfo{Op: proc.SyscallEntry, Nr: regs.OrigRax,
+			// call). Stopped again in that restart_syscall (a poll waiting
+			// across several boundaries), the call is the one noted at the
+			// first stop; the registers still hold its arguments, and the
+			// start state re-issues it.
+			call := &proc.SyscallInfo{Op: proc.SyscallEntry, Nr: regs.OrigRax,
 				Args: [6]uint64{regs.Rdi, regs.Rsi, regs.Rdx, regs.R10, regs.R8, regs.R9}}
+			if regs.OrigRax == unix.SYS_RESTART_SYSCALL {
+				call = s.restartOrig[tid]
+				if call != nil {
+					nregs.Rax = call.Nr
+				}
+			} else {
+				s.restartOrig[tid] = call
+			}
+			if call != nil {
+				s.restarts[tid] = call
+			}
 		}
 		threads = append(threads, format.Thread{Tid: tid, Regs: nregs, XState: xs, SigMask: mask, InSyscall: inSys, Rseq: threadRseq(tid)})
 		if !inSys {

@@ -657,6 +657,20 @@ func (e *ebpfSource) opened(s *session) error {
 	if _, _, err := e.losses(); err != nil {
 		return err
 	}
+	// A call the program was in when recording began returned
+	// ERESTART_RESTARTBLOCK before the programs traced the process: the
+	// sys_exit program then finds nothing to say which call restart_syscall
+	// finishes, and logs it without the call's outputs (poll's revents).
+	// Tell it what the stop showed; an entry of its own is newer.
+	for tid, r := range s.restarts {
+		entry := struct {
+			Nr   int64
+			Args [6]uint64
+		}{int64(r.Nr), r.Args}
+		if err := e.objs.Restarts.Update(uint32(tid), entry, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
+			return fmt.Errorf("note the call thread %d resumes: %w", tid, err)
+		}
+	}
 	l := &openLog{firstQ: p.Seq + 1, nextQ: p.Seq + 1, restarts: s.restarts, vforks: &s.vforks}
 	s.restarts = map[int]*proc.SyscallInfo{}
 	if s.cur != nil {

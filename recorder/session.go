@@ -82,7 +82,11 @@ type session struct {
 	crashed   int // signal of the last crash checkpoint
 	// restarts are, per thread, the call interrupted with
 	// ERESTART_RESTARTBLOCK that restart_syscall will finish.
-	restarts    map[int]*proc.SyscallInfo
+	restarts map[int]*proc.SyscallInfo
+	// restartOrig: per thread, the last call seen stopped with
+	// ERESTART_RESTARTBLOCK at an interval start (threadStates), for a
+	// later start that finds the thread in the restart_syscall resuming it.
+	restartOrig map[int]*proc.SyscallInfo
 	execOrphans map[int]bool // shadows that die after the target's exec
 	src         source
 	shadow      *shadow
@@ -125,7 +129,7 @@ func Record(ctx context.Context, o Options, requests <-chan struct{}) error {
 		return fmt.Errorf("create output directory: %w", err)
 	}
 	s := &session{o: o, tr: proc.NewTracer(), ring: newRing(o.Keep, o.MaxMemory),
-		threads: map[int]*thread{}, restarts: map[int]*proc.SyscallInfo{}, waiters: newWaiters()}
+		threads: map[int]*thread{}, restarts: map[int]*proc.SyscallInfo{}, restartOrig: map[int]*proc.SyscallInfo{}, waiters: newWaiters()}
 	defer s.tr.Close()
 	var launched *exec.Cmd
 	var release func() error

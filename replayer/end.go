@@ -607,6 +607,7 @@ func (e *engine) matchEndInCall(regs proc.Regs, nr int, args [6]uint64) string {
 		return strings.Join(diffs, ", ")
 	}
 	addr, size := timeLeftOut(nr, args)
+	pfds, pfdsLen := reventsOut(nr, args)
 	var diffs []string
 	for _, d := range e.end.Digests {
 		why := e.digestsDiffer([]format.PageRef{d}, e.rseqs, e.end.Regs.Rsp, true)
@@ -614,11 +615,23 @@ func (e *engine) matchEndInCall(regs proc.Regs, nr int, args [6]uint64) string {
 		case why == "":
 		case size > 0 && d.Addr < addr+size && addr < d.Addr+pageSize:
 			e.logf("page %#x not compared: the interrupted %s wrote the time left of its timeout at %#x, which no record holds", d.Addr, syscalls.Name(nr), addr)
+		case pfdsLen > 0 && d.Addr < pfds+pfdsLen && pfds < d.Addr+pageSize:
+			e.logf("page %#x not compared: the interrupted %s wrote the revents of its descriptors at %#x, which no record holds", d.Addr, syscalls.Name(nr), pfds)
 		default:
 			diffs = append(diffs, why)
 		}
 	}
 	return strings.Join(diffs, ", ")
+}
+
+// reventsOut is the pollfd array an interrupted poll or ppoll writes the
+// revents of (fs/select.c do_sys_poll copies them back whatever the
+// result), 8 bytes a descriptor; select leaves its sets alone then.
+func reventsOut(nr int, args [6]uint64) (addr, size uint64) {
+	if (nr == unix.SYS_POLL || nr == unix.SYS_PPOLL) && args[1] <= 1<<20 {
+		return args[0], args[1] * 8
+	}
+	return 0, 0
 }
 
 // timeLeftOut is where an interrupted nr writes the time left of its

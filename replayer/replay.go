@@ -384,6 +384,10 @@ func prepare(c *format.Checkpoint, pages format.PageSource, opts Options) (*engi
 	if e.timeout == 0 {
 		window := c.Intervals[len(c.Intervals)-1].End.Sub(iv.Start)
 		e.timeout = max(30*time.Second, 20*window)
+		if !e.hwbp {
+			// Each pass of a breakpoint search is two stops with an int3.
+			e.timeout *= 2
+		}
 	}
 	return e, nil
 }

@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"os/exec"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 )
@@ -44,5 +46,55 @@ func TestEndInsideSleep(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 		ck := crashThread(t, target, done, target.Process.Pid, 1200*time.Millisecond, "--backend", backend)
 		replay(t, ck)
+	})
+}
+
+// pythonPollWait waits in poll(2) without a timeout for a byte its child
+// writes once a second, and checks the revents it gets.
+const pythonPollWait = `
+import os, select, time
+r, w = os.pipe()
+if os.fork() == 0:
+    # Not holding the test's output pipes; SIGPIPE ends it with its parent.
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    while True:
+        time.sleep(1)
+        os.write(w, b"x")
+p = select.poll()
+p.register(r, select.POLLIN)
+while True:
+    ev = p.poll()
+    if not ev or not ev[0][1] & select.POLLIN:
+        raise SystemExit("bad revents %r" % (ev,))
+    os.read(r, 1)
+`
+
+// python3 attached while it waits in poll, which the kernel resumes through
+// restart_syscall after the attach's stop and after every boundary's, and
+// crashed while it waits again. Each interval replays: the completion of
+// the poll in progress at the attach holds its revents (the eBPF program
+// did not see it start and is told at the interval's open; it used to log
+// a restart_syscall, or a poll without revents, and the replay polled
+// again), and the end inside the next poll is verified without the pollfd
+// page, whose revents the interrupted call rewrote.
+func TestAttachDuringPoll(t *testing.T) {
+	requireRoot(t)
+	script := pythonScript(t, "pollwait.py", pythonPollWait)
+	noted := regexp.MustCompile(`page 0x[0-9a-f]+ not compared: the interrupted poll wrote the revents of its descriptors`)
+	forBackends(t, func(t *testing.T, backend string) {
+		target, _, done := startTarget(t, "/usr/bin/python3", "-S", script)
+		t.Cleanup(func() { _ = exec.Command("pkill", "-f", script).Run() })
+		time.Sleep(1400 * time.Millisecond)
+		ck := crashThread(t, target, done, target.Process.Pid, 2500*time.Millisecond, "--backend", backend)
+		allReplayable(t, ck)
+		out := replay(t, ck, "-v")
+		if !strings.Contains(out, " poll(") {
+			t.Errorf("the replay made no poll:\n%s", out)
+		}
+		if !noted.MatchString(out) {
+			t.Errorf("the replay does not say which page it left out:\n%s", out[max(0, len(out)-2000):])
+		}
 	})
 }
