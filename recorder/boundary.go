@@ -211,12 +211,12 @@ func (s *session) threadStates() (threads []format.Thread, running []int, err er
 			// start state re-issues it.
 			call := &proc.SyscallInfo{Op: proc.SyscallEntry, Nr: regs.OrigRax,
 				Args: [6]uint64{regs.Rdi, regs.Rsi, regs.Rdx, regs.R10, regs.R8, regs.R9}}
-			if regs.OrigRax == unix.SYS_RESTART_SYSCALL {
+			if regs.OrigRax == unix.SYS_RESTART_SYSCALL && s.src.name() == "ebpf" {
 				call = s.restartOrig[tid]
 				if call != nil {
 					nregs.Rax = call.Nr
 				}
-			} else {
+			} else if regs.OrigRax != unix.SYS_RESTART_SYSCALL {
 				s.restartOrig[tid] = call
 			}
 			if call != nil {
