@@ -150,9 +150,20 @@ func (s *session) signalDigests(regs format.Regs) ([]format.PageRef, error) {
 			rseqs = append(rseqs, t.Rseq)
 		}
 	}
-	var out []format.PageRef
-	page := make([]byte, format.PageSize)
-	for _, a := range format.EndDigestPages(regs.Rsp, written) {
+	addrs := format.EndDigestPages(regs.Rsp, written)
+	out := make([]format.PageRef, 0, len(addrs))
+	buf := make([]byte, len(addrs)*format.PageSize)
+	if proc.ReadPages(s.pid, addrs, buf) == nil {
+		for i, a := range addrs {
+			page := buf[i*format.PageSize : (i+1)*format.PageSize]
+			out = append(out, format.PageRef{Addr: a, Hash: format.DigestPage(a, page, rseqs, regs.Rsp)})
+		}
+		return out, nil
+	}
+	// A page the previous interval wrote may be unmapped now: one read a
+	// page, leaving those out.
+	page := buf[:format.PageSize]
+	for _, a := range addrs {
 		if n, err := proc.ReadBytes(s.pid, a, page); err != nil || n != len(page) {
 			continue // not mapped: nothing to compare
 		}
