@@ -534,22 +534,38 @@ static __always_inline int send_small(struct call_ctx *c, __u32 tid, __u32 tgid,
 }
 
 /*
- * A file mapping's content must be taken while the mapping (or the
- * descriptor) still exists: a loader maps ld.so.cache and unmaps it within
- * microseconds, long before the next boundary. After a successful mmap of a
- * file, the thread is sent SIGURG (default action: ignore), which the
- * recorder, tracing it, intercepts at its signal-delivery stop, right after
- * the call returns, to open the file; it then suppresses the signal. marks
- * counts the signals sent, so the recorder tells them from a SIGURG of the
- * program's own. None is sent when SIGURG is blocked or already pending: a
- * signal of the program's would merge with it (standard signals do not
+ * Two things need the recorder while the thread runs, so the thread is sent
+ * SIGURG (default action: ignore) at a call's exit: the recorder, tracing
+ * it, intercepts the signal at its signal-delivery stop, right after the
+ * call returns, acts, and suppresses the signal.
+ *  - A file mapping's content must be taken while the mapping (or the
+ *    descriptor) still exists: a loader maps ld.so.cache and unmaps it
+ *    within microseconds, long before the next boundary. After a successful
+ *    mmap of a file, the recorder opens the file at the stop.
+ *  - A ring buffer more than half full means the reader is falling behind
+ *    (a program reading a cached file in a loop writes hundreds of MB a
+ *    second into it): the recorder holds the thread until the reader has
+ *    caught up, so the program slows down instead of losing records.
+ * marks counts the signals sent, so the recorder tells them from a SIGURG of
+ * the program's own. None is sent when SIGURG is blocked or already pending:
+ * a signal of the program's would merge with it (standard signals do not
  * queue), and a blocked one would arrive too late to matter.
  */
 #define TP_SIGURG 23
-static __always_inline void mark_mmap(struct tp_proc *p, struct call_ctx *call)
+static __always_inline int file_mmap(struct call_ctx *call)
 {
-	if (!(p->flags & TP_PROC_MARK_MMAPS) || call->nr != 9 /* mmap */ || call->ret < 0 ||
-	    (call->args[3] & 0x20 /* MAP_ANONYMOUS */) || (int)call->args[4] < 0)
+	return call->nr == 9 /* mmap */ && call->ret >= 0 && !(call->args[3] & 0x20 /* MAP_ANONYMOUS */) &&
+	       (int)call->args[4] >= 0;
+}
+
+static __always_inline int ring_crowded(void)
+{
+	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > bpf_ringbuf_query(&events, BPF_RB_RING_SIZE) / 2;
+}
+
+static __always_inline void urge(struct tp_proc *p, struct call_ctx *call)
+{
+	if (!(p->flags & TP_PROC_URGE) || !(file_mmap(call) || ring_crowded()))
 		return;
 	struct task_struct *t = bpf_get_current_task_btf();
 	__u64 bit = 1ULL << (TP_SIGURG - 1);
@@ -618,7 +634,7 @@ int BPF_PROG(tp_sys_exit, struct pt_regs *regs, long ret)
 		return 0;
 	}
 	__u64 seq = __sync_fetch_and_add(&p->seq, 1) + 1;
-	mark_mmap(p, &call);
+	urge(p, &call);
 
 	int outs = call.nr == TP_NR_RESTART ? -1 : tp_outputs(&call);
 	int nout = outs < 0 ? -1 : (int)((__u32)outs >> 8), first = outs & 255;
@@ -749,7 +765,7 @@ int BPF_PROG(tp_fork, struct task_struct *parent, struct task_struct *child)
 	if (!p || !(p->flags & TP_PROC_FOLLOW_FORK))
 		return 0;
 	/* Only the recorded process is stopped at its file mmaps. */
-	struct tp_proc c = {.epoch = p->epoch, .flags = p->flags & ~TP_PROC_MARK_MMAPS};
+	struct tp_proc c = {.epoch = p->epoch, .flags = p->flags & ~TP_PROC_URGE};
 	if (bpf_map_update_elem(&traced, &ctgid, &c, BPF_NOEXIST))
 		return 0;
 	__u32 i = ctgid / 64;

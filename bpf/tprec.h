@@ -79,12 +79,12 @@ struct tp_proc {
 	__u64 seq;   /* last sequence number given */
 	__u64 epoch; /* interval number, set by the recorder at each boundary */
 	__u32 flags; /* TP_PROC_* */
-	__u32 marks; /* file mmaps the program signalled the recorder about */
+	__u32 marks; /* SIGURGs sent to the recorder (urge in tprec.c) */
 };
 
 enum tp_proc_flags {
 	TP_PROC_FOLLOW_FORK = 1, /* children are added to the map */
-	TP_PROC_MARK_MMAPS = 2,  /* stop the thread (SIGURG) after a file mmap */
+	TP_PROC_URGE = 2,        /* the recorder traces it: stop a thread (SIGURG) when it must act */
 };
 
 /* Per-CPU counters, read by the recorder at every boundary. */

@@ -103,7 +103,7 @@ type TprecTpProcFlags uint32
 
 const (
 	TprecTpProcFlagsTP_PROC_FOLLOW_FORK TprecTpProcFlags = 1
-	TprecTpProcFlagsTP_PROC_MARK_MMAPS  TprecTpProcFlags = 2
+	TprecTpProcFlagsTP_PROC_URGE        TprecTpProcFlags = 2
 )
 
 type TprecTpRecFlags uint32

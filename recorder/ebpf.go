@@ -73,8 +73,12 @@ type ebpfSource struct {
 	firstBad  error
 	readerErr error
 
-	epoch    uint64
-	marks    uint32 // SIGURGs of file mmaps taken (ownSignal), against tp_proc.marks
+	epoch uint64
+	marks uint32 // SIGURGs of the programs taken (ownSignal), against tp_proc.marks
+	held  struct {
+		times int           // stops held for a crowded ring buffer (catchUp)
+		total time.Duration // how long, in all
+	}
 	baseline bpf.TprecTpCounters
 	misses   uint64 // recursion misses of the programs, last read
 
@@ -213,7 +217,7 @@ func newEBPFSource(pid int, ringbufSize int, logf func(string, ...any)) (*ebpfSo
 		return nil, fmt.Errorf("%w: ring buffer reader: %w", ErrEBPFUnavailable, err)
 	}
 	go e.read()
-	if err := e.objs.Traced.Update(uint32(pid), bpf.TprecTpProc{Flags: uint32(bpf.TprecTpProcFlagsTP_PROC_MARK_MMAPS)}, ebpf.UpdateAny); err != nil {
+	if err := e.objs.Traced.Update(uint32(pid), bpf.TprecTpProc{Flags: uint32(bpf.TprecTpProcFlagsTP_PROC_URGE)}, ebpf.UpdateAny); err != nil {
 		e.close()
 		return nil, fmt.Errorf("%w: trace process %d: %w", ErrEBPFUnavailable, pid, err)
 	}
@@ -686,9 +690,10 @@ func (e *ebpfSource) opened(s *session) error {
 	return nil
 }
 
-// ownSignal reports whether a SIGURG stop is the programs' own signal after
-// a file mmap (mark_mmap in bpf/tprec.c): the programs count the ones they
-// send, and every one sent and not yet seen here is the recorder's.
+// ownSignal reports whether a SIGURG stop is the programs' own signal, after
+// a file mmap or with the ring buffer crowded (urge in bpf/tprec.c): the
+// programs count the ones they send, and every one sent and not yet seen
+// here is the recorder's.
 func (e *ebpfSource) ownSignal(sig int) bool {
 	if sig != int(unix.SIGURG) {
 		return false
@@ -700,6 +705,37 @@ func (e *ebpfSource) ownSignal(sig int) bool {
 	e.marks++
 	return true
 }
+
+// catchUpLimit bounds one hold of catchUp: a reader that does not move in
+// that time has stopped, which the next drain reports.
+const catchUpLimit = 2 * time.Second
+
+// catchUp runs at each of the programs' own signal stops. When the ring
+// buffer is more than a quarter full, the programs sent the signal because
+// the reader fell behind (urge in bpf/tprec.c): the thread is held until
+// the reader has brought it down to a quarter, so a program that makes
+// calls faster than the reader takes them slows down instead of losing
+// records. Other threads run on, and get their own stop if they need one.
+func (e *ebpfSource) catchUp() {
+	size := e.ring.mask + 1
+	if e.ring.pending() <= size/4 {
+		return
+	}
+	t0 := time.Now()
+	e.ring.poke()
+	for e.ring.pending() > size/4 && time.Since(t0) < catchUpLimit {
+		select {
+		case <-e.done:
+			return
+		case <-time.After(100 * time.Microsecond):
+		}
+	}
+	e.held.times++
+	e.held.total += time.Since(t0)
+}
+
+// heldFor reports the stops catchUp held and for how long in all.
+func (e *ebpfSource) heldFor() (int, time.Duration) { return e.held.times, e.held.total }
 
 // checkWritten compares the pages the fault stream saw written in the closed
 // interval with the pagemap's written set (the authority for originals: it
@@ -769,6 +805,9 @@ func (e *ebpfSource) close() {
 		<-e.done
 		e.ring.close()
 		e.ring = nil
+	}
+	if e.held.times > 0 {
+		e.logf("held the process %d times, %v in all, for the ring buffer reader to catch up", e.held.times, e.held.total.Round(time.Millisecond))
 	}
 	if e.check.intervals > 0 {
 		e.logf("fault stream vs pagemap over %d intervals: %d written pages agree, %d only in pagemap (writes without a fault), %d only in faults",

@@ -58,8 +58,8 @@ func (s *session) addMappedFile(rec *format.Syscall, f *os.File) {
 // removes before the boundary keeps its content.
 func (s *session) openMarkedMmap(tid int) {
 	regs, err := proc.GetRegs(tid)
-	if err != nil || int64(regs.Rax) < 0 {
-		return
+	if err != nil || regs.OrigRax != unix.SYS_MMAP || int64(regs.Rax) < 0 || regs.R10&unix.MAP_ANONYMOUS != 0 {
+		return // the programs' signal for a crowded ring buffer
 	}
 	f, err := os.Open(fmt.Sprintf("/proc/%d/fd/%d", s.pid, int32(regs.R8)))
 	if err != nil {

@@ -702,6 +702,7 @@ func (s *session) suppressed(t *thread, sig int) bool {
 	}
 	if s.src.ownSignal(sig) {
 		s.openMarkedMmap(t.tid)
+		s.src.catchUp()
 		return true
 	}
 	return false
@@ -1306,8 +1307,12 @@ func (s *session) statusLine(now time.Time) string {
 	for _, iv := range s.ring.intervals {
 		lost += iv.lost
 	}
-	return fmt.Sprintf("pid %d: %.1f s of history in %d intervals, ring %.1f of %.0f MiB (tprec resident %.0f MiB), %d syscalls logged, %d events lost",
+	line := fmt.Sprintf("pid %d: %.1f s of history in %d intervals, ring %.1f of %.0f MiB (tprec resident %.0f MiB), %d syscalls logged, %d events lost",
 		s.pid, history.Seconds(), len(s.ring.intervals)+1, float64(s.ring.bytes)/(1<<20), float64(s.o.MaxMemory)/(1<<20), float64(residentBytes())/(1<<20), s.seq, lost)
+	if n, d := s.src.heldFor(); n > 0 {
+		line += fmt.Sprintf(", held %d times (%v in all) for the eBPF reader to catch up", n, d.Round(time.Millisecond))
+	}
+	return line
 }
 
 // residentBytes is tprec's own resident memory (0 if unknown).

@@ -2,6 +2,7 @@ package recorder
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/proc"
@@ -24,6 +25,11 @@ type source interface {
 	// ownSignal reports whether a signal stop is one the source caused
 	// (then the session handles it and suppresses the signal).
 	ownSignal(sig int) bool
+	// catchUp runs after the session handled an own signal: the source
+	// may hold the stopped thread until its reader has caught up.
+	catchUp()
+	// heldFor reports how many stops catchUp held, and for how long.
+	heldFor() (int, time.Duration)
 	// opened is called when an interval has started, the target still
 	// stopped (after the recorder's own injected calls).
 	opened(s *session) error
@@ -44,6 +50,8 @@ func (ptraceSource) resumeRequest() int                                { return 
 func (ptraceSource) sync(s *session) error                             { return nil }
 func (ptraceSource) opened(s *session) error                           { return nil }
 func (ptraceSource) ownSignal(sig int) bool                            { return false }
+func (ptraceSource) catchUp()                                          {}
+func (ptraceSource) heldFor() (int, time.Duration)                     { return 0, 0 }
 func (ptraceSource) close()                                            {}
 func (ptraceSource) checkWritten(*session, []format.Mapping, []uint64) {}
 func (ptraceSource) lastSeq(s *session) (uint64, error)                { return s.seq, nil }
