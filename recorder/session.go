@@ -1035,7 +1035,11 @@ func (s *session) start() error {
 	}
 	s.fillHeader()
 	s.state = stateRecording
-	s.logf("recording process %d (%s), interval %v, keeping %d intervals", s.pid, s.hdr.ExePath, s.o.Interval, s.o.Keep)
+	if s.crashed != 0 {
+		s.logf("process %d goes on into its %v handler: recording it afresh", s.pid, unix.SignalName(unix.Signal(s.crashed)))
+	} else {
+		s.logf("recording process %d (%s), interval %v, keeping %d intervals", s.pid, s.hdr.ExePath, s.o.Interval, s.o.Keep)
+	}
 	return s.openInterval(time.Now())
 }
 

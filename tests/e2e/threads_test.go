@@ -166,13 +166,15 @@ spin()
 
 // redisUnderLoad starts Debian's redis-server on port, without persistence,
 // waits until it answers, and runs redis-benchmark against it (10 clients,
-// 100,000 random keys, SET and GET) until the test ends.
-func redisUnderLoad(t *testing.T, port string) (*exec.Cmd, chan error) {
+// 100,000 random keys, SET and GET) until the test ends. extra are more
+// server arguments.
+func redisUnderLoad(t *testing.T, port string, extra ...string) (*exec.Cmd, chan error) {
 	t.Helper()
 	srv := needTool(t, "redis-server")
 	bench := needTool(t, "redis-benchmark")
 	cli := needTool(t, "redis-cli")
-	target, _, done := startTarget(t, srv, "--port", port, "--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", t.TempDir())
+	args := append([]string{"--port", port, "--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", t.TempDir()}, extra...)
+	target, _, done := startTarget(t, srv, args...)
 	for i := 0; exec.Command(cli, "-p", port, "ping").Run() != nil; i++ {
 		if i == 100 {
 			t.Fatal("redis-server did not answer")

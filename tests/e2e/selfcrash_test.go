@@ -1,0 +1,82 @@
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Real programs that crash themselves, as the servers users are called for
+// do, rather than being sent a signal from outside: the checkpoint ends at
+// the faulting instruction, and the replay reaches it with the same signal.
+
+// redis-server under load, told to crash by DEBUG SEGFAULT: it writes to a
+// read-only page it mapped, its SIGSEGV handler writes the bug report
+// (backtrace, a memory test of every mapping), then raises SIGSEGV again to
+// die. The checkpoint is of the first fault, in debugCommand; the second
+// signal writes none.
+func TestRedisDebugSegfault(t *testing.T) {
+	requireRoot(t)
+	cli := needTool(t, "redis-cli")
+	forBackends(t, func(t *testing.T, backend string) {
+		port := map[string]string{"ebpf": "6441", "ptrace": "6442"}[backend]
+		target, done := redisUnderLoad(t, port, "--enable-debug-command", "yes")
+		ck, stderr := crashWith(t, target, done, 2*time.Second, func(int) error {
+			// The server dies before it answers: the error is the point.
+			exec.Command(cli, "-p", port, "debug", "segfault").Run()
+			return nil
+		}, "--backend", backend)
+		if !strings.Contains(stderr, "raised SIGSEGV itself after its handler ran") {
+			t.Errorf("tprec does not tell the handler's own SIGSEGV from the crash:\n%s", stderr)
+		}
+		out := replay(t, ck)
+		if !strings.Contains(out, "in debugCommand") || !strings.Contains(out, "signal SIGSEGV") {
+			t.Fatalf("replay does not end at the fault in debugCommand:\n%s", out)
+		}
+	})
+}
+
+// python3 dereferencing NULL through ctypes in the middle of a loop that
+// reads a file and the clock: the fault is in libc's strlen (its symbol is
+// not exported, so the test compares addresses), and nothing sends a
+// signal from outside.
+const ctypesCrashScript = `
+import ctypes, os, sys, time
+d = sys.argv[1]
+path = os.path.join(d, "input.txt")
+with open(path, "w") as f:
+    f.write("a line of input\n" * 200)
+print("ready", flush=True)
+n = 0
+while not os.path.exists(os.path.join(d, "crash-now")):
+    with open(path) as f:
+        n += len(f.read())
+    time.time()
+ctypes.string_at(0)
+`
+
+func TestPython3CrashesItself(t *testing.T) {
+	requireRoot(t)
+	forBackends(t, func(t *testing.T, backend string) {
+		dir := t.TempDir()
+		script := pythonScript(t, "ctypescrash.py", ctypesCrashScript)
+		target, _, done := startTarget(t, "/usr/bin/python3", "-S", script, dir)
+		waitFile(t, filepath.Join(dir, "input.txt"), 16*200)
+		ck, stderr := crashWith(t, target, done, 1500*time.Millisecond, func(int) error {
+			return os.WriteFile(filepath.Join(dir, "crash-now"), nil, 0o644)
+		}, "--backend", backend)
+		// The faulting instruction tprec saw is the one the replay ends at.
+		m := regexp.MustCompile(`received SIGSEGV at rip (0x[0-9a-f]+)`).FindStringSubmatch(stderr)
+		if m == nil {
+			t.Fatalf("tprec does not name the faulting instruction:\n%s", stderr)
+		}
+		out := replay(t, ck)
+		if !strings.Contains(out, "rip="+m[1]) || !strings.Contains(out, "signal SIGSEGV") {
+			t.Fatalf("replay does not end at the fault at %s:\n%s", m[1], out)
+		}
+	})
+}
