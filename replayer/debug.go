@@ -177,6 +177,8 @@ type debugState struct {
 	ended      *Result
 	watchClean bool // the watchpoints have been there since the stretch began
 	fresh      bool // no instruction of the stretch has run yet
+	// snap is called at each stretch start, to leave a snapshot behind.
+	snap func(*engine)
 }
 
 // catchSet says which syscalls the debugger wants to see.
@@ -612,6 +614,9 @@ func (e *engine) after(ev event, step bool) (dEvent, bool, error) {
 			// A signal delivered where the call returned, to a handler
 			// whose first instruction has a breakpoint.
 			return dEvent{kind: dArrive, addr: regs.Rip, regs: regs}, true, nil
+		}
+		if d.snap != nil {
+			d.snap(e)
 		}
 		return dEvent{kind: dExit, nr: ev.nr, regs: regs}, true, nil
 	case evTrap:

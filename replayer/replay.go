@@ -228,7 +228,7 @@ type engine struct {
 
 	// realFault: the end is a synchronous fault the program raises itself.
 	realFault bool
-	stopReq   atomic.Int32
+	stopReq   *atomic.Int32 // a deadline or cancel asks Run to stop (stopDeadline, stopCanceled)
 	// emu: the stub was resumed with PTRACE_SYSEMU, so the syscall stop is
 	// an entry the kernel will skip, with no exit stop: the engine completes
 	// the call at its entry. Run uses it when the next record is emulated.
@@ -319,7 +319,7 @@ func prepare(c *format.Checkpoint, pages format.PageSource, opts Options) (*engi
 	default:
 		return nil, fmt.Errorf("checkpoint end state has unknown kind %q", end.Kind)
 	}
-	e := &engine{c: c, end: end, until: until, pages: pages, opts: opts, k: k, first: first, thread: thread, brkEnd: heapEnd(c, k), rseqs: c.RseqAreas()}
+	e := &engine{c: c, end: end, until: until, pages: pages, opts: opts, k: k, first: first, thread: thread, brkEnd: heapEnd(c, k), rseqs: c.RseqAreas(), stopReq: new(atomic.Int32)}
 	if e.hwbp, e.noHW = HardwareBreakpoints(); !e.hwbp && opts.Verbose {
 		e.logf("the debug registers do not work on this machine (%s): breakpoints are int3, watchpoints single steps", e.noHW)
 	}

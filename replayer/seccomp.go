@@ -38,9 +38,10 @@ func realSyscalls() []uint32 {
 }
 
 // seccompProgram builds a classic BPF filter: x86-64 only, the listed numbers
-// allowed, everything else kills the process. Layout of struct sock_filter:
+// allowed, clone allowed from the instruction before cloneIP only, everything
+// else kills the process. Layout of struct sock_filter:
 // u16 code, u8 jt, u8 jf, u32 k (include/uapi/linux/filter.h).
-func seccompProgram(allow []uint32) ([]byte, error) {
+func seccompProgram(allow []uint32, cloneIP uint64) ([]byte, error) {
 	if len(allow) > 250 {
 		return nil, fmt.Errorf("seccomp filter: %d syscalls do not fit short jumps", len(allow))
 	}
@@ -53,6 +54,7 @@ func seccompProgram(allow []uint32) ([]byte, error) {
 		allowK  = 0x7fff0000 // SECCOMP_RET_ALLOW
 		offNr   = 0          // struct seccomp_data.nr
 		offArch = 4          // struct seccomp_data.arch
+		offIP   = 8          // struct seccomp_data.instruction_pointer (after the syscall instruction)
 	)
 	var b []byte
 	ins := func(code uint16, jt, jf uint8, k uint32) {
@@ -63,6 +65,17 @@ func seccompProgram(allow []uint32) ([]byte, error) {
 	n := len(allow)
 	ins(ldAbs, 0, 0, offArch)
 	ins(jeqK, 1, 0, auditX8)
+	ins(retK, 0, 0, kill)
+	ins(ldAbs, 0, 0, offNr)
+	// clone, from the stub's own syscall instruction only: the fork of a
+	// snapshot (snapshot.go). The program's own clones are emulated, and
+	// never reach the filter under their number.
+	ins(jeqK, 0, 6, unix.SYS_CLONE)
+	ins(ldAbs, 0, 0, offIP)
+	ins(jeqK, 0, 3, uint32(cloneIP))
+	ins(ldAbs, 0, 0, offIP+4)
+	ins(jeqK, 0, 1, uint32(cloneIP>>32))
+	ins(retK, 0, 0, allowK)
 	ins(retK, 0, 0, kill)
 	ins(ldAbs, 0, 0, offNr)
 	for i, nr := range allow {
@@ -76,7 +89,7 @@ func seccompProgram(allow []uint32) ([]byte, error) {
 // installSeccomp writes the filter into the stub's scratch space and installs
 // it with injected prctl(PR_SET_NO_NEW_PRIVS) and seccomp(SET_MODE_FILTER).
 func (e *engine) installSeccomp() error {
-	prog, err := seccompProgram(realSyscalls())
+	prog, err := seccompProgram(realSyscalls(), e.stub.gadget+2)
 	if err != nil {
 		return err
 	}

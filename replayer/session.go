@@ -3,6 +3,7 @@ package replayer
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -89,6 +90,7 @@ var MaxReverseSteps = 20_000_000
 // not be named on the way can be named by doing the commands again.
 type command struct {
 	step    bool
+	from    int // the stretch the command started in
 	bps     map[uint64]bool
 	watches []Watch
 	catch   catchSet
@@ -118,14 +120,22 @@ type Session struct {
 	interrupt *atomic.Bool
 	closed    bool
 	// Reexecutions counts the replays from the start that going back and
-	// naming positions took.
+	// naming positions took; FromSnapshot those that started from a
+	// snapshot instead (snapshot.go).
 	Reexecutions int
+	FromSnapshot int
+
+	snaps       []*engine // stopped forks of the replay, by stretch
+	noSnapshots bool      // TPREPLAY_NO_SNAPSHOTS=1, or a fork failed
+	// SnapshotErr is why snapshots stopped being taken, if one failed.
+	SnapshotErr error
 }
 
 // NewSession prepares a replay of c and stops it at its first instruction
 // (the start of the interval opts.From, or the oldest replayable one).
 func NewSession(c *format.Checkpoint, pages format.PageSource, opts Options) (*Session, error) {
-	s := &Session{c: c, pages: pages, opts: opts, user: map[uint64]bool{}, known: true, interrupt: &atomic.Bool{}}
+	s := &Session{c: c, pages: pages, opts: opts, user: map[uint64]bool{}, known: true, interrupt: &atomic.Bool{},
+		noSnapshots: os.Getenv("TPREPLAY_NO_SNAPSHOTS") == "1"}
 	s.tr = proc.NewTracer()
 	e, err := s.newEngine(nil)
 	if err != nil {
@@ -147,6 +157,7 @@ func (s *Session) Close() {
 	s.closed = true
 	_ = s.tr.Do(func() error {
 		s.killEngine(s.e)
+		s.dropSnapshots()
 		return nil
 	})
 	s.tr.Close()
@@ -180,6 +191,7 @@ func (s *Session) newEngine(user map[uint64]bool) (*engine, error) {
 		return nil, err
 	}
 	e.dbg = newDebugState()
+	e.dbg.snap = s.maybeSnapshot
 	for a := range user {
 		e.dbg.user[a] = true
 	}
@@ -406,7 +418,7 @@ func (s *Session) Continue() (Stop, error) {
 	if res := s.e.dbg.ended; res != nil {
 		return Stop{Reason: StopPastEnd, Result: res}, nil
 	}
-	cmd := command{bps: copySet(s.user), watches: s.watches, catch: s.catch}
+	cmd := command{from: s.e.next, bps: copySet(s.user), watches: s.watches, catch: s.catch}
 	var ev dEvent
 	err := s.tr.Do(func() error {
 		if err := s.apply(s.e); err != nil {
@@ -543,18 +555,27 @@ func (s *Session) resolve() error {
 		return err
 	}
 	rip := regs.Rip
-	e, err := s.newEngine(nil)
+	// A continue stops at the first point its conditions name, whatever
+	// happened before: when a snapshot lies past the stretch the last
+	// command started in, that command alone, run from the snapshot,
+	// stops at the same point.
+	from, cmds := s.base, s.cmds
+	if last := s.cmds[len(s.cmds)-1]; !last.step {
+		if m, ok := s.snapshotIn(last.from+1, s.e.next); ok {
+			from, cmds = Position{Syscalls: m}, s.cmds[len(s.cmds)-1:]
+		}
+	}
+	e, err := s.engineAt(from.Syscalls, nil)
 	if err != nil {
 		return err
 	}
-	s.Reexecutions++
 	var p Position
 	err = s.tr.Do(func() error {
-		if err := e.reach(s.base, nil, []uint64{rip}); err != nil {
+		if err := e.reach(from, nil, []uint64{rip}); err != nil {
 			return err
 		}
 		var ev dEvent
-		for _, cmd := range s.cmds {
+		for _, cmd := range cmds {
 			for a := range e.dbg.user {
 				delete(e.dbg.user, a)
 			}
@@ -686,11 +707,10 @@ func (e *engine) reach(p Position, user map[uint64]bool, keep []uint64) error {
 
 // goTo replaces the current engine by a fresh one standing at p.
 func (s *Session) goTo(p Position) error {
-	e, err := s.newEngine(nil)
+	e, err := s.engineAt(p.Syscalls, nil)
 	if err != nil {
 		return err
 	}
-	s.Reexecutions++
 	err = s.tr.Do(func() error {
 		// The session's watchpoints in place from the start keep their
 		// triggers in p's stretch counted, so a forward stop at one is named
@@ -760,11 +780,10 @@ func (s *Session) stepBack(p Position, rip uint64) (Position, bool, error) {
 	} else if p.Addr != 0 && p.Arrivals > 1 {
 		mark.Addr, mark.Arrivals = p.Addr, p.Arrivals-1
 	}
-	e, err := s.newEngine(nil)
+	e, err := s.engineAt(mark.Syscalls, nil)
 	if err != nil {
 		return Position{}, false, err
 	}
-	s.Reexecutions++
 	n := 0
 	err = s.tr.Do(func() error {
 		defer s.killEngine(e)
@@ -822,92 +841,113 @@ func (s *Session) ReverseContinue() (Stop, error) {
 	}
 	target := s.base
 	cmd := command{bps: copySet(s.user), watches: s.watches, catch: s.catch}
-	e, err := s.newEngine(s.user)
-	if err != nil {
-		return Stop{}, err
-	}
-	s.Reexecutions++
 	var (
 		last     *Position
 		lastStop Stop
 		before   bool   // last names the point after a trigger: stop one instruction earlier
 		lastRip  uint64 // where the thread stood at last
 	)
-	err = s.tr.Do(func() error {
-		defer s.killEngine(e)
-		d := e.dbg
-		if len(s.watches) > 0 {
-			if err := e.setWatches(s.watches); err != nil {
-				return err
-			}
-			d.watchClean = true
+	// The window is searched backwards by segments: from the latest
+	// snapshot before the current point up to it, then from the snapshot
+	// before that up to the first one's stretch, and so on to the start of
+	// the window. The last stop of the latest segment that has one is the
+	// stop wanted.
+	stretch, end := target.Syscalls, -1 // end: the segment ends at stretch end; -1: at the target
+	for last == nil {
+		e, err := s.engineAt(stretch, s.user)
+		if err != nil {
+			return Stop{}, err
 		}
-		if target.Addr != 0 {
-			d.keep[target.Addr] = true
-			if err := e.trackAddr(target.Addr, true); err != nil {
-				return err
-			}
-			e.arrive0(target.Addr)
-		}
-		d.catch = s.catch
-		atAnchor := func() bool {
-			if e.next != target.Syscalls {
-				return false
-			}
-			switch {
-			case target.Entry:
-				return d.atEntry
-			case target.WatchHits > 0:
-				return d.hits >= target.WatchHits
-			case target.Addr != 0:
-				t := d.track[target.Addr]
-				return t != nil && t.count >= target.Arrivals
-			}
-			return true
-		}
-		// record keeps ev when it is a stop of a continue; here says ev is
-		// the current point itself, which only a trigger's earlier
-		// instruction is before.
-		record := func(ev dEvent, here bool) {
-			if !stopsContinue(e, cmd)(ev) {
-				return
-			}
-			st := s.stopFor(e, ev, false)
-			if here && st.Reason != StopWatch {
-				return
-			}
-			if p, ok := e.here(ev); ok {
-				last, lastStop, lastRip = &p, st, ev.regs.Rip
-				before = st.Reason == StopWatch
-			}
-		}
-		if atAnchor() && target.Steps == 0 {
-			return nil
-		}
-		if !atAnchor() {
-			_, err := e.exec(execOpts{onEvent: func(ev dEvent) bool {
-				if atAnchor() {
-					record(ev, target.Steps == 0)
-					return true
+		start := e.next
+		err = s.tr.Do(func() error {
+			defer s.killEngine(e)
+			d := e.dbg
+			if len(s.watches) > 0 {
+				if err := e.setWatches(s.watches); err != nil {
+					return err
 				}
-				record(ev, false)
-				return false
-			}})
-			if err != nil {
+				d.watchClean = true
+			}
+			d.catch = s.catch
+			// record keeps ev when it is a stop of a continue; here says ev
+			// is the current point itself, which only a trigger's earlier
+			// instruction is before.
+			record := func(ev dEvent, here bool) {
+				if !stopsContinue(e, cmd)(ev) {
+					return
+				}
+				st := s.stopFor(e, ev, false)
+				if here && st.Reason != StopWatch {
+					return
+				}
+				if p, ok := e.here(ev); ok {
+					last, lastStop, lastRip = &p, st, ev.regs.Rip
+					before = st.Reason == StopWatch
+				}
+			}
+			if end >= 0 {
+				// Up to the start of the segment searched before (a stop
+				// at the exit that begins it is this segment's).
+				_, err := e.exec(execOpts{onEvent: func(ev dEvent) bool {
+					record(ev, false)
+					return ev.kind == dExit && e.next >= end || ev.kind == dEnd
+				}})
 				return err
 			}
-		}
-		for i := 0; i < target.Steps; i++ {
-			ev, err := e.exec(execOpts{step: true})
-			if err != nil {
-				return err
+			if target.Addr != 0 {
+				d.keep[target.Addr] = true
+				if err := e.trackAddr(target.Addr, true); err != nil {
+					return err
+				}
+				e.arrive0(target.Addr)
 			}
-			record(ev, i == target.Steps-1)
+			atAnchor := func() bool {
+				if e.next != target.Syscalls {
+					return false
+				}
+				switch {
+				case target.Entry:
+					return d.atEntry
+				case target.WatchHits > 0:
+					return d.hits >= target.WatchHits
+				case target.Addr != 0:
+					t := d.track[target.Addr]
+					return t != nil && t.count >= target.Arrivals
+				}
+				return true
+			}
+			if atAnchor() && target.Steps == 0 {
+				return nil
+			}
+			if !atAnchor() {
+				_, err := e.exec(execOpts{onEvent: func(ev dEvent) bool {
+					if atAnchor() {
+						record(ev, target.Steps == 0)
+						return true
+					}
+					record(ev, false)
+					return false
+				}})
+				if err != nil {
+					return err
+				}
+			}
+			for i := 0; i < target.Steps; i++ {
+				ev, err := e.exec(execOpts{step: true})
+				if err != nil {
+					return err
+				}
+				record(ev, i == target.Steps-1)
+			}
+			return nil
+		})
+		if err != nil {
+			return Stop{}, err
 		}
-		return nil
-	})
-	if err != nil {
-		return Stop{}, err
+		if start == 0 {
+			break
+		}
+		stretch, end = start-1, start
 	}
 	if last == nil {
 		if err := s.goTo(Position{}); err != nil {
@@ -918,6 +958,7 @@ func (s *Session) ReverseContinue() (Stop, error) {
 	p := *last
 	if before {
 		var ok bool
+		var err error
 		if p, ok, err = s.stepBack(p, lastRip); err != nil {
 			return Stop{}, err
 		}

@@ -520,12 +520,15 @@ func (sv *Server) monitor(cmd string) string {
 		return fmt.Sprintf("position: %v\n", p)
 	case "stats":
 		var b strings.Builder
-		fmt.Fprintf(&b, "re-executions from the start: %d\n", sv.s.Reexecutions)
+		fmt.Fprintf(&b, "re-executions from the start: %d, from a snapshot: %d; snapshots kept: %d\n", sv.s.Reexecutions, sv.s.FromSnapshot, sv.s.Snapshots())
+		if err := sv.s.SnapshotErr; err != nil {
+			fmt.Fprintf(&b, "snapshots stopped: %v\n", err)
+		}
 		for i, d := range sv.ReverseTimes {
 			fmt.Fprintf(&b, "reverse command %d: %v\n", i+1, d.Round(time.Microsecond))
 		}
 		return b.String()
 	}
 	return "tpreplay monitor commands: where (the current position), stats (re-execution costs)\n" +
-		"The replay is read-only and deterministic: reverse-step and reverse-continue re-execute from the start of the window.\n"
+		"The replay is read-only and deterministic: reverse-step and reverse-continue re-execute from the nearest snapshot (a fork of the replay left every few hundred syscalls) or the start of the window.\n"
 }
