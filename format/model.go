@@ -245,8 +245,21 @@ func (s *SignalEvent) Interrupted() bool {
 	case -512, -513, -514, -516: // ERESTARTSYS, ERESTARTNOINTR, ERESTARTNOHAND, ERESTART_RESTARTBLOCK
 		return s.AtSyscallExit()
 	}
-	return false
+	return s.Rewound()
 }
+
+// Rewound reports whether the signal came to a call the kernel had already
+// set up for its restart: a stop of the recorder's (an interval boundary)
+// interrupted the call first, and the kernel, with no handler to run for
+// that stop, moved the thread back onto the syscall instruction with the
+// number to issue in rax (the call's own, or restart_syscall's), rcx still
+// pointing after the instruction. The handler's return then issues it.
+func (s *SignalEvent) Rewound() bool {
+	return s.AtSyscallExit() && s.Regs.Rcx == s.Regs.Rip+2 && (s.Regs.Rax == s.Regs.OrigRax || s.Regs.Rax == SysRestartSyscall)
+}
+
+// SysRestartSyscall is x86-64's restart_syscall.
+const SysRestartSyscall = 219
 
 // End reasons.
 const (

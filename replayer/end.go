@@ -115,11 +115,14 @@ func (e *engine) searchSignals(regs proc.Regs) (proc.Regs, bool, error) {
 		if ev.Seq != e.lastSeq() || ev.AtSyscallExit() {
 			return regs, false, nil
 		}
+		var err error
+		if regs, err = e.takeRewound(ev, regs); err != nil {
+			return regs, false, err
+		}
 		if e.signalDiffer(ev, regs) != "" {
 			e.sigSearch = ev
 			return regs, true, e.startSearch(regs, signalName(ev.Signo)+"'s delivery rip")
 		}
-		var err error
 		if regs, err = e.deliver(ev, regs); err != nil {
 			return regs, false, err
 		}
@@ -129,6 +132,50 @@ func (e *engine) searchSignals(regs proc.Regs) (proc.Regs, bool, error) {
 		}
 	}
 	return regs, false, nil
+}
+
+// rewound: the recording delivered a signal to a thread that an interval
+// boundary had stopped in a call the kernel resumes, right after the
+// boundary and before the call ran again. The kernel had by then moved the
+// thread back onto the syscall instruction with the number to issue in rax
+// (restart_syscall's, or the call's own), and rcx, r11 as the instruction
+// left them; the interval's start state re-issues the call itself, which is
+// how a replay stands there: on the instruction, with the call's number. It
+// returns regs with the recorded values of those three registers (the
+// handler's frame saves them, and its return restores them), when ev is
+// such a signal and regs stand there.
+func (e *engine) rewound(ev *format.SignalEvent, regs proc.Regs) (proc.Regs, bool) {
+	r := ev.Regs
+	if regs.Rip != r.Rip || r.Rcx != r.Rip+2 || (r.Rax != regs.Rax && r.Rax != format.SysRestartSyscall) {
+		return regs, false
+	}
+	if r.Rax == regs.Rax && r.Rcx == regs.Rcx && r.R11 == regs.R11 {
+		return regs, false // nothing to take
+	}
+	for _, iv := range e.c.Intervals {
+		if iv.Index != ev.Interval || iv.FirstSeq != ev.Seq+1 {
+			continue
+		}
+		for _, t := range iv.Threads {
+			if t.Tid == ev.Tid && t.InSyscall && t.Regs.Rip == r.Rip && t.Regs.Rax == regs.Rax {
+				regs.Rax, regs.Rcx, regs.R11 = r.Rax, r.Rcx, r.R11
+				return regs, true
+			}
+		}
+	}
+	return regs, false
+}
+
+// takeRewound puts rewound's registers in place when ev is such a signal.
+func (e *engine) takeRewound(ev *format.SignalEvent, regs proc.Regs) (proc.Regs, error) {
+	at, ok := e.rewound(ev, regs)
+	if !ok || e.signalDiffer(ev, at) != "" {
+		return regs, nil
+	}
+	if at.Rax == format.SysRestartSyscall {
+		e.restartAs = int(regs.Rax)
+	}
+	return at, proc.SetRegs(e.stub.pid, at)
 }
 
 // goalHit compares the program, standing at the breakpoint's address, with
@@ -141,6 +188,9 @@ func (e *engine) goalHit(regs proc.Regs) (res *Result, done bool, err error) {
 		return e.endBreakpointHit(regs), false, nil
 	}
 	e.bp.hits++
+	if regs, err = e.takeRewound(ev, regs); err != nil {
+		return nil, true, err
+	}
 	if why := e.signalDiffer(ev, regs); why != "" {
 		e.bp.lastWhy = why
 		if e.bp.hits >= maxSignalPasses {

@@ -236,6 +236,9 @@ type engine struct {
 	// skipExit: the last stop was a SYSEMU entry; resumed with anything but
 	// PTRACE_SYSEMU, the kernel still reports that skipped call's exit.
 	skipExit bool
+	// restartAs: a signal handler returns to restart_syscall, which then
+	// finishes this call (format.SignalEvent.Rewound).
+	restartAs int
 }
 
 // prepare checks that c can be replayed here and plans the run.
@@ -722,6 +725,13 @@ func (e *engine) onEntry(regs proc.Regs, nr int, args [6]uint64) (*Result, error
 	if ok {
 		n = d.NArgs
 	}
+	if nr == unix.SYS_RESTART_SYSCALL && e.restartAs == rec.Nr && ok && d.Kind == syscalls.Emulate {
+		// The restart of the call a signal came to (Rewound), after the
+		// handler returned: the log holds it under the call's own
+		// number, and it is emulated.
+		nr = rec.Nr
+		e.restartAs = 0
+	}
 	if nr != rec.Nr {
 		return nil, e.diverge(regs.Rip, rec.Seq, "different syscall", e.describe(rec.Nr, rec.Args), e.describe(nr, args))
 	}
@@ -930,6 +940,14 @@ func (e *engine) interruptedExit(regs proc.Regs) error {
 	ev := e.sigAtExit
 	e.sigAtExit = nil
 	regs.Rax = ev.Regs.Rax // the restart code the kernel returned there
+	if ev.Rewound() {
+		// Already set up for the restart: back on the instruction, with
+		// the number the handler's return issues.
+		regs.Rip = ev.Regs.Rip
+		if ev.Regs.Rax == format.SysRestartSyscall {
+			e.restartAs = int(ev.Regs.OrigRax)
+		}
+	}
 	at, err := e.deliver(ev, regs)
 	if err != nil {
 		return err

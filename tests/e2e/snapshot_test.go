@@ -23,7 +23,7 @@ func TestGDBReverseFromSnapshots(t *testing.T) {
 	cli := needTool(t, "redis-cli")
 	needTool(t, "gdb")
 	const port = "6443"
-	target, done := redisUnderLoad(t, port, "--enable-debug-command", "yes")
+	target, done := redisUnderLoad(t, port, "--enable-debug-command", "yes", "--crash-memcheck-enabled", "no")
 	ck, _ := crashWith(t, target, done, 1500*time.Millisecond, func(int) error {
 		exec.Command(cli, "-p", port, "debug", "segfault").Run()
 		return nil
