@@ -1036,7 +1036,7 @@ func (s *session) start() error {
 	s.fillHeader()
 	s.state = stateRecording
 	if s.crashed != 0 {
-		s.logf("process %d goes on into its %v handler: recording it afresh", s.pid, unix.SignalName(unix.Signal(s.crashed)))
+		s.logf("process %d goes on after its %v (a handler, or threads not dead yet): recording it afresh", s.pid, unix.SignalName(unix.Signal(s.crashed)))
 	} else {
 		s.logf("recording process %d (%s), interval %v, keeping %d intervals", s.pid, s.hdr.ExePath, s.o.Interval, s.o.Keep)
 	}
