@@ -790,13 +790,38 @@ func (s *session) crash(t *thread, sig int) error {
 	// deliver the signal with its original siginfo, as if nothing had
 	// happened in between. The other threads go on whatever happens.
 	err = proc.SetSiginfo(t.tid, info)
+	if proc.Gone(err) {
+		err = nil // not stopped: resumeFatal sends the signal again
+	}
 	if rerr := s.releaseOthers(); err == nil {
 		err = rerr
 	}
 	if err != nil {
 		return err
 	}
-	return s.resume(t.tid, sig)
+	return s.resumeFatal(t.tid, sig)
+}
+
+// resumeFatal resumes a thread held at a fatal signal with that signal. A
+// thread that is no longer in a stop of tprec's cannot take it that way, and
+// the signal would be lost (a signal sent from outside is not raised again
+// by the program): it is sent again instead. The program must end as it
+// would have without tprec.
+func (s *session) resumeFatal(tid, sig int) error {
+	err := proc.Resume(s.src.resumeRequest(), tid, sig)
+	if err == nil {
+		return nil
+	}
+	if !proc.Gone(err) {
+		return err
+	}
+	if _, serr := os.Stat(fmt.Sprintf("/proc/%d/task/%d", s.pid, tid)); serr == nil {
+		s.logf("thread %d was not stopped to take its %v: sending it again", tid, unix.SignalName(unix.Signal(sig)))
+		if kerr := unix.Tgkill(s.pid, tid, unix.Signal(sig)); kerr != nil && kerr != unix.ESRCH {
+			return fmt.Errorf("send %v again: %w", unix.SignalName(unix.Signal(sig)), kerr)
+		}
+	}
+	return nil
 }
 
 // holdTimeout bounds how long a boundary or a dump request waits for the
