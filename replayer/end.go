@@ -115,11 +115,12 @@ func (e *engine) searchSignals(regs proc.Regs) (proc.Regs, bool, error) {
 		if ev.Seq != e.lastSeq() || ev.AtSyscallExit() {
 			return regs, false, nil
 		}
+		var why string
 		var err error
-		if regs, err = e.takeRewound(ev, regs); err != nil {
+		if regs, why, err = e.deliveryDiffer(ev, regs); err != nil {
 			return regs, false, err
 		}
-		if e.signalDiffer(ev, regs) != "" {
+		if why != "" {
 			e.sigSearch = ev
 			return regs, true, e.startSearch(regs, signalName(ev.Signo)+"'s delivery rip")
 		}
@@ -166,16 +167,23 @@ func (e *engine) rewound(ev *format.SignalEvent, regs proc.Regs) (proc.Regs, boo
 	return regs, false
 }
 
-// takeRewound puts rewound's registers in place when ev is such a signal.
-func (e *engine) takeRewound(ev *format.SignalEvent, regs proc.Regs) (proc.Regs, error) {
+// deliveryDiffer says how the program, standing at regs, differs from the
+// state the recording delivered ev in ("" when it does not). When it stands
+// where a rewound call is re-issued (rewound), that state is put in place
+// and the registers returned are the new ones.
+func (e *engine) deliveryDiffer(ev *format.SignalEvent, regs proc.Regs) (proc.Regs, string, error) {
+	why := e.signalDiffer(ev, regs)
+	if why == "" {
+		return regs, "", nil
+	}
 	at, ok := e.rewound(ev, regs)
 	if !ok || e.signalDiffer(ev, at) != "" {
-		return regs, nil
+		return regs, why, nil
 	}
 	if at.Rax == format.SysRestartSyscall {
 		e.restartAs = int(regs.Rax)
 	}
-	return at, proc.SetRegs(e.stub.pid, at)
+	return at, "", proc.SetRegs(e.stub.pid, at)
 }
 
 // goalHit compares the program, standing at the breakpoint's address, with
@@ -188,10 +196,11 @@ func (e *engine) goalHit(regs proc.Regs) (res *Result, done bool, err error) {
 		return e.endBreakpointHit(regs), false, nil
 	}
 	e.bp.hits++
-	if regs, err = e.takeRewound(ev, regs); err != nil {
+	regs, why, err := e.deliveryDiffer(ev, regs)
+	if err != nil {
 		return nil, true, err
 	}
-	if why := e.signalDiffer(ev, regs); why != "" {
+	if why != "" {
 		e.bp.lastWhy = why
 		if e.bp.hits >= maxSignalPasses {
 			return nil, true, e.diverge(regs.Rip, e.lastSeq(), fmt.Sprintf("%s's delivery point not found in %d passes over its instruction", signalName(ev.Signo), e.bp.hits),

@@ -76,7 +76,7 @@ func (e *engine) fork() (*engine, error) {
 	child := res.Child
 	cleanup := func() {
 		if child > 0 {
-			(&stub{pid: child}).killOnly()
+			killAndReap(child)
 		}
 	}
 	if err != nil {
@@ -135,21 +135,6 @@ func (e *engine) fork() (*engine, error) {
 	}
 	c.dbg = nil
 	return &c, nil
-}
-
-// killOnly ends a process of ours that has no stub state yet, and reaps it.
-func (s *stub) killOnly() {
-	_ = unix.Kill(s.pid, unix.SIGKILL)
-	for {
-		var ws unix.WaitStatus
-		got, err := unix.Wait4(s.pid, &ws, unix.WALL, nil)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil || (got == s.pid && (ws.Exited() || ws.Signaled())) {
-			return
-		}
-	}
 }
 
 // maybeSnapshot leaves a snapshot of e behind when e stands at the start of a

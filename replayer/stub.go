@@ -205,19 +205,25 @@ func (s *stub) kill() {
 	if s == nil || s.reaped {
 		return
 	}
-	_ = unix.Kill(s.pid, unix.SIGKILL)
+	killAndReap(s.pid)
+	s.reaped = true
+	_ = s.proc.Release()
+}
+
+// killAndReap ends a traced process of ours and waits for its end. It must
+// run on the tracer thread.
+func killAndReap(pid int) {
+	_ = unix.Kill(pid, unix.SIGKILL)
 	for {
 		var ws unix.WaitStatus
-		got, err := unix.Wait4(s.pid, &ws, unix.WALL, nil)
+		got, err := unix.Wait4(pid, &ws, unix.WALL, nil)
 		if err == unix.EINTR {
 			continue
 		}
-		if err != nil || (got == s.pid && (ws.Exited() || ws.Signaled())) {
-			break
+		if err != nil || (got == pid && (ws.Exited() || ws.Signaled())) {
+			return
 		}
 	}
-	s.reaped = true
-	_ = s.proc.Release()
 }
 
 var hwbp struct {
