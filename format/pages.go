@@ -140,13 +140,13 @@ func EndDigestPages(rsp uint64, written []PageRef) []uint64 {
 // EndDigestPages names for its thread (the stack page under rsp, the pages
 // the interval before it wrote), read from pages through the stored start
 // state (StartState), which it needs. Pages not mapped there are left out;
-// an interval replay cannot run (not one running thread, Runner) gets none.
+// an interval without that thread gets none.
 func (c *Checkpoint) BoundaryDigests(u int, pages PageSource) ([]PageRef, error) {
 	iv := &c.Intervals[u]
 	if u == 0 {
 		return nil, nil
 	}
-	t, err := iv.Runner(c.End.Tid)
+	t, err := iv.Thread(c.End.Tid)
 	if err != nil {
 		return nil, nil
 	}

@@ -98,7 +98,7 @@ func (s *session) openInterval(now time.Time) error {
 func (s *session) openIntervalFrom(now time.Time, snap *pageSnapshot) error {
 	clk := newStepClock()
 	defer clk.log(s, "open")
-	threads, running, err := s.threadStates()
+	threads, err := s.threadStates()
 	if err != nil {
 		return err
 	}
@@ -127,13 +127,6 @@ func (s *session) openIntervalFrom(now time.Time, snap *pageSnapshot) error {
 		},
 		present: present,
 		shared:  snap.shared,
-	}
-	switch {
-	case len(running) == 1:
-		iv.runner.tid = running[0]
-	case len(running) > 1:
-		iv.meta.Replayable = false
-		iv.meta.Reason = fmt.Sprintf("threads %d and %d were both running at the interval start: replay runs one thread", running[0], running[1])
 	}
 	for _, m := range maps {
 		if m.Path == "[uprobes]" {
@@ -167,9 +160,8 @@ func (s *session) openIntervalFrom(now time.Time, snap *pageSnapshot) error {
 }
 
 // threadStates reads the state of every thread at an interval start (the
-// others held by holdOthers), the leader first, and lists those running
-// user code rather than waiting in a syscall.
-func (s *session) threadStates() (threads []format.Thread, running []int, err error) {
+// others held by holdOthers), the leader first.
+func (s *session) threadStates() (threads []format.Thread, err error) {
 	tids := make([]int, 0, len(s.threads))
 	for tid, t := range s.threads {
 		if tid != s.pid && !t.exiting {
@@ -182,15 +174,15 @@ func (s *session) threadStates() (threads []format.Thread, running []int, err er
 		t := s.threads[tid]
 		regs, err := proc.GetRegs(tid)
 		if err != nil {
-			return nil, nil, fmt.Errorf("registers of thread %d: %w", tid, err)
+			return nil, fmt.Errorf("registers of thread %d: %w", tid, err)
 		}
 		xs, err := proc.GetXState(tid)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		mask, err := proc.GetSigmask(tid)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		var nregs format.Regs
 		var inSys bool
@@ -224,11 +216,8 @@ func (s *session) threadStates() (threads []format.Thread, running []int, err er
 			}
 		}
 		threads = append(threads, format.Thread{Tid: tid, Regs: nregs, XState: xs, SigMask: mask, InSyscall: inSys, Rseq: threadRseq(tid)})
-		if !inSys {
-			running = append(running, tid)
-		}
 	}
-	return threads, running, nil
+	return threads, nil
 }
 
 // closeIntervalSnap closes the interval and returns the target's pagemap it

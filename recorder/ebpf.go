@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -120,8 +121,8 @@ type openLog struct {
 	// restarts are the calls the interval started in that the kernel
 	// resumes through restart_syscall (session.restarts at the open).
 	restarts map[int]*proc.SyscallInfo
-	runner   runner
-	vforks   *vforkCaptures // the session's, for calls that made a vfork child
+	early    map[uint64]earlyCall // calls that came before their turn (add)
+	vforks   *vforkCaptures       // the session's, for calls that made a vfork child
 }
 
 func (l *openLog) fail(why string) {
@@ -130,20 +131,43 @@ func (l *openLog) fail(why string) {
 	}
 }
 
-// add appends the call with eBPF sequence number q.
+// add appends the call with eBPF sequence number q. Calls of one thread
+// complete in sequence order, but two threads' calls can reach the ring out
+// of order (each takes its number at its exit, then reserves its record): a
+// call that comes before its turn waits in early until the calls before it
+// are in.
 func (l *openLog) add(q uint64, rec format.Syscall, problem string) {
 	if q < l.nextQ {
 		return // from before the interval, or the recorder's own injected call
 	}
-	rec.Seq = q - l.delta
-	// Checked first: calls of two threads can complete out of order, which
-	// would otherwise show as a gap.
-	if why := l.runner.ran(&rec); why != "" {
-		l.fail(why)
-	}
 	if q > l.nextQ {
-		l.fail(fmt.Sprintf("eBPF syscall log has a gap: calls %d to %d are missing", l.nextQ-l.delta, q-1-l.delta))
+		if l.early == nil {
+			l.early = map[uint64]earlyCall{}
+		}
+		l.early[q] = earlyCall{rec, problem}
+		return
 	}
+	l.push(rec, problem)
+	for len(l.early) > 0 {
+		c, ok := l.early[l.nextQ]
+		if !ok {
+			break
+		}
+		delete(l.early, l.nextQ)
+		l.push(c.rec, c.problem)
+	}
+}
+
+// earlyCall is a call that reached the ring before one numbered before it.
+type earlyCall struct {
+	rec     format.Syscall
+	problem string
+}
+
+// push appends the call numbered nextQ.
+func (l *openLog) push(rec format.Syscall, problem string) {
+	q := l.nextQ
+	rec.Seq = q - l.delta
 	l.nextQ = q + 1
 	restarted(&rec, l.restarts)
 	if why := l.vforks.replayProblem(&rec, problem); why != "" {
@@ -156,6 +180,19 @@ func (l *openLog) add(q uint64, rec format.Syscall, problem string) {
 		l.memCalls = append(l.memCalls, l.calls.len())
 	}
 	l.calls.append(rec)
+}
+
+// closeGaps is called once every record of the interval is in: calls still
+// waiting for one numbered before them mean that one never arrived.
+func (l *openLog) closeGaps() {
+	for len(l.early) > 0 {
+		q := slices.Min(slices.Collect(maps.Keys(l.early)))
+		l.fail(fmt.Sprintf("eBPF syscall log has a gap: calls %d to %d are missing", l.nextQ-l.delta, q-1-l.delta))
+		l.nextQ = q
+		c := l.early[q]
+		delete(l.early, q)
+		l.push(c.rec, c.problem)
+	}
 }
 
 // newEBPFSource loads and attaches the programs and starts recording the
@@ -560,6 +597,7 @@ func (e *ebpfSource) sync(s *session) error {
 	}
 	if l != nil && s.cur != nil {
 		// The interval's log is the reader's: nothing else appends to it.
+		l.closeGaps()
 		s.cur.syscalls = l.calls
 		s.cur.pendingMmaps, s.cur.memCalls = l.mmaps, l.memCalls
 		if l.reason != "" {
@@ -679,7 +717,6 @@ func (e *ebpfSource) opened(s *session) error {
 	s.restarts = map[int]*proc.SyscallInfo{}
 	if s.cur != nil {
 		l.delta = l.firstQ - s.cur.meta.FirstSeq
-		l.runner = s.cur.runner
 	}
 	e.mu.Lock()
 	e.calls = map[uint64]*pendingCall{}

@@ -28,7 +28,6 @@ type interval struct {
 	pendingMmaps []int
 	memCalls     []int        // positions in syscalls of the calls that changed the memory map
 	lost         uint64       // events the syscall log source lost in it
-	runner       runner       // the thread that ran in it (ptrace backend; eBPF keeps it in its openLog)
 	shared       *sharedPages // content of the shared writable pages at the start
 }
 

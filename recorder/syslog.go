@@ -71,9 +71,6 @@ func (s *session) appendSyscall(rec format.Syscall, problem string) {
 	if why := s.vforks.replayProblem(&rec, problem); why != "" {
 		s.notReplayable(why)
 	}
-	if why := s.cur.runner.ran(&rec); why != "" {
-		s.notReplayable(why)
-	}
 	s.noteMmap(&rec)
 	if _, n := changesMemory(&rec); n > 0 {
 		s.cur.memCalls = append(s.cur.memCalls, s.cur.syscalls.len())
@@ -96,24 +93,6 @@ func restarted(rec *format.Syscall, restarts map[int]*proc.SyscallInfo) {
 		rec.Nr, rec.Args = int(r.Nr), r.Args
 	}
 	delete(restarts, rec.Tid)
-}
-
-// runner is the one thread that runs in an interval. Replay runs one
-// thread: the others must stay blocked in the syscall they were in at the
-// interval start (a server's idle worker threads waiting for a job), so an
-// interval in which a second thread ran is not replayable.
-type runner struct{ tid int }
-
-// ran notes that rec's thread completed a call, and says why the interval is
-// not replayable if another thread ran in it.
-func (r *runner) ran(rec *format.Syscall) string {
-	if r.tid == 0 {
-		r.tid = rec.Tid
-	}
-	if rec.Tid == r.tid {
-		return ""
-	}
-	return fmt.Sprintf("threads %d and %d both ran (%s by thread %d at seq %d): replay runs one thread", r.tid, rec.Tid, syscalls.Name(rec.Nr), rec.Tid, rec.Seq)
 }
 
 // replayProblem says why a logged call makes its interval not replayable:

@@ -263,7 +263,7 @@ func (e *engine) setWatches(ws []Watch) error {
 		e.dbg.watches = append([]Watch(nil), ws...)
 		return e.syncSoftWatches()
 	}
-	pid := e.stub.pid
+	pid := e.stub.tid
 	// Disable first: the kernel checks each address against the enabled
 	// lengths in DR7.
 	if err := proc.SetDebugReg(pid, 7, 0); err != nil {
@@ -345,14 +345,14 @@ func (e *engine) watchTriggered() (Watch, bool, error) {
 		}
 		return Watch{}, false, nil
 	}
-	dr6, err := proc.GetDebugReg(e.stub.pid, 6)
+	dr6, err := proc.GetDebugReg(e.stub.tid, 6)
 	if err != nil {
 		return Watch{}, false, err
 	}
 	if dr6&0xf == 0 {
 		return Watch{}, false, nil
 	}
-	if err := proc.SetDebugReg(e.stub.pid, 6, 0); err != nil {
+	if err := proc.SetDebugReg(e.stub.tid, 6, 0); err != nil {
 		return Watch{}, false, err
 	}
 	for i, w := range e.dbg.watches {
@@ -437,7 +437,7 @@ func (e *engine) exec(o execOpts) (dEvent, error) {
 // completed (for a step: the step is over once done is true).
 func (e *engine) execOne(step bool) (dEvent, bool, error) {
 	d := e.dbg
-	pid := e.stub.pid
+	pid := e.stub.tid
 	if d.ended != nil {
 		return dEvent{kind: dEnd, res: d.ended}, true, nil
 	}
@@ -520,7 +520,7 @@ func (e *engine) landed(regs proc.Regs, done bool) (dEvent, bool, error) {
 	}
 	if moved {
 		// A signal was delivered here: the thread stands in its handler.
-		if regs, err = proc.GetRegs(e.stub.pid); err != nil {
+		if regs, err = proc.GetRegs(e.stub.tid); err != nil {
 			return dEvent{}, false, err
 		}
 		e.arrive(regs.Rip)
@@ -600,7 +600,7 @@ func (e *engine) after(ev event, step bool) (dEvent, bool, error) {
 		}
 		return dEvent{kind: dEntry, nr: ev.nr, regs: ev.regs}, false, nil
 	case evExit:
-		regs, err := proc.GetRegs(e.stub.pid)
+		regs, err := proc.GetRegs(e.stub.tid)
 		if err != nil {
 			return dEvent{}, false, err
 		}
@@ -638,7 +638,7 @@ func (e *engine) after(ev event, step bool) (dEvent, bool, error) {
 		// An int3 of the table: the thread stands at its address.
 		regs := ev.regs
 		regs.Rip--
-		if err := proc.SetRegs(e.stub.pid, regs); err != nil {
+		if err := proc.SetRegs(e.stub.tid, regs); err != nil {
 			return dEvent{}, false, err
 		}
 		return e.landed(regs, false)

@@ -25,6 +25,8 @@ type Divergence struct {
 	// the replay was looking for: the replay diverged before it or could
 	// not find it (a replay starting after its interval avoids it).
 	Signal *format.SignalEvent
+	// Threads is the number of threads the replay ran (threads.go).
+	Threads int
 }
 
 func (d *Divergence) Error() string {

@@ -183,7 +183,7 @@ func (e *engine) deliveryDiffer(ev *format.SignalEvent, regs proc.Regs) (proc.Re
 	if at.Rax == format.SysRestartSyscall {
 		e.restartAs = int(regs.Rax)
 	}
-	return at, "", proc.SetRegs(e.stub.pid, at)
+	return at, "", proc.SetRegs(e.stub.tid, at)
 }
 
 // goalHit compares the program, standing at the breakpoint's address, with
@@ -323,11 +323,11 @@ func (e *engine) repApproach(regs proc.Regs) (int, error) {
 	if regs.Eflags&0x400 != 0 {
 		watch = ptr + repMargin
 	}
-	if err := proc.SetDebugReg(e.stub.pid, 1, watch); err != nil {
+	if err := proc.SetDebugReg(e.stub.tid, 1, watch); err != nil {
 		return 0, err
 	}
 	// DR7: L1 (bit 2), RW1 = 11 read or write (bits 20-21), LEN1 = 00 one byte.
-	if err := proc.SetDebugReg(e.stub.pid, 7, 1<<2|3<<20); err != nil {
+	if err := proc.SetDebugReg(e.stub.tid, 7, 1<<2|3<<20); err != nil {
 		return 0, err
 	}
 	e.bp.repWatching = true
@@ -350,7 +350,7 @@ func (e *engine) repRun(regs proc.Regs, rest uint64) (int, error) {
 	}
 	if rest > 0 {
 		regs.Rcx -= rest
-		if err := proc.SetRegs(e.stub.pid, regs); err != nil {
+		if err := proc.SetRegs(e.stub.tid, regs); err != nil {
 			return 0, err
 		}
 	}
@@ -371,7 +371,7 @@ func (e *engine) repRunOver(regs proc.Regs) (*Result, int, error) {
 	if rest := e.bp.repRest; rest > 0 {
 		e.bp.repRest = 0
 		regs.Rip, regs.Rcx = e.bp.addr, regs.Rcx+rest
-		if err := proc.SetRegs(e.stub.pid, regs); err != nil {
+		if err := proc.SetRegs(e.stub.tid, regs); err != nil {
 			return nil, 0, err
 		}
 		res, done, err := e.goalHit(regs)
@@ -384,7 +384,7 @@ func (e *engine) repRunOver(regs proc.Regs) (*Result, int, error) {
 		next, err := e.repRun(regs, 0)
 		return nil, next, err
 	}
-	if err := proc.SetRegs(e.stub.pid, regs); err != nil {
+	if err := proc.SetRegs(e.stub.tid, regs); err != nil {
 		return nil, 0, err
 	}
 	return nil, unix.PTRACE_SYSCALL, e.armBreakpoint()
@@ -425,10 +425,10 @@ const dr7ExecDR0 = 1
 // wants it.
 func (e *engine) armBreakpoint() error {
 	if e.bp.hw {
-		if err := proc.SetDebugReg(e.stub.pid, 0, e.bp.addr); err != nil {
+		if err := proc.SetDebugReg(e.stub.tid, 0, e.bp.addr); err != nil {
 			return err
 		}
-		if err := proc.SetDebugReg(e.stub.pid, 7, dr7ExecDR0); err != nil {
+		if err := proc.SetDebugReg(e.stub.tid, 7, dr7ExecDR0); err != nil {
 			return err
 		}
 		e.bp.armed = true
@@ -446,7 +446,7 @@ func (e *engine) disarmBreakpoint() error {
 		return nil
 	}
 	if e.bp.hw {
-		if err := proc.SetDebugReg(e.stub.pid, 7, 0); err != nil {
+		if err := proc.SetDebugReg(e.stub.tid, 7, 0); err != nil {
 			return err
 		}
 		e.bp.armed = false
@@ -483,7 +483,7 @@ func (e *engine) endBreakpointHit(regs proc.Regs) *Result {
 // onSignal handles a signal-delivery stop. It returns the ptrace request to
 // resume with when the replay goes on.
 func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
-	pid := e.stub.pid
+	pid := e.stub.tid
 	if sig == int(unix.SIGSTOP) && e.stopReq.Load() != 0 {
 		reason := "did not reach the recorded end state"
 		if ev := e.sigSearch; ev != nil {
@@ -511,7 +511,7 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 	if sig == int(unix.SIGTRAP) && e.bp.active && e.bp.repWatching {
 		// The watched byte was reached: step the iterations left.
 		e.bp.repWatching = false
-		if err := proc.SetDebugReg(e.stub.pid, 7, 0); err != nil {
+		if err := proc.SetDebugReg(e.stub.tid, 7, 0); err != nil {
 			return nil, 0, err
 		}
 		if regs.Rip == e.bp.addr && regs.Rcx > e.goal().Rcx {

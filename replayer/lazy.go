@@ -135,7 +135,7 @@ type skippedCall struct {
 // call comes to its entry again, with its memory in place.
 func (e *engine) skipToServe(regs proc.Regs, nr int, serve func() error) error {
 	regs.OrigRax = ^uint64(0)
-	if err := proc.SetRegs(e.stub.pid, regs); err != nil {
+	if err := proc.SetRegs(e.stub.tid, regs); err != nil {
 		return fmt.Errorf("skip %s: %w", syscalls.Name(nr), err)
 	}
 	e.again = &skippedCall{nr: nr, serve: serve}
@@ -172,7 +172,7 @@ func (e *engine) runAgain(regs proc.Regs) error {
 	regs.Rip -= 2
 	regs.Rax = uint64(a.nr)
 	regs.OrigRax = ^uint64(0)
-	return proc.SetRegs(e.stub.pid, regs)
+	return proc.SetRegs(e.stub.tid, regs)
 }
 
 // peek returns the content a page not served yet would be served with,

@@ -197,7 +197,14 @@ type engine struct {
 	opts      Options
 	k         int // position of the start interval in c.Intervals
 	first     int // position of the oldest interval a replay could start at
-	thread    format.Thread
+	thread    format.Thread // the thread the checkpoint ends in, at the start
+	// The threads replay runs (threads.go): by recorded tid, the current
+	// one, the others than the end thread at the start, and those still to
+	// run to their first entry.
+	threads   map[int]*rthread
+	cur       *rthread
+	others    []format.Thread
+	startQ    []*rthread
 	log       []format.Syscall
 	next      int                  // position in log of the next syscall to execute
 	sigs      []format.SignalEvent // signals to deliver, in order (deliver)
@@ -303,12 +310,12 @@ func prepare(c *format.Checkpoint, pages format.PageSource, opts Options) (*engi
 		first++
 	}
 	for _, iv := range c.Intervals[k:] {
-		if _, err := iv.Runner(c.End.Tid); err != nil {
-			return nil, err
+		if _, err := iv.Thread(c.End.Tid); err != nil {
+			return nil, fmt.Errorf("%w, the thread the checkpoint ends in", err)
 		}
 	}
 	iv := c.Intervals[k]
-	thread, _ := iv.Runner(c.End.Tid)
+	thread, _ := iv.Thread(c.End.Tid)
 	end := c.End
 	until := len(c.Intervals)
 	if opts.Until > 0 {
@@ -360,9 +367,6 @@ func prepare(c *format.Checkpoint, pages format.PageSource, opts Options) (*engi
 		if s.Seq != iv.FirstSeq+uint64(i) {
 			return nil, fmt.Errorf("syscall log has a gap: #%d follows #%d", s.Seq, iv.FirstSeq+uint64(i)-1)
 		}
-		if s.Tid != e.thread.Tid {
-			return nil, fmt.Errorf("syscall #%d belongs to thread %d, not to thread %d that replay runs", s.Seq, s.Tid, e.thread.Tid)
-		}
 		d, _ := syscalls.Lookup(s.Nr)
 		if ok, why := syscalls.Check(d, s.Args); !ok {
 			if d == nil {
@@ -370,6 +374,9 @@ func prepare(c *format.Checkpoint, pages format.PageSource, opts Options) (*engi
 			}
 			return nil, fmt.Errorf("syscall #%d cannot be replayed: %s", s.Seq, why)
 		}
+	}
+	if err := e.planThreads(iv); err != nil {
+		return nil, err
 	}
 	if len(end.Siginfo) >= 16 && end.Kind == format.EndSignal {
 		code := int32(le32(end.Siginfo[8:]))
@@ -412,7 +419,7 @@ func boundaryEnd(c *format.Checkpoint, k, until int, pages format.PageSource) (i
 		return 0, format.EndState{}, fmt.Errorf("a replay from interval %d cannot end at interval %d", c.Intervals[k].Index, until)
 	}
 	iv := c.Intervals[u]
-	t, err := iv.Runner(c.End.Tid)
+	t, err := iv.Thread(c.End.Tid)
 	if err != nil {
 		return 0, format.EndState{}, err
 	}
@@ -445,22 +452,6 @@ func heapEnd(c *format.Checkpoint, k int) uint64 {
 	return 0
 }
 
-// setThread gives the stub the recorded thread's state.
-func (e *engine) setThread() error {
-	r := e.thread.Regs
-	r.OrigRax = ^uint64(0)
-	if err := proc.SetRegs(e.stub.pid, r); err != nil {
-		return fmt.Errorf("set registers: %w", err)
-	}
-	if err := proc.SetXState(e.stub.pid, e.thread.XState); err != nil {
-		return err
-	}
-	if err := proc.SetSigmask(e.stub.pid, e.thread.SigMask); err != nil {
-		return fmt.Errorf("set signal mask: %w", err)
-	}
-	return nil
-}
-
 func (e *engine) logf(format string, args ...any) {
 	if e.opts.Verbose && e.opts.Log != nil {
 		fmt.Fprintf(e.opts.Log, "tpreplay: "+format+"\n", args...)
@@ -476,13 +467,13 @@ func (e *engine) lastSeq() uint64 {
 }
 
 func (e *engine) diverge(rip uint64, seq uint64, reason, expected, actual string) *Divergence {
-	return &Divergence{Tid: e.thread.Tid, Seq: seq, Rip: rip, Reason: reason, Expected: expected, Actual: actual}
+	return &Divergence{Tid: e.cur.rec.Tid, Threads: len(e.threads), Seq: seq, Rip: rip, Reason: reason, Expected: expected, Actual: actual}
 }
 
 // loop drives the stub from its first instruction to the end state.
 func (e *engine) loop() (*Result, error) {
 	if len(e.log) == 0 && e.sigSearch == nil {
-		regs, err := proc.GetRegs(e.stub.pid)
+		regs, err := proc.GetRegs(e.stub.tid)
 		if err != nil {
 			return nil, err
 		}
@@ -536,7 +527,7 @@ type trapIntercept func(regs proc.Regs, sig int, info []byte) bool
 // engine handle it: syscall entries and exits are checked against the log and
 // emulated, signals go through onSignal. Run and Session share it.
 func (e *engine) advance(req int, intercept trapIntercept) (event, error) {
-	pid := e.stub.pid
+	pid := e.stub.tid
 	ev := event{next: unix.PTRACE_SYSCALL}
 	// An emulated call costs one stop instead of two when the stub runs
 	// under PTRACE_SYSEMU: the kernel stops at the entry and skips the call
@@ -546,7 +537,11 @@ func (e *engine) advance(req int, intercept trapIntercept) (event, error) {
 	e.emu = false
 	skipExit := e.skipExit
 	e.skipExit = false
-	if req == unix.PTRACE_SYSCALL && intercept == nil && e.dbg == nil && e.pend == nil && e.sigAtExit == nil && e.next < len(e.log) {
+	if req == unix.PTRACE_SYSCALL && intercept == nil && e.dbg == nil && e.pend == nil && e.sigAtExit == nil && e.next < len(e.log) &&
+		(!e.multi() || (len(e.startQ) == 0 && e.owner() == e.cur && !e.lastOfEnd())) {
+		// With several threads, only for a call of the thread that runs
+		// (another one's entry parks it) and not for a call it waits after
+		// (threads.go).
 		// Not when a signal follows the call: delivering it may serve lazy
 		// pages, which takes the exit stop.
 		sigAfter := e.nextSig < len(e.sigs) && e.sigs[e.nextSig].Seq == e.log[e.next].Seq
@@ -600,6 +595,11 @@ func (e *engine) advance(req int, intercept trapIntercept) (event, error) {
 		}
 		switch {
 		case info.Op == proc.SyscallEntry:
+			var switched bool
+			if switched, ev.res, err = e.yieldAt(); switched {
+				// Parked: another thread went on (threads.go).
+				return ev, err
+			}
 			ev.kind, ev.nr = evEntry, int(info.Nr)
 			ev.res, err = e.onEntry(regs, int(info.Nr), info.Args)
 			if err == nil && e.sigAtExit != nil {
@@ -800,7 +800,7 @@ func (e *engine) onEntry(regs proc.Regs, nr int, args [6]uint64) (*Result, error
 		regs.OrigRax = ^uint64(0) // skip: the kernel returns -ENOSYS, replaced at the exit
 	}
 	if !p.real || p.rewrote {
-		if err := proc.SetRegs(e.stub.pid, regs); err != nil {
+		if err := proc.SetRegs(e.stub.tid, regs); err != nil {
 			return nil, fmt.Errorf("syscall #%d: set registers: %w", rec.Seq, err)
 		}
 	}
@@ -836,7 +836,7 @@ func (e *engine) complete(p *pending, regs proc.Regs) (*Result, error) {
 			regs.Rdi, regs.Rsi, regs.Rdx, regs.R10, regs.R8, regs.R9 = p.args[0], p.args[1], p.args[2], p.args[3], p.args[4], p.args[5]
 			regs.OrigRax = uint64(rec.Nr)
 		}
-		if err := proc.SetRegs(e.stub.pid, regs); err != nil {
+		if err := proc.SetRegs(e.stub.tid, regs); err != nil {
 			return nil, fmt.Errorf("syscall #%d: set result: %w", rec.Seq, err)
 		}
 	}
@@ -863,7 +863,14 @@ func (e *engine) complete(p *pending, regs proc.Regs) (*Result, error) {
 	if err != nil || searching {
 		return nil, err
 	}
+	if goOn, res, err := e.afterCall(); !goOn || err != nil {
+		return res, err
+	}
 	if e.next == len(e.log) {
+		if e.cur != e.endThread() {
+			// It runs on to its next entry, where the end thread takes over.
+			return nil, nil
+		}
 		return e.atLogEnd(regs)
 	}
 	return nil, nil
@@ -899,7 +906,7 @@ func (e *engine) interruptedEntry(regs proc.Regs, nr int) (bool, error) {
 	}
 	if !e.emu {
 		regs.OrigRax = ^uint64(0)
-		if err := proc.SetRegs(e.stub.pid, regs); err != nil {
+		if err := proc.SetRegs(e.stub.tid, regs); err != nil {
 			return true, fmt.Errorf("skip the call %s interrupted: %w", signalName(ev.Signo), err)
 		}
 	}
@@ -911,7 +918,7 @@ func (e *engine) interruptedEntry(regs proc.Regs, nr int) (bool, error) {
 // interrupted (interruptedEntry) through its exit, where the signal is
 // delivered: no record, and for a debugger no syscall, only the delivery.
 func (e *engine) interrupted(ev event) (event, error) {
-	pid := e.stub.pid
+	pid := e.stub.tid
 	if err := proc.Resume(unix.PTRACE_SYSCALL, pid, 0); err != nil {
 		return ev, fmt.Errorf("resume replay: %w", err)
 	}
@@ -983,13 +990,13 @@ func (e *engine) deliver(ev *format.SignalEvent, regs proc.Regs) (proc.Regs, err
 	}
 	at := h.Regs
 	at.OrigRax = regs.OrigRax // the kernel's view of the stop, not the program's
-	if err := proc.SetRegs(e.stub.pid, at); err != nil {
+	if err := proc.SetRegs(e.stub.tid, at); err != nil {
 		return regs, fmt.Errorf("deliver %s: %w", name, err)
 	}
-	if err := proc.SetXState(e.stub.pid, h.XState); err != nil {
+	if err := proc.SetXState(e.stub.tid, h.XState); err != nil {
 		return regs, fmt.Errorf("deliver %s: %w", name, err)
 	}
-	if err := proc.SetSigmask(e.stub.pid, h.SigMask); err != nil {
+	if err := proc.SetSigmask(e.stub.tid, h.SigMask); err != nil {
 		return regs, fmt.Errorf("deliver %s: %w", name, err)
 	}
 	if e.opts.Verbose {
@@ -1044,7 +1051,10 @@ func (e *engine) launch() error {
 	if err := e.installSeccomp(); err != nil {
 		return err
 	}
-	if err := e.setThread(); err != nil {
+	if err := setThreadState(e.stub.tid, e.thread); err != nil {
+		return err
+	}
+	if err := e.makeThreads(); err != nil {
 		return err
 	}
 	// Signals the recording delivered before the first call of the window.

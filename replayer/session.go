@@ -201,7 +201,7 @@ func (s *Session) newEngine(user map[uint64]bool) (*engine, error) {
 		if err := e.launch(); err != nil {
 			return err
 		}
-		regs, err := proc.GetRegs(e.stub.pid)
+		regs, err := proc.GetRegs(e.stub.tid)
 		if err != nil {
 			return err
 		}
@@ -251,7 +251,7 @@ func (s *Session) Regs() (proc.Regs, error) {
 			return nil
 		}
 		var err error
-		r, err = proc.GetRegs(s.e.stub.pid)
+		r, err = proc.GetRegs(s.e.stub.tid)
 		return err
 	})
 	return r, err
@@ -262,7 +262,7 @@ func (s *Session) XState() ([]byte, error) {
 	var x []byte
 	err := s.tr.Do(func() error {
 		var err error
-		x, err = proc.GetXState(s.e.stub.pid)
+		x, err = proc.GetXState(s.e.stub.tid)
 		return err
 	})
 	return x, err
@@ -633,7 +633,7 @@ func (e *engine) reach(p Position, user map[uint64]bool, keep []uint64) error {
 			return fmt.Errorf("position %v: the replay ended before", p)
 		}
 	}
-	regs, err := proc.GetRegs(e.stub.pid)
+	regs, err := proc.GetRegs(e.stub.tid)
 	if err != nil {
 		return err
 	}
@@ -975,7 +975,7 @@ func (s *Session) ReverseContinue() (Stop, error) {
 // arrive0 counts an arrival at addr when the thread stands there right now
 // (tracking started after the stretch's first arrival was counted).
 func (e *engine) arrive0(addr uint64) {
-	regs, err := proc.GetRegs(e.stub.pid)
+	regs, err := proc.GetRegs(e.stub.tid)
 	if err == nil && regs.Rip == addr {
 		if t := e.dbg.track[addr]; t != nil && t.count == 0 {
 			t.count = 1

@@ -49,7 +49,8 @@ func snapshotStride(n int) int {
 // engine's in flight (a call, a signal to deliver there or to search for, the
 // end-state search, output files).
 func (e *engine) snapshotReady() bool {
-	return e.pend == nil && e.again == nil && e.sigAtExit == nil && e.sigSearch == nil &&
+	// fork copies one thread: none with several (threads.go).
+	return !e.multi() && e.pend == nil && e.again == nil && e.sigAtExit == nil && e.sigSearch == nil &&
 		!e.emu && !e.skipExit && !e.bp.active && !e.bp.armed && e.out == nil && e.dbg != nil &&
 		e.dbg.ended == nil && len(e.dbg.watches) == 0
 }
@@ -58,7 +59,7 @@ func (e *engine) snapshotReady() bool {
 // is. e's thread must be stopped where injection is allowed (a syscall exit,
 // or a stop of its own), and stays there.
 func (e *engine) fork() (*engine, error) {
-	pid := e.stub.pid
+	pid := e.stub.tid
 	regs, err := proc.GetRegs(pid)
 	if err != nil {
 		return nil, err
@@ -115,7 +116,7 @@ func (e *engine) fork() (*engine, error) {
 		return nil, err
 	}
 	c := *e
-	c.stub = &stub{pid: child, base: e.stub.base, gadget: e.stub.gadget, cpu: e.stub.cpu, proc: p}
+	c.stub = &stub{pid: child, tid: child, base: e.stub.base, gadget: e.stub.gadget, cpu: e.stub.cpu, proc: p}
 	if c.mem, err = proc.OpenMem(child); err != nil {
 		c.stub.kill()
 		return nil, err
@@ -199,7 +200,7 @@ func (s *Session) engineAt(stretch int, user map[uint64]bool) (*engine, error) {
 				c.dbg.user[a] = true
 			}
 			err = s.tr.Do(func() error {
-				regs, err := proc.GetRegs(c.stub.pid)
+				regs, err := proc.GetRegs(c.stub.tid)
 				if err != nil {
 					return err
 				}

@@ -53,7 +53,12 @@ func stubImage(base uint64) []byte {
 
 // stub is the started stub process, stopped at its entry breakpoint.
 type stub struct {
-	pid    int
+	pid int // the thread group: the first thread, and the process
+	// tid is the thread ptrace requests go to: the one the engine runs
+	// now (threads.go); pid until a replay makes more threads.
+	tid int
+	// threads lists the threads made after the first (threads.go).
+	threads []int
 	base   uint64
 	gadget uint64
 	cpu    int
@@ -100,7 +105,7 @@ func startStub(base uint64, cpuOffset int) (s *stub, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("start stub: %w", err)
 	}
-	s = &stub{pid: p.Pid, base: base, gadget: base + stubGadgetOff, cpu: cpu, proc: p}
+	s = &stub{pid: p.Pid, tid: p.Pid, base: base, gadget: base + stubGadgetOff, cpu: cpu, proc: p}
 	defer func() {
 		if err != nil {
 			s.kill()
@@ -181,7 +186,7 @@ func pinSelf(offset int) (int, error) {
 // inject runs one syscall in the stopped stub through its gadget and returns
 // the raw result (negative errno on failure).
 func (s *stub) inject(nr int, args ...uint64) (int64, error) {
-	res, err := proc.Inject(s.pid, s.gadget, nr, args...)
+	res, err := proc.Inject(s.tid, s.gadget, nr, args...)
 	if err != nil {
 		return 0, err
 	}
@@ -205,23 +210,27 @@ func (s *stub) kill() {
 	if s == nil || s.reaped {
 		return
 	}
-	killAndReap(s.pid)
+	killAndReap(s.pid, s.threads...)
 	s.reaped = true
 	_ = s.proc.Release()
 }
 
-// killAndReap ends a traced process of ours and waits for its end. It must
-// run on the tracer thread.
-func killAndReap(pid int) {
+// killAndReap ends a traced process of ours and waits for its end. threads
+// are its threads besides the first: traced, each one's end is reported to
+// us, and the first thread's only once they are all reaped. It must run on
+// the tracer thread.
+func killAndReap(pid int, threads ...int) {
 	_ = unix.Kill(pid, unix.SIGKILL)
-	for {
-		var ws unix.WaitStatus
-		got, err := unix.Wait4(pid, &ws, unix.WALL, nil)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil || (got == pid && (ws.Exited() || ws.Signaled())) {
-			return
+	for _, tid := range append(threads, pid) {
+		for {
+			var ws unix.WaitStatus
+			got, err := unix.Wait4(tid, &ws, unix.WALL, nil)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil || (got == tid && (ws.Exited() || ws.Signaled())) {
+				break
+			}
 		}
 	}
 }
