@@ -1,6 +1,7 @@
 package proc
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/tprec/tprec/format"
@@ -13,6 +14,10 @@ type Injection struct {
 	Ret   int64
 	Child int // pid reported by a PTRACE_EVENT_CLONE/FORK during the call, else 0
 }
+
+// ErrExiting reports a tracee that stopped on its way out
+// (PTRACE_EVENT_EXIT) during an injection.
+var ErrExiting = errors.New("the thread is exiting")
 
 // Inject makes a stopped tracee execute one syscall through the syscall
 // instruction at insn (2 bytes: 0f 05) and puts its registers back afterwards.
@@ -59,6 +64,12 @@ func injectWith(tid int, base Regs, insn uint64, nr int, args []uint64) (Injecti
 			return res, fmt.Errorf("inject syscall %d: %v", nr, st)
 		}
 		switch ev := st.Event(); ev {
+		case unix.PTRACE_EVENT_EXIT:
+			// The process is going away (a fatal signal, another
+			// thread's exit_group): resumed, the thread would end, and
+			// the end of a first thread is not reported while others
+			// live. It stays in this stop for the caller.
+			return res, fmt.Errorf("inject syscall %d: %w", nr, ErrExiting)
 		case unix.PTRACE_EVENT_CLONE, unix.PTRACE_EVENT_FORK, unix.PTRACE_EVENT_VFORK:
 			msg, err := EventMsg(tid)
 			if err != nil {

@@ -69,6 +69,24 @@ func Wait(tid int) (Stop, error) {
 	}
 }
 
+// WaitOwn waits for the next stop or end of any tracee or child of the
+// calling thread (__WNOTHREAD: not of the other threads of this process,
+// which may trace processes of their own). The caller must be locked to
+// its thread.
+func WaitOwn() (Stop, error) {
+	var ws unix.WaitStatus
+	for {
+		got, err := unix.Wait4(-1, &ws, unix.WALL|unix.WNOTHREAD, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return Stop{}, fmt.Errorf("wait: %w", err)
+		}
+		return Stop{Tid: got, Status: ws}, nil
+	}
+}
+
 // WaitNoHang returns a pending stop of tid, or ok=false when none is ready.
 func WaitNoHang(tid int) (Stop, bool, error) {
 	var ws unix.WaitStatus

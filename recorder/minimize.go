@@ -38,15 +38,9 @@ func minimize(c *format.Checkpoint, store format.PageSource, oneStart bool, logf
 	t0 := time.Now()
 	res, err := trialReplay(c, store, runtime.NumCPU())
 	for tries := 0; err != nil && tries < 3; tries++ {
-		// A signal delivered in user code whose point the trial could not
-		// find (a loop without syscalls passes it too often): the window
-		// starts after its interval, as it did before such signals were
-		// replayed.
-		var d *replayer.Divergence
-		if !errors.As(err, &d) || d.Signal == nil || !cutBefore(c, d.Signal.Interval, err.Error()) {
+		if !cutDiverged(c, err, logf) {
 			break
 		}
-		logf("the trial replay could not place a signal (%v): the window now starts after interval %d", err, d.Signal.Interval)
 		res, err = trialReplay(c, store, runtime.NumCPU())
 	}
 	if err != nil {
@@ -322,8 +316,53 @@ func cutBefore(c *format.Checkpoint, index int, why string) bool {
 	for i := range c.Intervals {
 		if c.Intervals[i].Index <= index && c.Intervals[i].Replayable {
 			c.Intervals[i].Replayable = false
-			c.Intervals[i].Reason = "the trial replay could not place a signal delivered in user code: " + why
+			c.Intervals[i].Reason = why
 		}
 	}
 	return true
+}
+
+// cutDiverged moves the start of the window past the interval where the
+// trial replay met a divergence a later start avoids, and reports whether it
+// did.
+func cutDiverged(c *format.Checkpoint, err error, logf func(string, ...any)) bool {
+	var d *replayer.Divergence
+	if !errors.As(err, &d) {
+		return false
+	}
+	switch {
+	case d.Signal != nil:
+		// A signal delivered in user code whose point the trial could not
+		// find (a loop without syscalls passes it too often): the window
+		// starts after its interval, as it did before such signals were
+		// replayed.
+		if !cutBefore(c, d.Signal.Interval, "the trial replay could not place a signal delivered in user code: "+err.Error()) {
+			return false
+		}
+		logf("the trial replay could not place a signal (%v): the window now starts after interval %d", err, d.Signal.Interval)
+	case d.Threads > 1:
+		// Several threads, which took another path: they met through
+		// memory between their calls in a way the order of the calls does
+		// not give (replayer/threads.go). The window starts after the
+		// interval where that showed.
+		at := intervalOf(c, d.Seq)
+		if at < 0 || !cutBefore(c, at, fmt.Sprintf("the trial replay of %d threads diverged in it: %v", d.Threads, err)) {
+			return false
+		}
+		logf("the trial replay of %d threads diverged (%v): the window now starts after interval %d", d.Threads, err, at)
+	default:
+		return false
+	}
+	return true
+}
+
+// intervalOf is the Index of the interval call seq belongs to, -1 if none.
+func intervalOf(c *format.Checkpoint, seq uint64) int {
+	at := -1
+	for _, iv := range c.Intervals {
+		if iv.FirstSeq <= seq {
+			at = iv.Index
+		}
+	}
+	return at
 }

@@ -188,16 +188,16 @@ const (
 // engine is the state of one replay. All its methods but prepare run on the
 // tracer thread.
 type engine struct {
-	c         *format.Checkpoint
-	end       format.EndState // what the replay must reach: c.End, or an interval start (Options.Until)
-	rseqs     []format.Rseq   // left out of the digests (format.DigestPage)
-	peeked    map[uint64]bool // lazy pages the end comparison read without serving (peek)
-	until     int             // position in c.Intervals where the replay ends (len when at c.End)
-	pages     format.PageSource
-	opts      Options
-	k         int // position of the start interval in c.Intervals
-	first     int // position of the oldest interval a replay could start at
-	thread    format.Thread // the thread the checkpoint ends in, at the start
+	c      *format.Checkpoint
+	end    format.EndState // what the replay must reach: c.End, or an interval start (Options.Until)
+	rseqs  []format.Rseq   // left out of the digests (format.DigestPage)
+	peeked map[uint64]bool // lazy pages the end comparison read without serving (peek)
+	until  int             // position in c.Intervals where the replay ends (len when at c.End)
+	pages  format.PageSource
+	opts   Options
+	k      int           // position of the start interval in c.Intervals
+	first  int           // position of the oldest interval a replay could start at
+	thread format.Thread // the thread the checkpoint ends in, at the start
 	// The threads replay runs (threads.go): by recorded tid, the current
 	// one, the others than the end thread at the start, and those still to
 	// run to their first entry.
@@ -552,7 +552,7 @@ func (e *engine) advance(req int, intercept trapIntercept) (event, error) {
 	if err := proc.Resume(req, pid, 0); err != nil {
 		return ev, fmt.Errorf("resume replay: %w", err)
 	}
-	st, err := proc.Wait(pid)
+	st, err := e.wait()
 	if err != nil {
 		return ev, err
 	}
@@ -561,12 +561,13 @@ func (e *engine) advance(req int, intercept trapIntercept) (event, error) {
 		if err := proc.Resume(req, pid, 0); err != nil {
 			return ev, fmt.Errorf("resume replay: %w", err)
 		}
-		if st, err = proc.Wait(pid); err != nil {
+		if st, err = e.wait(); err != nil {
 			return ev, err
 		}
 	}
 	if st.Exited() {
-		e.stub.reaped = true
+		// With several threads, killAndReap reaps the rest.
+		e.stub.reaped = !e.multi()
 		reason := fmt.Sprintf("the replayed process ended: %v", st)
 		if st.Status.Signaled() && st.Status.Signal() == unix.SIGSYS {
 			reason = "the replayed process was killed by the seccomp filter: it executed a syscall replay must never execute for real"
@@ -636,6 +637,25 @@ func (e *engine) advance(req int, intercept trapIntercept) (event, error) {
 	}
 	// Group-stop or event stops: nothing to do, resume.
 	return ev, nil
+}
+
+// wait waits for the current thread's next stop. With several threads it
+// takes the next report of any of them: the others are stopped, so theirs
+// can only be their end, which means the process is ending (an exit_group,
+// a fatal signal), and waiting for the current thread alone would hang
+// when that is the first thread, whose end is not reported before the
+// others are reaped.
+func (e *engine) wait() (proc.Stop, error) {
+	if !e.multi() {
+		return proc.Wait(e.stub.tid)
+	}
+	for {
+		st, err := proc.WaitOwn()
+		if err != nil || st.Tid == e.stub.tid || st.Exited() {
+			return st, err
+		}
+		// Another thread's stop, which it stays in: nothing to do.
+	}
 }
 
 // pending is the syscall between its entry and exit stops.
@@ -757,7 +777,11 @@ func (e *engine) onEntry(regs proc.Regs, nr int, args [6]uint64) (*Result, error
 		}
 	}
 	if e.opts.Verbose {
-		e.logf("#%d %s", rec.Seq, syscalls.Format(*rec))
+		if e.multi() {
+			e.logf("#%d [%d] %s", rec.Seq, rec.Tid, syscalls.Format(*rec))
+		} else {
+			e.logf("#%d %s", rec.Seq, syscalls.Format(*rec))
+		}
 	}
 	if err := e.out.capture(e.mem, rec); err != nil {
 		return nil, err

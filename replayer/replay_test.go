@@ -293,11 +293,21 @@ func TestReplayRefusesSignalsInWindow(t *testing.T) {
 	if _, err := Run(context.Background(), rec, format.NewMemStore(), Options{From: -1}); err == nil || !strings.Contains(err.Error(), "replay runs thread 1") {
 		t.Fatalf("signal to another thread: got %v", err)
 	}
-	rec.Signals = nil
+	// Signals are not delivered in a replay of several threads; a thread
+	// that did not exist at the start is not made.
+	rec.Signals[0].Tid = 1
 	rec.Intervals[0].Threads = append(rec.Intervals[0].Threads, format.Thread{Tid: 2})
-	if _, err := Run(context.Background(), rec, format.NewMemStore(), Options{From: -1}); err == nil || !strings.Contains(err.Error(), "thread 2 was running at its start besides thread 1") {
-		t.Fatalf("got %v", err)
+	rec.Syscalls = []format.Syscall{{Seq: 1, Tid: 2, Nr: unix.SYS_GETPID, Ret: 2}}
+	rec.End.LastSeq = 1
+	if _, err := Run(context.Background(), rec, format.NewMemStore(), Options{From: -1}); err == nil || !strings.Contains(err.Error(), "does not deliver signals") {
+		t.Fatalf("signal with two threads: got %v", err)
 	}
+	rec.Signals = nil
+	rec.Syscalls[0].Tid = 5
+	if _, err := Run(context.Background(), rec, format.NewMemStore(), Options{From: -1}); err == nil || !strings.Contains(err.Error(), "thread 5, which did not exist") {
+		t.Fatalf("call of a thread made in the window: got %v", err)
+	}
+	rec.Syscalls, rec.End.LastSeq = nil, 0
 	// A second thread waiting in a syscall is fine; the one the
 	// checkpoint ends in must be there.
 	rec.Intervals[0].Threads[1].InSyscall = true

@@ -59,11 +59,11 @@ type stub struct {
 	tid int
 	// threads lists the threads made after the first (threads.go).
 	threads []int
-	base   uint64
-	gadget uint64
-	cpu    int
-	proc   *os.Process
-	reaped bool
+	base    uint64
+	gadget  uint64
+	cpu     int
+	proc    *os.Process
+	reaped  bool
 }
 
 // startStub writes the stub to a memfd and executes it as a ptrace child of

@@ -38,6 +38,10 @@ type rthread struct {
 	rec   format.Thread // its state at the start of the window
 	tid   int           // its thread id in the replay process
 	state threadState
+	// skipExit is engine.skipExit of a thread that is not current: left
+	// at the entry of a call completed under PTRACE_SYSEMU, it reports
+	// that call's exit when resumed with PTRACE_SYSCALL.
+	skipExit bool
 }
 
 type threadState int
@@ -190,6 +194,11 @@ func (e *engine) switchTo(t *rthread) {
 	if e.cur.state == threadRunning {
 		e.cur.state = threadParked
 	}
+	e.cur.skipExit, e.skipExit, t.skipExit = e.skipExit, t.skipExit, false
+	// t is stopped at an entry or exit stop of PTRACE_SYSCALL, or after a
+	// call completed under PTRACE_SYSEMU: its next stop is handled as
+	// PTRACE_SYSCALL's.
+	e.emu = false
 	e.cur = t
 	t.state = threadRunning
 	e.stub.tid = t.tid
@@ -226,32 +235,65 @@ func (e *engine) resumeThread(t *rthread) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if was == threadParked {
+	switch {
+	case was == threadParked:
 		return e.onEntry(regs, int(regs.OrigRax), [6]uint64{regs.Rdi, regs.Rsi, regs.Rdx, regs.R10, regs.R8, regs.R9})
+	case was == threadHeld && e.next < len(e.log):
+		return nil, nil // it runs on from the exit it waited at
+	case t == e.endThread() && e.next == len(e.log):
+		return e.atLogEnd(regs)
 	}
-	if t != e.endThread() || e.next < len(e.log) {
-		return nil, fmt.Errorf("thread %d is due at syscall #%d but never stopped at an entry", t.rec.Tid, e.lastSeq()+1)
-	}
-	return e.atLogEnd(regs)
+	return nil, fmt.Errorf("thread %d is due at syscall #%d but never stopped at an entry", t.rec.Tid, e.lastSeq()+1)
 }
 
 // afterCall decides, once a call of the current thread completed, who
-// goes on: the thread itself, up to its next entry, except the end thread
-// after its last call while other threads still have calls; it waits at
-// this exit (held) and the next call's thread runs. It reports whether the
-// current thread goes on, with what the switch came to when not.
+// goes on. As a rule the thread itself, up to its next entry. It waits at
+// this exit instead (held) while other threads' calls come before its next
+// one, in two cases: the end thread after its last call, until the end of
+// the log; and a thread that woke another one through a futex and whose
+// next call is a futex wake, until that call (wakeUnderLock).
 func (e *engine) afterCall() (bool, *Result, error) {
-	if !e.multi() || e.cur != e.endThread() || e.next == len(e.log) {
+	if !e.multi() || e.next == len(e.log) || e.owner() == e.cur {
 		return true, nil, nil
 	}
+	last, more := true, false
 	for _, s := range e.log[e.next:] {
-		if s.Tid == e.thread.Tid {
-			return true, nil, nil
+		if s.Tid == e.cur.rec.Tid {
+			last, more = false, wakeUnderLock(&e.log[e.next-1], &s)
+			break
 		}
+	}
+	if !more && !(last && e.cur == e.endThread()) {
+		return true, nil, nil
 	}
 	e.cur.state = threadHeld
 	res, err := e.resumeThread(e.owner())
 	return false, res, err
+}
+
+// wakeUnderLock recognizes a condition variable signalled with its mutex
+// held, the woken thread then waiting for the mutex: call done woke a
+// thread through a futex, and next, the same thread's next call, is a futex
+// wake too, the mutex's unlock, which the kernel sees only because the
+// woken thread found the mutex held. In the recording the woken thread ran
+// before the unlock; so it does in replay, where the waker is held until
+// its unlock is due.
+func wakeUnderLock(done, next *format.Syscall) bool {
+	return futexWake(done) && done.Ret > 0 && futexWake(next)
+}
+
+// futexWake reports whether s is a futex call that wakes waiters.
+func futexWake(s *format.Syscall) bool {
+	if s.Nr != unix.SYS_FUTEX {
+		return false
+	}
+	// The command, without FUTEX_PRIVATE_FLAG and FUTEX_CLOCK_REALTIME:
+	// FUTEX_WAKE, FUTEX_WAKE_OP, FUTEX_WAKE_BITSET (linux/futex.h).
+	switch s.Args[1] & 0x7f {
+	case 1, 5, 10:
+		return true
+	}
+	return false
 }
 
 // lastOfEnd reports whether the next record is the end thread's last one
