@@ -28,7 +28,9 @@ const (
 	// Version 2.1 compressed with zstd (FlagZstd), as every later one does.
 	// Version 3.1 appends to SIGNL what each signal's delivery did
 	// (SignalEvent.Handler), which replay needs to deliver it.
-	VersionMinor = 0
+	// Version 4.1 appends to ENDST the state of the other threads at the
+	// end (EndState.Threads).
+	VersionMinor = 1
 
 	fileHeaderSize    = 16
 	sectionHeaderSize = 16

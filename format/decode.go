@@ -53,18 +53,7 @@ func decodeIntervals(d *dec, major uint16) []Interval {
 		iv.Replayable = d.bool("replayable")
 		iv.Reason = d.str("reason")
 		iv.StartOmitted = major >= 3 && d.bool("start omitted")
-		if nt := d.count("thread", minThread); nt > 0 {
-			iv.Threads = make([]Thread, nt)
-			for j := range iv.Threads {
-				t := &iv.Threads[j]
-				t.Tid = d.int("tid")
-				d.regs(&t.Regs)
-				t.XState = d.bytes("xstate")
-				t.SigMask = d.u64("signal mask")
-				t.InSyscall = d.bool("in syscall")
-				t.Rseq = d.rseq()
-			}
-		}
+		iv.Threads = d.threads()
 		if nm := d.count("mapping", minMapping); nm > 0 {
 			iv.Maps = make([]Mapping, nm)
 			for j := range iv.Maps {
@@ -167,6 +156,28 @@ func decodeEnd(d *dec, s *EndState) {
 	s.LastSeq = d.u64("last sequence number")
 	s.Rseq = d.rseq()
 	s.Digests = d.pageRefs("digest")
+	if d.remaining() > 0 { // version 4.1
+		s.Threads = d.threads()
+	}
+}
+
+// threads decodes a list of thread states (enc.threads).
+func (d *dec) threads() []Thread {
+	nt := d.count("thread", minThread)
+	if nt == 0 {
+		return nil
+	}
+	ts := make([]Thread, nt)
+	for j := range ts {
+		t := &ts[j]
+		t.Tid = d.int("tid")
+		d.regs(&t.Regs)
+		t.XState = d.bytes("xstate")
+		t.SigMask = d.u64("signal mask")
+		t.InSyscall = d.bool("in syscall")
+		t.Rseq = d.rseq()
+	}
+	return ts
 }
 
 // decodeBlocks reads the block table at the head of the PAGES payload; the

@@ -27,9 +27,10 @@ func TestWriteSeeds(t *testing.T) {
 	// syscall log), small-2.0.tpc by version 2.0 (lz4), small-2.1.tpc by
 	// version 2.1 (every interval start stored), small-3.0.tpc by version
 	// 3.0 (signals without deliveries), small-3.1.tpc by version 3.1 (one
-	// stream of syscall records); they are never rewritten: files of those
+	// stream of syscall records), small-4.0.tpc by version 4.0 (no other
+	// threads at the end); they are never rewritten: files of those
 	// versions must stay readable.
-	frozen := map[string]bool{"small-1.0.tpc": true, "small-2.0.tpc": true, "small-2.1.tpc": true, "small-3.0.tpc": true, "small-3.1.tpc": true}
+	frozen := map[string]bool{"small-1.0.tpc": true, "small-2.0.tpc": true, "small-2.1.tpc": true, "small-3.0.tpc": true, "small-3.1.tpc": true, "small-4.0.tpc": true}
 	for name := range frozen {
 		c := old
 		if name == "small-3.0.tpc" {
@@ -37,9 +38,10 @@ func TestWriteSeeds(t *testing.T) {
 			c, _ = smallCheckpointV3()
 			c = noDeliveries(c)
 		}
-		if name == "small-3.1.tpc" {
+		if name == "small-3.1.tpc" || name == "small-4.0.tpc" {
 			c, _ = smallCheckpointV3()
 		}
+		c = noEndThreads(c)
 		seeds = append(seeds, struct {
 			name  string
 			c     *Checkpoint

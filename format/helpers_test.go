@@ -169,6 +169,8 @@ func richCheckpoint(seed uint64, intervals, pagesPer, syscalls int) (*Checkpoint
 	// Version 3.1: what a delivery did.
 	c.Signals[0].Handler = &Delivery{Regs: regsFor(rng), XState: xstate(rng), SigMask: 1 << 13, FrameAddr: 0x7ffc_0001_fb40, Frame: mk.page(5)[:1200],
 		Digests: []PageRef{{Addr: 0x7ffc_0001_f000, Hash: HashPage(mk.page(6))}}}
+	// Version 4.1: the other threads at the end.
+	c.End.Threads = []Thread{{Tid: 4243, Regs: regsFor(rng), XState: xstate(rng), SigMask: 1 << 2, InSyscall: true}}
 	return c, store
 }
 
@@ -232,6 +234,12 @@ func legacy(c *Checkpoint) *Checkpoint {
 }
 
 // noDeliveries drops what version 3.1 added to the signals.
+// noEndThreads strips what version 4.1 added: the other threads at the end.
+func noEndThreads(c *Checkpoint) *Checkpoint {
+	c.End.Threads = nil
+	return c
+}
+
 func noDeliveries(c *Checkpoint) *Checkpoint {
 	for i := range c.Signals {
 		c.Signals[i].Interval, c.Signals[i].Handler = 0, nil

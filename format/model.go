@@ -275,4 +275,8 @@ type EndState struct {
 	// in the last interval) so a replay can tell a matching iteration of a loop
 	// from another one with the same registers. Computed by DigestPage.
 	Digests []PageRef
+	// Threads holds the state of the process's other threads at the end,
+	// normalized as Interval.Threads are (none in files before 4.1, or of
+	// a single-threaded process).
+	Threads []Thread
 }

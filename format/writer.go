@@ -222,16 +222,7 @@ func encodeIntervals(ivs []Interval) []byte {
 		e.bool(iv.Replayable)
 		e.str(iv.Reason)
 		e.bool(iv.StartOmitted)
-		e.u32(uint32(len(iv.Threads)))
-		for j := range iv.Threads {
-			t := &iv.Threads[j]
-			e.int(t.Tid)
-			e.regs(&t.Regs)
-			e.bytes(t.XState)
-			e.u64(t.SigMask)
-			e.bool(t.InSyscall)
-			e.rseq(t.Rseq)
-		}
+		e.threads(iv.Threads)
 		e.u32(uint32(len(iv.Maps)))
 		for _, m := range iv.Maps {
 			e.u64(m.Start)
@@ -295,7 +286,22 @@ func encodeEnd(s *EndState) []byte {
 	e.u64(s.LastSeq)
 	e.rseq(s.Rseq)
 	e.pageRefs(s.Digests)
+	e.threads(s.Threads) // version 4.1
 	return e.b
+}
+
+// threads encodes a list of thread states: a count, then each thread.
+func (e *enc) threads(ts []Thread) {
+	e.u32(uint32(len(ts)))
+	for j := range ts {
+		t := &ts[j]
+		e.int(t.Tid)
+		e.regs(&t.Regs)
+		e.bytes(t.XState)
+		e.u64(t.SigMask)
+		e.bool(t.InSyscall)
+		e.rseq(t.Rseq)
+	}
 }
 
 // storedOrder lists every distinct non-zero page hash that c references,

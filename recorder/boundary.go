@@ -184,16 +184,7 @@ func (s *session) threadStates() (threads []format.Thread, err error) {
 		if err != nil {
 			return nil, err
 		}
-		var nregs format.Regs
-		var inSys bool
-		if t != nil && t.entry != nil && t.held {
-			// Held at a syscall-entry stop (ptrace backend): about to
-			// execute the call.
-			nregs, inSys = regs, true
-			nregs.Rax, nregs.Rip, nregs.OrigRax = nregs.OrigRax, nregs.Rip-2, ^uint64(0)
-		} else {
-			nregs, inSys = normalize(regs)
-		}
+		nregs, inSys := normalizeThread(t, regs)
 		if inSys && int64(regs.Rax) == -516 && s.restarts[tid] == nil {
 			// Stopped in a call the kernel resumes through restart_syscall,
 			// whose entry the recorder did not see (it attached during the
@@ -218,6 +209,39 @@ func (s *session) threadStates() (threads []format.Thread, err error) {
 		threads = append(threads, format.Thread{Tid: tid, Regs: nregs, XState: xs, SigMask: mask, InSyscall: inSys, Rseq: threadRseq(tid)})
 	}
 	return threads, nil
+}
+
+// normalizeThread gives the registers of thread t, stopped, as a start
+// state holds them (normalize), and whether it is in a syscall.
+func normalizeThread(t *thread, regs format.Regs) (format.Regs, bool) {
+	if t != nil && t.entry != nil && t.held {
+		// Held at a syscall-entry stop (ptrace backend): about to
+		// execute the call.
+		regs.Rax, regs.Rip, regs.OrigRax = regs.OrigRax, regs.Rip-2, ^uint64(0)
+		return regs, true
+	}
+	return normalize(regs)
+}
+
+// endThreads is the state of the threads other than the one the process
+// ends in (EndState.Threads): registers only, which is what a replay of
+// several threads uses. A thread that did not stop (an uninterruptible
+// sleep outlasting holdTimeout) is left out.
+func (s *session) endThreads(endTid int) []format.Thread {
+	var out []format.Thread
+	for tid, t := range s.threads {
+		if tid == endTid || t.exiting {
+			continue
+		}
+		regs, err := proc.GetRegs(tid)
+		if err != nil {
+			continue
+		}
+		nregs, inSys := normalizeThread(t, regs)
+		out = append(out, format.Thread{Tid: tid, Regs: nregs, InSyscall: inSys})
+	}
+	slices.SortFunc(out, func(a, b format.Thread) int { return a.Tid - b.Tid })
+	return out
 }
 
 // closeIntervalSnap closes the interval and returns the target's pagemap it

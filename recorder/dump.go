@@ -117,6 +117,7 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 		return nil, nil, nil, err
 	}
 	end.Regs, _ = normalize(end.Regs)
+	end.Threads = s.endThreads(end.Tid)
 	end.LastSeq = s.seq
 	end.Rseq = threadRseq(end.Tid)
 

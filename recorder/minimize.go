@@ -36,12 +36,23 @@ import (
 // first piece's (storeOneStart).
 func minimize(c *format.Checkpoint, store format.PageSource, oneStart bool, logf func(string, ...any)) {
 	t0 := time.Now()
-	res, err := trialReplay(c, store, runtime.NumCPU())
-	for tries := 0; err != nil && tries < 3; tries++ {
+	pieces := runtime.NumCPU()
+	res, err := trialReplay(c, store, pieces)
+	var d *replayer.Divergence
+	if errors.As(err, &d) && d.Threads > 1 && pieces > 1 && len(trialPieces(c, pieces)) > 1 {
+		// A piece ends at an interval start, where the other threads
+		// stopped wherever they were between two calls; replay runs them
+		// on to their next one. The window in one piece ends at the
+		// recorded end, which may be in reach.
+		logf("a piece of the trial replay of %d threads diverged (%v): trying the window in one piece", d.Threads, err)
+		pieces = 1
+		res, err = trialReplay(c, store, pieces)
+	}
+	for tries := 0; err != nil && tries < len(c.Intervals); tries++ {
 		if !cutDiverged(c, err, logf) {
 			break
 		}
-		res, err = trialReplay(c, store, runtime.NumCPU())
+		res, err = trialReplay(c, store, pieces)
 	}
 	if err != nil {
 		c.Header.FullPages = true

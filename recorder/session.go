@@ -80,6 +80,7 @@ type session struct {
 	// waits until then.
 	holdRetry time.Time
 	crashed   int // signal of the last crash checkpoint
+	crashTid  int // the thread it stopped, until recording starts afresh
 	// restarts are, per thread, the call interrupted with
 	// ERESTART_RESTARTBLOCK that restart_syscall will finish.
 	restarts map[int]*proc.SyscallInfo
@@ -762,7 +763,7 @@ func (s *session) crash(t *thread, sig int) error {
 	if err != nil {
 		return err
 	}
-	if sig == s.crashed && selfSent(info, s.pid) {
+	if sig == s.crashed && (selfSent(info, s.pid) || selfSent(info, os.Getpid())) {
 		// A crash handler (redis-server's crash log, for one) that ran
 		// after the checkpoint of the crash and now raises the same signal
 		// again to die of it: the first checkpoint is the one that matters.
@@ -770,7 +771,7 @@ func (s *session) crash(t *thread, sig int) error {
 		return s.resume(t.tid, sig)
 	}
 	s.logf("process %d received %v at rip %#x: writing checkpoint", s.pid, unix.SignalName(unix.Signal(sig)), regs.Rip)
-	s.crashed = sig
+	s.crashed, s.crashTid = sig, t.tid
 	if err := s.holdPatiently(t.tid); err != nil {
 		if rerr := s.releaseOthers(); rerr != nil {
 			s.logf("resume the other threads: %v", rerr)
@@ -1061,6 +1062,18 @@ func (s *session) start() error {
 	s.fillHeader()
 	s.state = stateRecording
 	if s.crashed != 0 {
+		if _, caught := disposition(s.pid, s.crashed); !caught && s.crashTid != 0 {
+			// No handler: the process is dying of it, or the signal
+			// given back was lost on the way (seen a few times with the
+			// ptrace backend when it stopped a thread other than the
+			// first, cause not found). A process must not outlive its
+			// crash because of tprec: the signal goes again, which
+			// changes nothing for one already dying.
+			if err := unix.Tgkill(s.pid, s.crashTid, unix.Signal(s.crashed)); err == nil {
+				s.logf("sent %v to thread %d again, in case its delivery was lost", unix.SignalName(unix.Signal(s.crashed)), s.crashTid)
+			}
+		}
+		s.crashTid = 0
 		s.logf("process %d goes on after its %v (a handler, or threads not dead yet): recording it afresh", s.pid, unix.SignalName(unix.Signal(s.crashed)))
 	} else {
 		s.logf("recording process %d (%s), interval %v, keeping %d intervals", s.pid, s.hdr.ExePath, s.o.Interval, s.o.Keep)

@@ -55,6 +55,7 @@ type Result struct {
 	From      int // Index of the interval the replay started at
 	Syscalls  int // syscall records replayed
 	Intervals int // intervals replayed (from the start interval to the end)
+	Threads   int // threads the replay ran (replayer/threads.go)
 	End       format.EndState
 	// Until is the Index of the interval whose start the replay stopped at
 	// and verified (Options.Until), 0 when it ran to the recorded end.
@@ -84,10 +85,14 @@ func (r *Result) Summary() string {
 	default:
 		what = "signal " + signalName(r.End.Signo)
 	}
-	if r.Until > 0 {
-		return fmt.Sprintf("verified: %d syscalls, %d intervals, the state at the start of interval %d matches (%s)", r.Syscalls, r.Intervals, r.Until, where)
+	ran := fmt.Sprintf("%d syscalls, %d intervals", r.Syscalls, r.Intervals)
+	if r.Threads > 1 {
+		ran += fmt.Sprintf(", %d threads", r.Threads)
 	}
-	return fmt.Sprintf("verified: %d syscalls, %d intervals, end state matches (%s, %s)", r.Syscalls, r.Intervals, where, what)
+	if r.Until > 0 {
+		return fmt.Sprintf("verified: %s, the state at the start of interval %d matches (%s)", ran, r.Until, where)
+	}
+	return fmt.Sprintf("verified: %s, end state matches (%s, %s)", ran, where, what)
 }
 
 func signalName(sig int) string {
@@ -168,6 +173,9 @@ func Run(ctx context.Context, c *format.Checkpoint, pages format.PageSource, opt
 			d.Hint = sharedHint(c.Intervals[e.k:e.until])
 			if d.Signal = e.sigSearch; d.Signal != nil && d.Hint == "" {
 				d.Hint = fmt.Sprintf("looking for where %s was delivered in user code after syscall #%d", signalName(d.Signal.Signo), d.Signal.Seq)
+			}
+			if d.Hint == "" && e.multi() {
+				d.Hint = e.threadsHint()
 			}
 		}
 		return nil, err
@@ -887,7 +895,7 @@ func (e *engine) complete(p *pending, regs proc.Regs) (*Result, error) {
 	if err != nil || searching {
 		return nil, err
 	}
-	if goOn, res, err := e.afterCall(); !goOn || err != nil {
+	if goOn, res, err := e.afterCall(regs); !goOn || err != nil {
 		return res, err
 	}
 	if e.next == len(e.log) {
@@ -1048,6 +1056,7 @@ func (e *engine) verified(rip uint64) *Result {
 		From:      e.c.Intervals[e.k].Index,
 		Syscalls:  len(e.log),
 		Intervals: e.until - e.k,
+		Threads:   len(e.threads),
 		Until:     e.opts.Until,
 		End:       e.end,
 		Rip:       rip,

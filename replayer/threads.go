@@ -14,8 +14,9 @@ import (
 // sequence; replay runs one thread at a time and switches only at syscall
 // entries, so that the calls complete in that order. The threads a replay
 // makes are the one the checkpoint ends in and every thread with a call in
-// the window; a thread that made none (an idle worker blocked in its wait
-// from start to end) is left out, as it changes nothing the others see.
+// the window or that was not waiting in a call at its start; a thread
+// blocked in the same call from start to end (an idle worker) is left
+// out, as it changes nothing the others see.
 //
 // The schedule is eager: a thread that completes a call runs on to its next
 // syscall entry and waits there (parked) until the log says that call is
@@ -74,6 +75,15 @@ func (e *engine) planThreads(iv format.Interval) error {
 		e.threads[s.Tid] = &rthread{rec: t}
 		e.others = append(e.others, t)
 	}
+	// A thread that was not waiting in a call at the start ran, even
+	// when no call of it completed: it runs to the entry of the call it
+	// was in at the end.
+	for _, t := range iv.Threads {
+		if !t.InSyscall && e.threads[t.Tid] == nil {
+			e.threads[t.Tid] = &rthread{rec: t}
+			e.others = append(e.others, t)
+		}
+	}
 	if len(e.others) == 0 {
 		return nil
 	}
@@ -100,7 +110,7 @@ func (e *engine) planThreads(iv format.Interval) error {
 				left = append(left, t.Tid)
 			}
 		}
-		e.logf("%d threads make syscalls in the window; threads left out (no call in it): %v", len(e.threads), left)
+		e.logf("%d threads run in the window; threads left out (waiting in one call throughout): %v", len(e.threads), left)
 	}
 	return nil
 }
@@ -246,14 +256,17 @@ func (e *engine) resumeThread(t *rthread) (*Result, error) {
 	return nil, fmt.Errorf("thread %d is due at syscall #%d but never stopped at an entry", t.rec.Tid, e.lastSeq()+1)
 }
 
-// afterCall decides, once a call of the current thread completed, who
-// goes on. As a rule the thread itself, up to its next entry. It waits at
-// this exit instead (held) while other threads' calls come before its next
-// one, in two cases: the end thread after its last call, until the end of
-// the log; and a thread that woke another one through a futex and whose
-// next call is a futex wake, until that call (wakeUnderLock).
-func (e *engine) afterCall() (bool, *Result, error) {
-	if !e.multi() || e.next == len(e.log) || e.owner() == e.cur {
+// afterCall decides, once a call of the current thread completed (regs:
+// its registers at the exit), who goes on. As a rule the thread itself, up
+// to its next entry. It waits at this exit instead (held) while other
+// threads' calls come before its next one, in three cases: the end thread
+// after its last call, until the end of the log; another thread after its
+// last call when the recording ended with it at that exit
+// (EndState.Threads); and a thread that woke another one through a futex
+// and whose next call is a futex wake, until that call (wakeUnderLock).
+func (e *engine) afterCall(regs proc.Regs) (bool, *Result, error) {
+	end := e.cur == e.endThread()
+	if !e.multi() || (end && e.next == len(e.log)) || (e.next < len(e.log) && e.owner() == e.cur) {
 		return true, nil, nil
 	}
 	last, more := true, false
@@ -263,12 +276,28 @@ func (e *engine) afterCall() (bool, *Result, error) {
 			break
 		}
 	}
-	if !more && !(last && e.cur == e.endThread()) {
+	if !more && !(last && (end || e.endedAtExit(regs))) {
 		return true, nil, nil
+	}
+	if e.opts.Verbose && last && !end {
+		e.logf("thread %d stays at the exit of its last call #%d, where the recording ended", e.cur.rec.Tid, e.log[e.next-1].Seq)
 	}
 	e.cur.state = threadHeld
 	res, err := e.resumeThread(e.owner())
 	return false, res, err
+}
+
+// endedAtExit reports whether the recording ended with the current thread
+// at the exit of a call, with registers regs: stopped there by the end
+// (a blocking call the end interrupted returns, and the thread stops before
+// running on), it must not run past it in replay either.
+func (e *engine) endedAtExit(regs proc.Regs) bool {
+	for _, t := range e.endThreads() {
+		if t.Tid == e.cur.rec.Tid {
+			return !t.InSyscall && t.Regs.Rip == regs.Rip && t.Regs.Rsp == regs.Rsp && t.Regs.Rax == regs.Rax
+		}
+	}
+	return false
 }
 
 // wakeUnderLock recognizes a condition variable signalled with its mutex
@@ -309,4 +338,33 @@ func (e *engine) lastOfEnd() bool {
 		}
 	}
 	return e.next+1 < len(e.log)
+}
+
+// endThreads is the recorded state of the threads where the replay ends:
+// at the end, or at the start of interval until.
+func (e *engine) endThreads() []format.Thread {
+	if e.until < len(e.c.Intervals) {
+		return e.c.Intervals[e.until].Threads
+	}
+	return e.c.End.Threads
+}
+
+// threadsHint explains a divergence of a replay of several threads: what
+// the threads exchange through memory between their calls is not ordered.
+// When the recording ended with another thread running between two calls,
+// it says so: replay runs that thread on to its next call, and what it
+// writes on the way makes the end state differ.
+func (e *engine) threadsHint() string {
+	var running []int
+	for _, t := range e.endThreads() {
+		rt := e.threads[t.Tid]
+		if !t.InSyscall && rt != nil && rt != e.endThread() && rt.state != threadHeld {
+			running = append(running, t.Tid)
+		}
+	}
+	h := fmt.Sprintf("%d threads ran: replay keeps the recorded order of their syscalls, not of what they exchange through memory between calls (a contended lock, a flag one sets and another polls)", len(e.threads))
+	if len(running) > 0 {
+		h += fmt.Sprintf("; where the recording ends, thread(s) %v were running between two calls, where replay does not stop them", running)
+	}
+	return h
 }

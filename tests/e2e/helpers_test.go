@@ -136,7 +136,7 @@ func checkpoints(t *testing.T, dir string) []string {
 	return m
 }
 
-var verifiedRe = regexp.MustCompile(`verified: (\d+) syscalls, (\d+) intervals, (end state|the state at the start of interval \d+) matches \(rip=0x[0-9a-f]+.*\)`)
+var verifiedRe = regexp.MustCompile(`verified: (\d+) syscalls, (\d+) intervals, (?:(\d+) threads, )?(end state|the state at the start of interval \d+) matches \(rip=0x[0-9a-f]+.*\)`)
 
 // replay runs tpreplay on a checkpoint and requires the verified line.
 func replay(t *testing.T, ckpt string, extra ...string) string {

@@ -127,10 +127,135 @@ func TestThreadsOneRunning(t *testing.T) {
 	})
 }
 
-// Two threads that both run: the intervals say why replay cannot run them,
-// tpreplay refuses with that reason, and the process dies of its own signal
-// as it would have.
-func TestThreadsBothRunningRefused(t *testing.T) {
+// threadsVerified requires the verified line of a replay that ran several
+// threads and returns how many.
+func threadsVerified(t *testing.T, out string) int {
+	t.Helper()
+	m := verifiedRe.FindStringSubmatch(out)
+	if m == nil || m[3] == "" {
+		t.Fatalf("want a verified replay of several threads:\n%s", out)
+	}
+	n, _ := strconv.Atoi(m[3])
+	return n
+}
+
+// Three threads of testdata/pipeworkers.c that all run and hand each other
+// work through pipes, crashed in the main thread and, separately, in a
+// worker: the trial replay of every thread succeeds and tpreplay runs them
+// all to the verified crash.
+func TestThreadsPipeWorkers(t *testing.T) {
+	requireRoot(t)
+	prog := cc(t, "testdata/pipeworkers.c", t.TempDir())
+	forBackends(t, func(t *testing.T, backend string) {
+		for _, who := range []string{"main", "worker"} {
+			t.Run(who, func(t *testing.T) {
+				target, _, done := startTarget(t, prog)
+				var ts []int
+				for i := 0; i < 100 && len(ts) < 3; i++ {
+					time.Sleep(10 * time.Millisecond)
+					ts = tids(t, target.Process.Pid)
+				}
+				if len(ts) != 3 {
+					t.Fatalf("pipeworkers has threads %v, want 3", ts)
+				}
+				victim := ts[0]
+				if who == "worker" {
+					victim = ts[2]
+				}
+				ck := crashThread(t, target, done, victim, 1500*time.Millisecond, "--backend", backend)
+				if n := threadsVerified(t, replay(t, ck)); n != 3 {
+					t.Errorf("the replay ran %d threads, want 3", n)
+				}
+			})
+		}
+	})
+}
+
+// memcachedLight starts Debian's memcached with four worker threads and no
+// background maintainers on port, and one client that stores and reads back a key every 2 ms over one
+// connection, as a cache under light traffic sees, until the test ends.
+func memcachedLight(t *testing.T, port string) (*exec.Cmd, chan error) {
+	t.Helper()
+	srv := needTool(t, "memcached")
+	// Without the background maintainers (LRU, crawler, hash table, slab
+	// mover): they act on what the workers store in memory, between calls,
+	// which replay does not order (replayer/threads.go).
+	target, _, done := startTarget(t, srv, "-u", "root", "-l", "127.0.0.1", "-p", port, "-U", "0", "-t", "4",
+		"-o", "no_lru_maintainer,no_lru_crawler,no_hashexpand,no_slab_reassign")
+	var conn net.Conn
+	var err error
+	for i := 0; i < 100; i++ {
+		if conn, err = net.Dial("tcp", "127.0.0.1:"+port); err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("memcached did not answer: %v", err)
+	}
+	stop := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		defer conn.Close()
+		buf := make([]byte, 512)
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			v := fmt.Sprint("value-", n)
+			req := fmt.Sprintf("set k%d 0 0 %d\r\n%s\r\nget k%d\r\n", n%500, len(v), v, n%500)
+			if _, err := conn.Write([]byte(req)); err != nil {
+				return
+			}
+			// STORED, then VALUE, the value and END.
+			got := ""
+			for !strings.HasSuffix(got, "END\r\n") {
+				conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+				k, err := conn.Read(buf)
+				if err != nil {
+					return
+				}
+				got += string(buf[:k])
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-finished })
+	return target, done
+}
+
+// Debian's memcached (a dispatcher thread, four workers, a logger)
+// serving a client, crashed in its main thread: the replay runs every
+// thread that made calls, the dispatcher and the four workers, to the
+// verified crash, the whole window.
+func TestMemcachedThreads(t *testing.T) {
+	requireRoot(t)
+	forBackends(t, func(t *testing.T, backend string) {
+		port := map[string]string{"ebpf": "11731", "ptrace": "11732"}[backend]
+		target, done := memcachedLight(t, port)
+		pid := target.Process.Pid
+		if n := len(tids(t, pid)); n != 6 {
+			t.Fatalf("memcached has %d threads, want 6", n)
+		}
+		ck := crashThread(t, target, done, pid, 2*time.Second, "--backend", backend)
+		allReplayable(t, ck)
+		if n := threadsVerified(t, replay(t, ck)); n != 5 {
+			t.Errorf("the replay ran %d threads, want 5", n)
+		}
+	})
+}
+
+// Two python3 threads that both run meet through the interpreter's lock
+// and its flags, in memory between their syscalls, where replay does not
+// order them. The trial replay says so: it moves the window past the
+// intervals where the threads' replay diverged, naming the divergence, or
+// keeps every page when none is left; the process dies of its own signal as
+// it would have; and whatever the checkpoint keeps, tpreplay either
+// verifies it or names the threads in its divergence, never anything else.
+func TestThreadsMeetingInMemory(t *testing.T) {
 	requireRoot(t)
 	py := "/usr/bin/python3"
 	prog := `
@@ -146,21 +271,28 @@ spin()
 `
 	target, _, done := startTarget(t, py, "-S", "-c", prog)
 	time.Sleep(300 * time.Millisecond)
-	// The trial replay fails: no check on it.
-	ck, _ := crashWith(t, target, done, 1200*time.Millisecond, func(pid int) error { return unix.Tgkill(pid, pid, unix.SIGSEGV) })
-	ivs := intervalsIn(t, ck)
-	both := 0
-	for _, iv := range ivs {
-		if !iv.Replayable && strings.Contains(iv.Reason, "replay runs one thread") {
-			both++
+	ck, log := crashWith(t, target, done, 1200*time.Millisecond, func(pid int) error { return unix.Tgkill(pid, pid, unix.SIGSEGV) })
+	cut := 0
+	for _, iv := range intervalsIn(t, ck) {
+		if !iv.Replayable && strings.Contains(iv.Reason, "the trial replay of 2 threads diverged in it") {
+			cut++
 		}
 	}
-	if both == 0 {
-		t.Fatalf("no interval says that two threads ran: %+v", ivs)
+	failed := strings.Contains(log, "trial replay failed")
+	if cut == 0 && !failed {
+		t.Fatalf("the trial replay neither cut the window nor failed; tprec:\n%s", log)
 	}
 	out, code := runTool(t, "tpreplay", ck)
-	if code == 0 || !strings.Contains(out, "one thread") {
-		t.Fatalf("tpreplay on two running threads: exit %d, %q", code, out)
+	switch {
+	case code == 0:
+		threadsVerified(t, out)
+		if failed {
+			t.Errorf("the trial replay failed but tpreplay verified:\n%s\ntprec:\n%s", out, log)
+		}
+	case !strings.Contains(out, "divergence") || !strings.Contains(out, "threads ran: replay keeps the recorded order of their syscalls"):
+		t.Fatalf("tpreplay: exit %d without a divergence naming the threads:\n%s", code, out)
+	case !failed:
+		t.Errorf("the trial replay succeeded but tpreplay diverged:\n%s\ntprec:\n%s", out, log)
 	}
 }
 

@@ -179,6 +179,16 @@ type end struct {
 	Rip       string `json:"rip"`
 	LastSeq   uint64 `json:"last_seq"`
 	Digests   int    `json:"digests"`
+	// Threads: the other threads where the recording ended.
+	Threads []endThread `json:"threads,omitempty"`
+}
+
+type endThread struct {
+	Tid int `json:"tid"`
+	// InSyscall: waiting in a call (Nr), else in user code at Rip.
+	InSyscall bool   `json:"in_syscall"`
+	Nr        string `json:"nr,omitempty"`
+	Rip       string `json:"rip"`
 }
 
 type pages struct {
@@ -263,6 +273,13 @@ func summarize(f *format.File) *summary {
 	}
 	e := &c.End
 	s.End = end{Kind: e.Kind, Tid: e.Tid, Signo: e.Signo, ExitCode: e.ExitCode, Rip: hex(e.Regs.Rip), LastSeq: e.LastSeq, Digests: len(e.Digests)}
+	for _, t := range e.Threads {
+		et := endThread{Tid: t.Tid, InSyscall: t.InSyscall, Rip: hex(t.Regs.Rip)}
+		if t.InSyscall {
+			et.Nr = syscalls.Name(int(t.Regs.Rax))
+		}
+		s.End.Threads = append(s.End.Threads, et)
+	}
 	if e.Signo != 0 {
 		s.End.Signal = signalName(e.Signo)
 	}
@@ -433,6 +450,13 @@ func printSummary(out io.Writer, s *summary) error {
 		fmt.Fprintf(w, "  exit code\t%d\n", e.ExitCode)
 	}
 	fmt.Fprintf(w, "  rip\t%s\n  last seq\t%d\n  page digests\t%d\n", e.Rip, e.LastSeq, e.Digests)
+	for _, t := range e.Threads {
+		if t.InSyscall {
+			fmt.Fprintf(w, "  thread %d\tin %s\n", t.Tid, t.Nr)
+		} else {
+			fmt.Fprintf(w, "  thread %d\tin user code at %s\n", t.Tid, t.Rip)
+		}
+	}
 
 	pg := &s.Pages
 	fmt.Fprintf(w, "\npages\n")
