@@ -125,6 +125,8 @@ type Session struct {
 	Reexecutions int
 	FromSnapshot int
 
+	sel int // SelectThread's thread, 0 for the current one
+
 	snaps       []*engine // stopped forks of the replay, by stretch
 	noSnapshots bool      // TPREPLAY_NO_SNAPSHOTS=1, or a fork failed
 	// SnapshotErr is why snapshots stopped being taken, if one failed.
@@ -170,8 +172,42 @@ func (s *Session) Checkpoint() *format.Checkpoint { return s.c }
 // the nearest earlier interval whose start the checkpoint stores).
 func (s *Session) From() int { return s.e.c.Intervals[s.e.k].Index }
 
-// Tid is the recorded thread id of the replayed thread.
-func (s *Session) Tid() int { return s.e.thread.Tid }
+// Tid is the recorded id of the thread the replay stands in: the one the
+// checkpoint ends in, or with several threads the one that stopped last
+// (replayer/threads.go runs one at a time).
+func (s *Session) Tid() int { return s.e.cur.rec.Tid }
+
+// Threads lists the recorded ids of the threads the replay runs, the one
+// the checkpoint ends in first.
+func (s *Session) Threads() []int {
+	out := []int{s.e.thread.Tid}
+	for _, t := range s.e.others {
+		out = append(out, t.Tid)
+	}
+	return out
+}
+
+// SelectThread makes Regs and XState read thread tid (recorded id; 0 or -1:
+// the one the replay stands in) until the next resume.
+func (s *Session) SelectThread(tid int) error {
+	if tid <= 0 {
+		s.sel = 0
+		return nil
+	}
+	if s.e.threads[tid] == nil && tid != s.e.thread.Tid {
+		return fmt.Errorf("no thread %d in the replay", tid)
+	}
+	s.sel = tid
+	return nil
+}
+
+// regsTid is the replay's id of the thread Regs and XState read.
+func (s *Session) regsTid() int {
+	if t := s.e.threads[s.sel]; t != nil && t.tid != 0 {
+		return t.tid
+	}
+	return s.e.stub.tid
+}
 
 // Pid is the process id of the replay process (it changes when the session
 // goes back).
@@ -246,12 +282,13 @@ func (s *Session) swap(e *engine) {
 func (s *Session) Regs() (proc.Regs, error) {
 	var r proc.Regs
 	err := s.tr.Do(func() error {
-		if s.e.dbg.atEntry {
+		tid := s.regsTid()
+		if s.e.dbg.atEntry && tid == s.e.stub.tid {
 			r = s.e.dbg.entryRegs
 			return nil
 		}
 		var err error
-		r, err = proc.GetRegs(s.e.stub.tid)
+		r, err = proc.GetRegs(tid)
 		return err
 	})
 	return r, err
@@ -262,7 +299,7 @@ func (s *Session) XState() ([]byte, error) {
 	var x []byte
 	err := s.tr.Do(func() error {
 		var err error
-		x, err = proc.GetXState(s.e.stub.tid)
+		x, err = proc.GetXState(s.regsTid())
 		return err
 	})
 	return x, err
@@ -392,6 +429,7 @@ func sameWatches(a, b []Watch) bool {
 
 // Step executes one instruction.
 func (s *Session) Step() (Stop, error) {
+	s.sel = 0
 	if res := s.e.dbg.ended; res != nil {
 		return Stop{Reason: StopPastEnd, Result: res}, nil
 	}
@@ -415,6 +453,7 @@ func (s *Session) Step() (Stop, error) {
 // Continue runs until a breakpoint, a watchpoint, a caught syscall, the
 // recorded end, or Interrupt.
 func (s *Session) Continue() (Stop, error) {
+	s.sel = 0
 	if res := s.e.dbg.ended; res != nil {
 		return Stop{Reason: StopPastEnd, Result: res}, nil
 	}
@@ -733,6 +772,7 @@ func (s *Session) goTo(p Position) error {
 
 // ReverseStep goes back one instruction.
 func (s *Session) ReverseStep() (Stop, error) {
+	s.sel = 0
 	if err := s.resolve(); err != nil {
 		return Stop{}, err
 	}
@@ -836,6 +876,7 @@ func (s *Session) stepBack(p Position, rip uint64) (Position, bool, error) {
 // and the stop is the instruction before that point; for memory a replayed
 // syscall wrote, the syscall instruction.
 func (s *Session) ReverseContinue() (Stop, error) {
+	s.sel = 0
 	if err := s.resolve(); err != nil {
 		return Stop{}, err
 	}

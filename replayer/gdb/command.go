@@ -60,6 +60,10 @@ type Request struct {
 	Text   string // qRcmd command, decoded
 	On     bool   // QCatchSyscalls
 	Nrs    []int  // QCatchSyscalls numbers (none: all)
+	// Thread of H and T: a thread id, 0 for any, -1 for all; Which is the
+	// operation H selects it for ('g': registers, 'c': resuming).
+	Thread int
+	Which  byte
 	Raw    string
 }
 
@@ -136,13 +140,21 @@ func ParseRequest(p []byte) (Request, error) {
 			return r, nil
 		}
 	case 'H':
-		if len(p) >= 2 {
-			r.Op = OpSetThread
-			return r, nil
+		if len(p) < 3 {
+			return bad("thread")
 		}
-		return bad("thread")
+		t, ok := threadID(s[2:])
+		if !ok {
+			return bad("thread")
+		}
+		r.Op, r.Which, r.Thread = OpSetThread, p[1], t
+		return r, nil
 	case 'T':
-		r.Op = OpThreadAlive
+		t, ok := threadID(s[1:])
+		if !ok {
+			return bad("thread")
+		}
+		r.Op, r.Thread = OpThreadAlive, t
 		return r, nil
 	case 'k':
 		r.Op = OpKill
@@ -296,4 +308,13 @@ func truncate(p []byte) string {
 		return string(p[:64]) + "..."
 	}
 	return string(p)
+}
+
+// threadID parses a thread id of the protocol: hex, or -1 for all.
+func threadID(s string) (int, bool) {
+	if s == "-1" {
+		return -1, true
+	}
+	n, err := strconv.ParseUint(s, 16, 31)
+	return int(n), err == nil
 }

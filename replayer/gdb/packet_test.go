@@ -101,11 +101,21 @@ func TestParseRequest(t *testing.T) {
 			t.Errorf("ParseRequest(%q) = %+v, %v", c.in, r, err)
 		}
 	}
+	for _, c := range []struct {
+		in     string
+		op     Op
+		which  byte
+		thread int
+	}{{"Hg2a", OpSetThread, 'g', 0x2a}, {"Hc-1", OpSetThread, 'c', -1}, {"Hg0", OpSetThread, 'g', 0}, {"T4d2", OpThreadAlive, 0, 0x4d2}} {
+		if r, err := ParseRequest([]byte(c.in)); err != nil || r.Op != c.op || r.Which != c.which || r.Thread != c.thread {
+			t.Errorf("ParseRequest(%q) = %+v, %v", c.in, r, err)
+		}
+	}
 	r, _ := ParseRequest([]byte("QCatchSyscalls:1;1;e7"))
 	if !r.On || len(r.Nrs) != 2 || r.Nrs[1] != 0xe7 {
 		t.Errorf("catch syscalls %+v", r)
 	}
-	for _, bad := range []string{"mzz,1", "m10", "Z0,1", "pxx", "QCatchSyscalls:2", "qXfer:auxv:read::1"} {
+	for _, bad := range []string{"mzz,1", "m10", "Z0,1", "pxx", "QCatchSyscalls:2", "qXfer:auxv:read::1", "Hgzz", "H", "Tq"} {
 		if _, err := ParseRequest([]byte(bad)); !errors.Is(err, ErrMalformed) {
 			t.Errorf("ParseRequest(%q): %v, want ErrMalformed", bad, err)
 		}

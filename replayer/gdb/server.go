@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -34,7 +35,6 @@ type Server struct {
 	w    io.Writer
 	cfg  Config
 	avx  bool
-	tid  int
 	toks chan token
 
 	noAck    bool
@@ -62,7 +62,7 @@ func Serve(rw io.ReadWriter, s *replayer.Session, cfg Config) error {
 
 // NewServer makes a server; Serve is the usual entry point.
 func NewServer(w io.Writer, s *replayer.Session, cfg Config) *Server {
-	srv := &Server{s: s, w: w, cfg: cfg, tid: s.Tid(), toks: make(chan token, 16)}
+	srv := &Server{s: s, w: w, cfg: cfg, toks: make(chan token, 16)}
 	if x, err := s.XState(); err == nil {
 		srv.avx = hasAVX(x)
 	}
@@ -241,12 +241,24 @@ func (sv *Server) handle(p []byte) (bool, error) {
 		return false, sv.send(sv.stopReply(sv.last))
 	case OpVContQuery:
 		return false, sv.send("vCont;c;C;s;S;t")
-	case OpSetThread, OpThreadAlive:
+	case OpSetThread:
+		if req.Which == 'g' && sv.s.SelectThread(req.Thread) != nil {
+			return false, sv.send("E03") // ESRCH
+		}
+		return false, sv.send("OK")
+	case OpThreadAlive:
+		if !slices.Contains(sv.s.Threads(), req.Thread) {
+			return false, sv.send("E03")
+		}
 		return false, sv.send("OK")
 	case OpCurrentThread:
-		return false, sv.send(fmt.Sprintf("QC%x", sv.tid))
+		return false, sv.send(fmt.Sprintf("QC%x", sv.s.Tid()))
 	case OpThreadsFirst:
-		return false, sv.send(fmt.Sprintf("m%x", sv.tid))
+		var ids []string
+		for _, t := range sv.s.Threads() {
+			ids = append(ids, fmt.Sprintf("%x", t))
+		}
+		return false, sv.send("m" + strings.Join(ids, ","))
 	case OpThreadsNext:
 		return false, sv.send("l")
 	case OpXferRead:
@@ -421,7 +433,7 @@ wait:
 
 // stopReply encodes a stop for GDB.
 func (sv *Server) stopReply(st replayer.Stop) string {
-	th := fmt.Sprintf("thread:%x;", sv.tid)
+	th := fmt.Sprintf("thread:%x;", sv.s.Tid())
 	if !sv.started {
 		return "T05" + th
 	}

@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -139,6 +140,22 @@ func threadsVerified(t *testing.T, out string) int {
 	return n
 }
 
+// startPipeWorkers starts testdata/pipeworkers.c, built as prog, and
+// returns it once its three threads run, with their ids.
+func startPipeWorkers(t *testing.T, prog string) (*exec.Cmd, chan error, []int) {
+	t.Helper()
+	target, _, done := startTarget(t, prog)
+	var ts []int
+	for i := 0; i < 100 && len(ts) < 3; i++ {
+		time.Sleep(10 * time.Millisecond)
+		ts = tids(t, target.Process.Pid)
+	}
+	if len(ts) != 3 {
+		t.Fatalf("pipeworkers has threads %v, want 3", ts)
+	}
+	return target, done, ts
+}
+
 // Three threads of testdata/pipeworkers.c that all run and hand each other
 // work through pipes, crashed in the main thread and, separately, in a
 // worker: the trial replay of every thread succeeds and tpreplay runs them
@@ -149,15 +166,7 @@ func TestThreadsPipeWorkers(t *testing.T) {
 	forBackends(t, func(t *testing.T, backend string) {
 		for _, who := range []string{"main", "worker"} {
 			t.Run(who, func(t *testing.T) {
-				target, _, done := startTarget(t, prog)
-				var ts []int
-				for i := 0; i < 100 && len(ts) < 3; i++ {
-					time.Sleep(10 * time.Millisecond)
-					ts = tids(t, target.Process.Pid)
-				}
-				if len(ts) != 3 {
-					t.Fatalf("pipeworkers has threads %v, want 3", ts)
-				}
+				target, done, ts := startPipeWorkers(t, prog)
 				victim := ts[0]
 				if who == "worker" {
 					victim = ts[2]
@@ -169,6 +178,36 @@ func TestThreadsPipeWorkers(t *testing.T) {
 			})
 		}
 	})
+}
+
+// gdb on the replay of the three threads of testdata/pipeworkers.c, crashed
+// in its main thread: gdb lists the threads, stops at a breakpoint in
+// whichever worker reaches it first and shows that worker, then goes on
+// to the crash, where the main thread is the one that stopped.
+func TestGDBThreads(t *testing.T) {
+	requireRoot(t)
+	prog := cc(t, "testdata/pipeworkers.c", t.TempDir())
+	target, done, ts := startPipeWorkers(t, prog)
+	ck := crashThread(t, target, done, ts[0], 1500*time.Millisecond)
+	script := "info threads\n" +
+		"echo @@worker\\n\nbreak pipeworkers.c:29\ncontinue\nbt 2\np m.job > 0\n" +
+		"echo @@end\\n\ndelete\ncontinue\nbt\n"
+	out := runGDB(t, prog, "| "+filepath.Join(tools(t), "tpreplay")+" --gdb-stdio "+ck, script)
+	sec := sections(out)
+	for _, tid := range ts {
+		if !strings.Contains(sec[""], fmt.Sprintf("Thread %d ", tid)) {
+			t.Errorf("info threads does not list thread %d:\n%s", tid, out)
+		}
+	}
+	w := sec["worker"]
+	if !strings.Contains(w, "hit Breakpoint 1, worker") || !strings.Contains(w, "$1 = 1") ||
+		!(strings.Contains(w, fmt.Sprintf("Thread %d", ts[1])) || strings.Contains(w, fmt.Sprintf("Thread %d", ts[2]))) {
+		t.Errorf("gdb did not stop in a worker at the breakpoint:\n%s", out)
+	}
+	end := sec["end"]
+	if !strings.Contains(end, "received signal SIGSEGV") || !strings.Contains(end, fmt.Sprintf("Thread %d", ts[0])) || !strings.Contains(end, "in main ()") {
+		t.Errorf("gdb did not reach the crash in the main thread:\n%s", out)
+	}
 }
 
 // memcachedLight starts Debian's memcached with four worker threads and no
