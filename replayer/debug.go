@@ -263,17 +263,8 @@ func (e *engine) setWatches(ws []Watch) error {
 		e.dbg.watches = append([]Watch(nil), ws...)
 		return e.syncSoftWatches()
 	}
-	pid := e.stub.tid
-	// Disable first: the kernel checks each address against the enabled
-	// lengths in DR7.
-	if err := proc.SetDebugReg(pid, 7, 0); err != nil {
-		return err
-	}
 	var dr7 uint64
 	for i, w := range ws {
-		if err := proc.SetDebugReg(pid, i, w.Addr); err != nil {
-			return err
-		}
 		var ln uint64
 		switch w.Len {
 		case 1:
@@ -293,8 +284,21 @@ func (e *engine) setWatches(ws []Watch) error {
 		}
 		dr7 |= 1<<(2*i) | (rw|ln<<2)<<(16+4*i)
 	}
-	if err := proc.SetDebugReg(pid, 7, dr7); err != nil {
-		return err
+	// Every thread of the replay watches (the registers are per thread).
+	for _, pid := range e.stubTids() {
+		// Disable first: the kernel checks each address against the
+		// enabled lengths in DR7.
+		if err := proc.SetDebugReg(pid, 7, 0); err != nil {
+			return err
+		}
+		for i, w := range ws {
+			if err := proc.SetDebugReg(pid, i, w.Addr); err != nil {
+				return err
+			}
+		}
+		if err := proc.SetDebugReg(pid, 7, dr7); err != nil {
+			return err
+		}
 	}
 	e.dbg.watches = append([]Watch(nil), ws...)
 	return nil

@@ -115,6 +115,17 @@ func (e *engine) planThreads(iv format.Interval) error {
 	return nil
 }
 
+// stubTids lists the replay's ids of its threads, the current one first.
+func (e *engine) stubTids() []int {
+	out := []int{e.stub.tid}
+	for _, t := range e.threads {
+		if t.tid != 0 && t.tid != e.stub.tid {
+			out = append(out, t.tid)
+		}
+	}
+	return out
+}
+
 // multi reports whether the replay runs several threads.
 func (e *engine) multi() bool { return len(e.threads) > 1 }
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -189,8 +190,12 @@ func TestGDBThreads(t *testing.T) {
 	prog := cc(t, "testdata/pipeworkers.c", t.TempDir())
 	target, done, ts := startPipeWorkers(t, prog)
 	ck := crashThread(t, target, done, ts[0], 1500*time.Millisecond)
+	// The watchpoint goes on the other worker's m.value, that worker
+	// selected: the replay's current thread is the first one, and the
+	// other one's write must stop it all the same.
 	script := "info threads\n" +
-		"echo @@worker\\n\nbreak pipeworkers.c:29\ncontinue\nbt 2\np m.job > 0\n" +
+		"echo @@worker\\n\nbreak pipeworkers.c:29\ncontinue\nbt 2\np m.job > 0\np 1000 + $_thread\n" +
+		"echo @@watch\\n\ndelete\nif $_thread == 2\nthread 3\nelse\nthread 2\nend\nframe function worker\nwatch -l m.value\ncontinue\np 2000 + $_thread\n" +
 		"echo @@end\\n\ndelete\ncontinue\nbt\n"
 	out := runGDB(t, prog, "| "+filepath.Join(tools(t), "tpreplay")+" --gdb-stdio "+ck, script)
 	sec := sections(out)
@@ -203,6 +208,13 @@ func TestGDBThreads(t *testing.T) {
 	if !strings.Contains(w, "hit Breakpoint 1, worker") || !strings.Contains(w, "$1 = 1") ||
 		!(strings.Contains(w, fmt.Sprintf("Thread %d", ts[1])) || strings.Contains(w, fmt.Sprintf("Thread %d", ts[2]))) {
 		t.Errorf("gdb did not stop in a worker at the breakpoint:\n%s", out)
+	}
+	first := regexp.MustCompile(`= 100(\d)`).FindStringSubmatch(w)
+	wt := sec["watch"]
+	second := regexp.MustCompile(`= 200(\d)`).FindStringSubmatch(wt)
+	if !strings.Contains(wt, "Hardware watchpoint 2: -location m.value") || !strings.Contains(wt, "New value") ||
+		first == nil || second == nil || first[1] == second[1] {
+		t.Errorf("the watchpoint on the other worker did not stop it:\n%s", out)
 	}
 	end := sec["end"]
 	if !strings.Contains(end, "received signal SIGSEGV") || !strings.Contains(end, fmt.Sprintf("Thread %d", ts[0])) || !strings.Contains(end, "in main ()") {
