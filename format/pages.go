@@ -187,8 +187,21 @@ func (c *Checkpoint) RseqAreas() []Rseq {
 			add(t.Rseq)
 		}
 	}
+	for _, t := range c.End.Threads {
+		add(t.Rseq)
+	}
+	// Areas registered in the window (a thread it started), which replay
+	// emulates: the kernel updated them in the recording only.
+	for _, s := range c.Syscalls {
+		if s.Nr == rseqNr && s.Ret == 0 && s.Args[2]&1 == 0 { // not RSEQ_FLAG_UNREGISTER
+			add(Rseq{Addr: s.Args[0], Len: uint32(s.Args[1]), Sig: uint32(s.Args[3])})
+		}
+	}
 	return out
 }
+
+// rseqNr is the number of rseq on x86-64.
+const rseqNr = 334
 
 // Mapped reports whether addr lies in one of maps (sorted, not overlapping).
 func Mapped(maps []Mapping, addr uint64) bool {

@@ -167,7 +167,13 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 		for seq, m := range iv.files {
 			filePages[seq] = m.pages(addrs, store)
 		}
-		c.Intervals = append(c.Intervals, iv.meta)
+		meta := iv.meta
+		if _, err := meta.Thread(end.Tid); err != nil && meta.Replayable {
+			// The thread the process ends in started during this
+			// interval: a replay starts with it (replayer/threads.go).
+			meta.Replayable, meta.Reason = false, fmt.Sprintf("thread %d, which the checkpoint ends in, started in this interval: a replay starts after it", end.Tid)
+		}
+		c.Intervals = append(c.Intervals, meta)
 		c.Header.Lost += iv.lost
 		c.Signals = append(c.Signals, iv.signals...)
 	}

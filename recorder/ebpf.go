@@ -140,6 +140,11 @@ func (l *openLog) add(q uint64, rec format.Syscall, problem string) {
 	if q < l.nextQ {
 		return // from before the interval, or the recorder's own injected call
 	}
+	// What belongs to the thread (a restarted call, what its vfork child
+	// wrote) is taken now: a thread's records arrive in its own order.
+	rec.Seq = q - l.delta
+	restarted(&rec, l.restarts)
+	problem = l.vforks.replayProblem(&rec, problem)
 	if q > l.nextQ {
 		if l.early == nil {
 			l.early = map[uint64]earlyCall{}
@@ -164,13 +169,11 @@ type earlyCall struct {
 	problem string
 }
 
-// push appends the call numbered nextQ.
-func (l *openLog) push(rec format.Syscall, problem string) {
-	q := l.nextQ
-	rec.Seq = q - l.delta
-	l.nextQ = q + 1
-	restarted(&rec, l.restarts)
-	if why := l.vforks.replayProblem(&rec, problem); why != "" {
+// push appends the call numbered nextQ; why is what makes its interval
+// not replayable, if anything (replayProblem).
+func (l *openLog) push(rec format.Syscall, why string) {
+	l.nextQ++
+	if why != "" {
 		l.fail(why)
 	}
 	if fileMmap(&rec) {
@@ -185,14 +188,17 @@ func (l *openLog) push(rec format.Syscall, problem string) {
 // closeGaps is called once every record of the interval is in: calls still
 // waiting for one numbered before them mean that one never arrived.
 func (l *openLog) closeGaps() {
-	for len(l.early) > 0 {
-		q := slices.Min(slices.Collect(maps.Keys(l.early)))
-		l.fail(fmt.Sprintf("eBPF syscall log has a gap: calls %d to %d are missing", l.nextQ-l.delta, q-1-l.delta))
-		l.nextQ = q
+	// One sort: under heavy loss (a program that cannot be held for the
+	// reader) there are thousands of gaps and tens of thousands of calls.
+	for _, q := range slices.Sorted(maps.Keys(l.early)) {
+		if q != l.nextQ {
+			l.fail(fmt.Sprintf("eBPF syscall log has a gap: calls %d to %d are missing", l.nextQ-l.delta, q-1-l.delta))
+			l.nextQ = q
+		}
 		c := l.early[q]
-		delete(l.early, q)
 		l.push(c.rec, c.problem)
 	}
+	l.early = nil
 }
 
 // newEBPFSource loads and attaches the programs and starts recording the

@@ -562,8 +562,8 @@ func (s *session) resume(tid int, sig int) error {
 }
 
 // onClone follows a clone of the target: a new thread is recorded from now
-// on (replay does not create threads, so the interval it starts in is not
-// replayable); a new process is let go.
+// on (replay creates it where the clone returns, replayer/threads.go); a
+// new process is let go.
 func (s *session) onClone(t *thread, child int) {
 	if _, err := os.Stat(fmt.Sprintf("/proc/%d/task/%d", s.pid, child)); err != nil {
 		// A child process (clone without CLONE_THREAD and without SIGCHLD
@@ -578,7 +578,7 @@ func (s *session) onClone(t *thread, child int) {
 		s.threads[child] = &thread{tid: child}
 		s.waiters.add(child, false)
 	}
-	s.notReplayable(fmt.Sprintf("thread %d started thread %d (replay does not create threads)", t.tid, child))
+	s.vforks.startedThread(child)
 }
 
 func (s *session) onSyscall(t *thread) error {

@@ -48,6 +48,9 @@ type vforkCapture struct {
 type vforkCaptures struct {
 	mu  sync.Mutex
 	tid map[int]*vforkCapture
+	// threads are the threads the target started (onClone): a clone3 that
+	// returned one of them made a thread, which replay creates too.
+	threads map[int]bool
 	// free holds page buffers for the next captures: a fresh buffer costs
 	// a page fault per page in tprec (several microseconds each in a VM),
 	// more than the copy itself.
@@ -127,8 +130,10 @@ func (v *vforkCaptures) outputs(rec *format.Syscall) (why string) {
 	switch {
 	case c == nil && rec.Ret < 0:
 		return ""
+	case c == nil && rec.Nr == unix.SYS_CLONE3 && v.isThread(int(rec.Ret)):
+		return ""
 	case c == nil && rec.Nr == unix.SYS_CLONE3:
-		return fmt.Sprintf("clone3 at seq %d made a thread, or a process sharing memory without CLONE_VFORK: new threads and processes are not recorded yet", rec.Seq)
+		return fmt.Sprintf("clone3 at seq %d made a process sharing memory without CLONE_VFORK: such processes are not recorded", rec.Seq)
 	case c == nil:
 		return fmt.Sprintf("%s at seq %d made a vfork child the recorder did not see", callName(rec), rec.Seq)
 	case c.child != int(rec.Ret):
@@ -140,6 +145,22 @@ func (v *vforkCaptures) outputs(rec *format.Syscall) (why string) {
 	}
 	rec.Out = c.outs
 	return ""
+}
+
+// startedThread notes a thread the target started.
+func (v *vforkCaptures) startedThread(tid int) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.threads == nil {
+		v.threads = map[int]bool{}
+	}
+	v.threads[tid] = true
+}
+
+func (v *vforkCaptures) isThread(tid int) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.threads[tid]
 }
 
 func callName(rec *format.Syscall) string {

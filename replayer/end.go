@@ -54,6 +54,9 @@ type breakpoint struct {
 // when the window has none). It returns a result when the program already
 // stands at the recorded end.
 func (e *engine) atLogEnd(regs proc.Regs) (*Result, error) {
+	if err := e.exitsFor(nil); err != nil {
+		return nil, err
+	}
 	end := e.end
 	if end.Kind == format.EndExit || e.realFault {
 		return nil, nil // the exit_group entry or the fault will come

@@ -207,12 +207,16 @@ type engine struct {
 	first  int           // position of the oldest interval a replay could start at
 	thread format.Thread // the thread the checkpoint ends in, at the start
 	// The threads replay runs (threads.go): by recorded tid, the current
-	// one, the others than the end thread at the start, and those still to
-	// run to their first entry.
+	// one, the others than the end thread, those still to run to their
+	// first entry, those a call in the window starts (until it does), and
+	// how many ended in the window.
 	threads   map[int]*rthread
 	cur       *rthread
 	others    []format.Thread
 	startQ    []*rthread
+	born      map[int]bool
+	ended     int
+	lastAt    map[int]int // by tid, the position of its last call in log
 	log       []format.Syscall
 	next      int                  // position in log of the next syscall to execute
 	sigs      []format.SignalEvent // signals to deliver, in order (deliver)
@@ -475,7 +479,7 @@ func (e *engine) lastSeq() uint64 {
 }
 
 func (e *engine) diverge(rip uint64, seq uint64, reason, expected, actual string) *Divergence {
-	return &Divergence{Tid: e.cur.rec.Tid, Threads: len(e.threads), Seq: seq, Rip: rip, Reason: reason, Expected: expected, Actual: actual}
+	return &Divergence{Tid: e.cur.rec.Tid, Threads: len(e.threads) + e.ended, Seq: seq, Rip: rip, Reason: reason, Expected: expected, Actual: actual}
 }
 
 // loop drives the stub from its first instruction to the end state.
@@ -546,10 +550,11 @@ func (e *engine) advance(req int, intercept trapIntercept) (event, error) {
 	skipExit := e.skipExit
 	e.skipExit = false
 	if req == unix.PTRACE_SYSCALL && intercept == nil && e.dbg == nil && e.pend == nil && e.sigAtExit == nil && e.next < len(e.log) &&
-		(!e.multi() || (len(e.startQ) == 0 && e.owner() == e.cur && !e.lastOfEnd())) {
+		e.log[e.next].Tid == e.cur.rec.Tid && (!e.multi() || (len(e.startQ) == 0 && !e.lastOfEnd())) && !e.startsThread(&e.log[e.next]) {
 		// With several threads, only for a call of the thread that runs
 		// (another one's entry parks it) and not for a call it waits after
-		// (threads.go).
+		// (threads.go); not for a call that starts a thread, which is made
+		// at its exit stop.
 		// Not when a signal follows the call: delivering it may serve lazy
 		// pages, which takes the exit stop.
 		sigAfter := e.nextSig < len(e.sigs) && e.sigs[e.nextSig].Seq == e.log[e.next].Seq
@@ -605,7 +610,7 @@ func (e *engine) advance(req int, intercept trapIntercept) (event, error) {
 		switch {
 		case info.Op == proc.SyscallEntry:
 			var switched bool
-			if switched, ev.res, err = e.yieldAt(); switched {
+			if switched, ev.res, err = e.yieldAt(int(info.Nr)); switched {
 				// Parked: another thread went on (threads.go).
 				return ev, err
 			}
@@ -862,6 +867,9 @@ func (e *engine) onExit(regs proc.Regs) (*Result, error) {
 // the next record.
 func (e *engine) complete(p *pending, regs proc.Regs) (*Result, error) {
 	rec := p.rec
+	if err := e.exitsFor(rec); err != nil {
+		return nil, err
+	}
 	if rec.Nr != unix.SYS_RT_SIGRETURN {
 		regs.Rax = uint64(rec.Ret)
 		if p.rewrote {
@@ -1056,7 +1064,7 @@ func (e *engine) verified(rip uint64) *Result {
 		From:      e.c.Intervals[e.k].Index,
 		Syscalls:  len(e.log),
 		Intervals: e.until - e.k,
-		Threads:   len(e.threads),
+		Threads:   len(e.threads) + e.ended,
 		Until:     e.opts.Until,
 		End:       e.end,
 		Rip:       rip,

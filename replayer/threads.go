@@ -1,11 +1,13 @@
 package replayer
 
 import (
+	"encoding/binary"
 	"fmt"
 	"slices"
 
 	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/proc"
+	"github.com/tprec/tprec/syscalls"
 
 	"golang.org/x/sys/unix"
 )
@@ -39,6 +41,9 @@ type rthread struct {
 	rec   format.Thread // its state at the start of the window
 	tid   int           // its thread id in the replay process
 	state threadState
+	// ctid is where the kernel clears the thread's id when it ends
+	// (CLONE_CHILD_CLEARTID), for a thread the window starts; 0 if unknown.
+	ctid uint64
 	// skipExit is engine.skipExit of a thread that is not current: left
 	// at the entry of a call completed under PTRACE_SYSEMU, it reports
 	// that call's exit when resumed with PTRACE_SYSCALL.
@@ -51,7 +56,9 @@ const (
 	threadFresh   threadState = iota // not run yet: at the window's start
 	threadRunning                    // the one the engine runs (e.cur)
 	threadParked                     // stopped at a syscall entry not handled yet
-	threadHeld                       // the end thread after its last call, at that call's exit
+	threadHeld                       // waiting at the exit of a call (afterCall)
+	threadExiting                    // at the entry of its exit, waiting for a join (yieldAt)
+	threadGone                       // ended after its last call (exitThread)
 )
 
 // planThreads picks the threads the replay runs, from the start interval
@@ -59,21 +66,29 @@ const (
 func (e *engine) planThreads(iv format.Interval) error {
 	e.cur = &rthread{rec: e.thread, state: threadRunning}
 	e.threads = map[int]*rthread{e.thread.Tid: e.cur}
+	e.born = map[int]bool{}
 	endHasCalls := false
+	made := map[int]bool{} // what the clones of the window returned
+	e.lastAt = map[int]int{}
+	for i, s := range e.log {
+		if cloneCall(s.Nr) && s.Ret > 0 {
+			made[int(s.Ret)] = true
+		}
+		e.lastAt[s.Tid] = i
+	}
 	for _, s := range e.log {
 		if s.Tid == e.thread.Tid {
 			endHasCalls = true
-			continue
+		} else if e.threads[s.Tid] == nil && !e.born[s.Tid] {
+			if t, err := iv.Thread(s.Tid); err == nil {
+				e.threads[s.Tid] = &rthread{rec: t}
+				e.others = append(e.others, t)
+			} else if made[s.Tid] {
+				e.born[s.Tid] = true // made where that clone returns (startThread)
+			} else {
+				return fmt.Errorf("syscall #%d belongs to thread %d, which did not exist at the start of interval %d and which no call in the window started", s.Seq, s.Tid, iv.Index)
+			}
 		}
-		if e.threads[s.Tid] != nil {
-			continue
-		}
-		t, err := iv.Thread(s.Tid)
-		if err != nil {
-			return fmt.Errorf("syscall #%d belongs to thread %d, which did not exist at the start of interval %d: replay does not create threads", s.Seq, s.Tid, iv.Index)
-		}
-		e.threads[s.Tid] = &rthread{rec: t}
-		e.others = append(e.others, t)
 	}
 	// A thread that was not waiting in a call at the start ran, even
 	// when no call of it completed: it runs to the entry of the call it
@@ -84,14 +99,24 @@ func (e *engine) planThreads(iv format.Interval) error {
 			e.others = append(e.others, t)
 		}
 	}
-	if len(e.others) == 0 {
+	// A thread the window started that made no call yet is there at the
+	// end all the same, in user code: it runs too.
+	for _, t := range e.endThreads() {
+		if made[t.Tid] && e.threads[t.Tid] == nil {
+			e.born[t.Tid] = true
+		}
+	}
+	if len(e.others) == 0 && len(e.born) == 0 {
 		return nil
 	}
 	slices.SortFunc(e.others, func(a, b format.Thread) int { return a.Tid - b.Tid })
 	if len(e.sigs) > 0 {
 		s := e.sigs[0]
 		return fmt.Errorf("signal %s delivered to thread %d after syscall #%d: a replay of several threads (%d make syscalls in this window) does not deliver signals",
-			signalName(s.Signo), s.Tid, s.Seq, len(e.threads))
+			signalName(s.Signo), s.Tid, s.Seq, len(e.threads)+len(e.born))
+	}
+	if len(e.others) == 0 {
+		return nil // one thread until the first it starts
 	}
 	// Every thread with calls first runs to its first entry; the end
 	// thread, when it has none, waits for the end of the log.
@@ -135,10 +160,21 @@ func (e *engine) endThread() *rthread { return e.threads[e.thread.Tid] }
 // owner is the thread that runs next: the one of the next record, or at the
 // end of the log the end thread.
 func (e *engine) owner() *rthread {
-	if e.next < len(e.log) {
-		return e.threads[e.log[e.next].Tid]
+	if e.next >= len(e.log) {
+		return e.endThread()
 	}
-	return e.endThread()
+	tid := e.log[e.next].Tid
+	if t := e.threads[tid]; t != nil {
+		return t
+	}
+	// A thread still to start: the one that starts it goes first, to
+	// that call's entry (yieldAt).
+	for _, s := range e.log[e.next:] {
+		if cloneCall(s.Nr) && int(s.Ret) == tid {
+			return e.threads[s.Tid]
+		}
+	}
+	return nil
 }
 
 // makeThreads creates the other threads in the stub, stopped, each with its
@@ -150,47 +186,290 @@ func (e *engine) makeThreads() error {
 	if !e.multi() {
 		return nil
 	}
-	opts := unix.PTRACE_O_TRACESYSGOOD | unix.PTRACE_O_EXITKILL
-	if err := proc.SetOptions(leader, opts|unix.PTRACE_O_TRACECLONE); err != nil {
-		return fmt.Errorf("make threads: %w", err)
-	}
-	defer proc.SetOptions(leader, opts)
-	const flags = unix.CLONE_VM | unix.CLONE_FS | unix.CLONE_FILES | unix.CLONE_SIGHAND | unix.CLONE_THREAD | unix.CLONE_SYSVSEM
 	for _, t := range e.others {
-		res, err := proc.Inject(leader, e.stub.gadget, unix.SYS_CLONE, flags, 0, 0, 0, 0)
-		if res.Child > 0 {
-			e.stub.threads = append(e.stub.threads, res.Child)
-		}
+		child, err := e.cloneStub(leader, 0, 0)
 		if err != nil {
 			return fmt.Errorf("make thread for %d: %w", t.Tid, err)
 		}
-		if res.Ret < 0 || res.Child <= 0 {
-			return fmt.Errorf("make thread for %d: clone failed: %v", t.Tid, unix.Errno(-res.Ret))
-		}
-		// A new tracee starts in a stop of its own.
-		for {
-			st, err := proc.Wait(res.Child)
-			if err != nil {
-				return fmt.Errorf("make thread for %d: %w", t.Tid, err)
-			}
-			if st.Exited() {
-				return fmt.Errorf("make thread for %d: it died at once (%v)", t.Tid, st)
-			}
-			if st.Status.Stopped() {
-				break
-			}
-		}
-		if err := proc.SetOptions(res.Child, opts); err != nil {
-			return fmt.Errorf("make thread for %d: %w", t.Tid, err)
-		}
 		rt := e.threads[t.Tid]
-		rt.tid = res.Child
-		if err := setThreadState(res.Child, t); err != nil {
+		rt.tid = child
+		if err := setThreadState(child, t); err != nil {
 			return fmt.Errorf("thread %d: %w", t.Tid, err)
 		}
 	}
 	e.switchTo(e.startQ[0])
 	e.startQ = e.startQ[1:]
+	return nil
+}
+
+// stubOptions are the ptrace options of the stub's threads.
+const stubOptions = unix.PTRACE_O_TRACESYSGOOD | unix.PTRACE_O_EXITKILL
+
+// cloneStub makes one more thread in the stub, through thread on (stopped
+// where it can take an injected call), and returns it stopped in its first
+// stop. With extra CLONE_CHILD_CLEARTID, ctid is where the kernel clears
+// its id when it ends, as for the program's own threads.
+func (e *engine) cloneStub(on int, extra, ctid uint64) (int, error) {
+	if err := proc.SetOptions(on, stubOptions|unix.PTRACE_O_TRACECLONE); err != nil {
+		return 0, err
+	}
+	defer proc.SetOptions(on, stubOptions)
+	const flags = unix.CLONE_VM | unix.CLONE_FS | unix.CLONE_FILES | unix.CLONE_SIGHAND | unix.CLONE_THREAD | unix.CLONE_SYSVSEM
+	res, err := proc.Inject(on, e.stub.gadget, unix.SYS_CLONE, flags|extra, 0, 0, ctid, 0)
+	if res.Child > 0 {
+		e.stub.threads = append(e.stub.threads, res.Child)
+	}
+	if err != nil {
+		return 0, err
+	}
+	if res.Ret < 0 || res.Child <= 0 {
+		return 0, fmt.Errorf("clone failed: %v", unix.Errno(-res.Ret))
+	}
+	// A new tracee starts in a stop of its own.
+	for {
+		st, err := proc.Wait(res.Child)
+		if err != nil {
+			return 0, err
+		}
+		if st.Exited() {
+			return 0, fmt.Errorf("it died at once (%v)", st)
+		}
+		if st.Status.Stopped() {
+			break
+		}
+	}
+	return res.Child, proc.SetOptions(res.Child, stubOptions)
+}
+
+// cloneCall reports whether nr makes a thread or a process.
+func cloneCall(nr int) bool { return nr == unix.SYS_CLONE || nr == unix.SYS_CLONE3 }
+
+// startsThread reports whether rec is the call that starts a thread the
+// window runs.
+func (e *engine) startsThread(rec *format.Syscall) bool {
+	return cloneCall(rec.Nr) && rec.Ret > 0 && e.born[int(rec.Ret)]
+}
+
+// startAtEntry starts, at the entry of the current thread's call rec, the
+// thread rec started in the recording, whose own calls may complete before
+// rec does: the call is skipped to its exit stop, where the thread is made
+// (startThread), and the caller put back on its syscall instruction, held
+// there; it makes the call again when resumed, and completes it when the log
+// says. The new thread goes first, to its first entry.
+func (e *engine) startAtEntry(rec *format.Syscall) error {
+	a := e.cur
+	regs, err := proc.GetRegs(a.tid)
+	if err != nil {
+		return err
+	}
+	nr := regs.OrigRax
+	regs.OrigRax = ^uint64(0)
+	if err := proc.SetRegs(a.tid, regs); err != nil {
+		return err
+	}
+	if err := proc.Resume(unix.PTRACE_SYSCALL, a.tid, 0); err != nil {
+		return fmt.Errorf("resume replay: %w", err)
+	}
+	st, err := proc.Wait(a.tid)
+	if err != nil {
+		return err
+	}
+	if !st.SyscallStop() {
+		return fmt.Errorf("syscall #%d: skipping %s to start its thread: %v", rec.Seq, syscalls.Name(rec.Nr), st)
+	}
+	if regs, err = proc.GetRegs(a.tid); err != nil {
+		return err
+	}
+	t, err := e.startThread(rec, regs)
+	if err != nil {
+		return err
+	}
+	regs.Rip -= 2
+	regs.Rax = nr
+	if err := proc.SetRegs(a.tid, regs); err != nil {
+		return err
+	}
+	a.state = threadHeld
+	e.switchTo(t)
+	e.startQ = slices.DeleteFunc(e.startQ, func(x *rthread) bool { return x == t })
+	return nil
+}
+
+// nextOwn is the next record of thread t in the log, nil if none.
+func (e *engine) nextOwn(t *rthread) *format.Syscall {
+	for i := e.next; i < len(e.log); i++ {
+		if e.log[i].Tid == t.rec.Tid {
+			return &e.log[i]
+		}
+	}
+	return nil
+}
+
+// startThread makes in the stub the thread that rec, a call of the current
+// thread, started in the recording (regs: the caller's registers at that
+// call's exit): the caller's registers but rax 0, the stack and TLS the
+// call gave, the caller's extended state and signal mask. The ids the call
+// writes (CLONE_PARENT_SETTID, CLONE_CHILD_SETTID) are the recorded one.
+func (e *engine) startThread(rec *format.Syscall, regs proc.Regs) (*rthread, error) {
+	tid := int(rec.Ret)
+	var flags, stack, ptid, ctid, tls uint64
+	switch rec.Nr {
+	case unix.SYS_CLONE:
+		flags, stack, ptid, ctid, tls = rec.Args[0], rec.Args[1], rec.Args[2], rec.Args[3], rec.Args[4]
+	default:
+		// struct clone_args (linux/sched.h): flags, pidfd, child_tid,
+		// parent_tid, exit_signal, stack, stack_size, tls.
+		b := make([]byte, 64)
+		if rec.Args[1] < uint64(len(b)) {
+			return nil, fmt.Errorf("syscall #%d: clone3 with %d bytes of arguments", rec.Seq, rec.Args[1])
+		}
+		if err := e.touch(rec.Args[0], len(b)); err != nil {
+			return nil, err
+		}
+		if err := e.readMem(b, rec.Args[0]); err != nil {
+			return nil, fmt.Errorf("syscall #%d: clone3 arguments: %w", rec.Seq, err)
+		}
+		flags, ctid, ptid, tls = le64(b[0:]), le64(b[16:]), le64(b[24:]), le64(b[56:])
+		if stack = le64(b[40:]); stack != 0 {
+			stack += le64(b[48:])
+		}
+	}
+	if flags&unix.CLONE_THREAD == 0 {
+		return nil, e.diverge(regs.Rip, rec.Seq, fmt.Sprintf("%s returned %d, a thread with calls in the window, but does not start a thread", syscalls.Name(rec.Nr), tid), "", fmt.Sprintf("flags %#x", flags))
+	}
+	var extra uint64
+	if flags&unix.CLONE_CHILD_CLEARTID != 0 {
+		extra = unix.CLONE_CHILD_CLEARTID
+	}
+	child, err := e.cloneStub(e.stub.tid, extra, ctid)
+	if err != nil {
+		return nil, fmt.Errorf("syscall #%d: start thread %d: %w", rec.Seq, tid, err)
+	}
+	var id [4]byte
+	binary.LittleEndian.PutUint32(id[:], uint32(tid))
+	for _, w := range []struct {
+		flag uint64
+		addr uint64
+	}{{unix.CLONE_PARENT_SETTID, ptid}, {unix.CLONE_CHILD_SETTID, ctid}} {
+		if flags&w.flag == 0 {
+			continue
+		}
+		if err := e.touch(w.addr, 4); err != nil {
+			return nil, err
+		}
+		if err := e.mem.WriteAt(id[:], w.addr); err != nil {
+			return nil, fmt.Errorf("syscall #%d: write thread id at %#x: %w", rec.Seq, w.addr, err)
+		}
+	}
+	t := format.Thread{Tid: tid, Regs: regs}
+	t.Regs.Rax = 0
+	if stack != 0 {
+		t.Regs.Rsp = stack
+	}
+	if flags&unix.CLONE_SETTLS != 0 {
+		t.Regs.FsBase = tls
+	}
+	if t.XState, err = proc.GetXState(e.stub.tid); err != nil {
+		return nil, err
+	}
+	if t.SigMask, err = proc.GetSigmask(e.stub.tid); err != nil {
+		return nil, err
+	}
+	if err := setThreadState(child, t); err != nil {
+		return nil, fmt.Errorf("thread %d: %w", tid, err)
+	}
+	rt := &rthread{rec: t, tid: child, state: threadFresh}
+	if extra != 0 {
+		rt.ctid = ctid
+	}
+	e.threads[tid] = rt
+	e.others = append(e.others, t)
+	e.startQ = append(e.startQ, rt)
+	delete(e.born, tid)
+	if e.opts.Verbose {
+		e.logf("thread %d started by #%d", tid, rec.Seq)
+	}
+	if e.dbg != nil && e.hwbp && len(e.dbg.watches) > 0 {
+		return rt, e.setWatches(e.dbg.watches)
+	}
+	return rt, nil
+}
+
+// exitThread lets thread t, stopped at the entry of its exit after its last
+// recorded call, end as it did in the recording (the kernel clears its id
+// for a pthread_join, CLONE_CHILD_CLEARTID).
+func (e *engine) exitThread(t *rthread) error {
+	if err := proc.Resume(unix.PTRACE_SYSCALL, t.tid, 0); err != nil {
+		return fmt.Errorf("thread %d exits: %w", t.rec.Tid, err)
+	}
+	for {
+		st, err := proc.Wait(t.tid)
+		if err != nil {
+			return fmt.Errorf("thread %d exits: %w", t.rec.Tid, err)
+		}
+		if st.Exited() {
+			break
+		}
+		if err := proc.Resume(unix.PTRACE_SYSCALL, t.tid, 0); err != nil {
+			return fmt.Errorf("thread %d exits: %w", t.rec.Tid, err)
+		}
+	}
+	e.stub.threads = slices.DeleteFunc(e.stub.threads, func(x int) bool { return x == t.tid })
+	delete(e.threads, t.rec.Tid)
+	e.others = slices.DeleteFunc(e.others, func(x format.Thread) bool { return x.Tid == t.rec.Tid })
+	e.ended++
+	t.state = threadGone
+	if e.opts.Verbose {
+		e.logf("thread %d exits after its last call", t.rec.Tid)
+	}
+	return nil
+}
+
+// atExit handles the current thread at the entry of its exit after its
+// last recorded call. When a later call waits on its id (a pthread_join
+// that found it still running), it waits there until that call completes
+// (exitsFor); otherwise it ends now. The thread whose call is next goes on.
+func (e *engine) atExit() (*Result, error) {
+	t := e.cur
+	if t.ctid != 0 && e.waitedOn(t) {
+		t.state = threadExiting
+	} else if err := e.exitThread(t); err != nil {
+		return nil, err
+	}
+	return e.resumeThread(e.owner())
+}
+
+// waitedOn reports whether a call left in the log waits on thread t's id:
+// a futex wait at its address for its value (a later thread that reuses
+// the same stack waits at the same address for another id).
+func (e *engine) waitedOn(t *rthread) bool {
+	for _, s := range e.log[e.next:] {
+		if waitsFor(&s, t) {
+			return true
+		}
+	}
+	return false
+}
+
+// waitsFor reports whether s is a futex wait on thread t's id.
+func waitsFor(s *format.Syscall, t *rthread) bool {
+	return s.Nr == unix.SYS_FUTEX && s.Args[0] == t.ctid && uint32(s.Args[2]) == uint32(t.rec.Tid)
+}
+
+// exitsFor ends the threads waiting at their exit whose id rec, a futex
+// call about to complete, waits on; all of them with rec nil (the end of the
+// log, where the recording had them gone).
+func (e *engine) exitsFor(rec *format.Syscall) error {
+	if rec != nil && rec.Nr != unix.SYS_FUTEX {
+		return nil
+	}
+	for _, t := range e.threads {
+		if t.state == threadExiting && (rec == nil || waitsFor(rec, t)) {
+			if err := e.exitThread(t); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 
@@ -229,18 +508,30 @@ func (e *engine) switchTo(t *rthread) {
 // handled. When another thread runs next, the current one is parked there
 // and the other one taken to where it left off; yieldAt then reports true,
 // with what handling the other one came to.
-func (e *engine) yieldAt() (bool, *Result, error) {
+func (e *engine) yieldAt(nr int) (bool, *Result, error) {
+	if cloneCall(nr) && len(e.born) > 0 {
+		if rec := e.nextOwn(e.cur); rec != nil && e.startsThread(rec) {
+			return true, nil, e.startAtEntry(rec)
+		}
+	}
 	if !e.multi() {
 		return false, nil, nil
 	}
-	if len(e.startQ) > 0 {
-		e.switchTo(e.startQ[0])
+	for len(e.startQ) > 0 {
+		t := e.startQ[0]
 		e.startQ = e.startQ[1:]
-		return true, nil, nil
+		if t != e.cur {
+			e.switchTo(t)
+			return true, nil, nil
+		}
 	}
 	o := e.owner()
 	if o == e.cur {
 		return false, nil, nil
+	}
+	if nr == unix.SYS_EXIT && e.cur != e.endThread() && !e.hasCalls(e.cur) {
+		res, err := e.atExit()
+		return true, res, err
 	}
 	res, err := e.resumeThread(o)
 	return true, res, err
@@ -259,10 +550,12 @@ func (e *engine) resumeThread(t *rthread) (*Result, error) {
 	switch {
 	case was == threadParked:
 		return e.onEntry(regs, int(regs.OrigRax), [6]uint64{regs.Rdi, regs.Rsi, regs.Rdx, regs.R10, regs.R8, regs.R9})
-	case was == threadHeld && e.next < len(e.log):
-		return nil, nil // it runs on from the exit it waited at
 	case t == e.endThread() && e.next == len(e.log):
 		return e.atLogEnd(regs)
+	case was == threadHeld || was == threadFresh:
+		// It runs on from the exit it waited at, or from its start.
+		e.startQ = slices.DeleteFunc(e.startQ, func(x *rthread) bool { return x == t })
+		return nil, nil
 	}
 	return nil, fmt.Errorf("thread %d is due at syscall #%d but never stopped at an entry", t.rec.Tid, e.lastSeq()+1)
 }
@@ -277,13 +570,15 @@ func (e *engine) resumeThread(t *rthread) (*Result, error) {
 // and whose next call is a futex wake, until that call (wakeUnderLock).
 func (e *engine) afterCall(regs proc.Regs) (bool, *Result, error) {
 	end := e.cur == e.endThread()
-	if !e.multi() || (end && e.next == len(e.log)) || (e.next < len(e.log) && e.owner() == e.cur) {
+	if !e.multi() || (end && e.next == len(e.log)) || (e.next < len(e.log) && e.owner() == e.cur) || e.owner() == nil {
+		// (No owner: the next call is of a thread this one has still to
+		// start.)
 		return true, nil, nil
 	}
 	last, more := true, false
-	for _, s := range e.log[e.next:] {
+	for i, s := range e.log[e.next:] {
 		if s.Tid == e.cur.rec.Tid {
-			last, more = false, wakeUnderLock(&e.log[e.next-1], &s)
+			last, more = false, wakeUnderLock(&e.log[e.next-1], &s) || e.endsBefore(e.next+i)
 			break
 		}
 	}
@@ -311,6 +606,22 @@ func (e *engine) endedAtExit(regs proc.Regs) bool {
 	return false
 }
 
+// endsBefore reports whether a thread the window started makes its last
+// call before position i of the log: it ends there, and the current
+// thread, whose next call is at i, may look for that end (pthread_join
+// reads the id the kernel clears) and must run after it.
+func (e *engine) endsBefore(i int) bool {
+	for _, t := range e.threads {
+		if t == e.cur || t.ctid == 0 || t.state == threadGone {
+			continue
+		}
+		if last, ok := e.lastAt[t.rec.Tid]; ok && last >= e.next && last < i {
+			return true
+		}
+	}
+	return false
+}
+
 // wakeUnderLock recognizes a condition variable signalled with its mutex
 // held, the woken thread then waiting for the mutex: call done woke a
 // thread through a futex, and next, the same thread's next call, is a futex
@@ -332,6 +643,16 @@ func futexWake(s *format.Syscall) bool {
 	switch s.Args[1] & 0x7f {
 	case 1, 5, 10:
 		return true
+	}
+	return false
+}
+
+// hasCalls reports whether thread t has calls left in the log.
+func (e *engine) hasCalls(t *rthread) bool {
+	for _, s := range e.log[e.next:] {
+		if s.Tid == t.rec.Tid {
+			return true
+		}
 	}
 	return false
 }

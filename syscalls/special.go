@@ -60,17 +60,22 @@ var ioctlRequests = map[uint32]int{
 	ioctlFIOASYNC:    0,
 }
 
-// cloneAccept accepts a clone that makes a new process sharing no memory
-// with the caller and writing nothing into it (a fork: glibc's sets only
-// CLONE_CHILD_SETTID and CLONE_CHILD_CLEARTID, which concern the child), or
-// a vfork child, which shares the memory while the caller waits: the
-// recorder takes what it wrote there as the call's outputs.
+// cloneAccept accepts a clone that makes a thread, a new process sharing
+// no memory with the caller and writing nothing into it (a fork: glibc's
+// sets only CLONE_CHILD_SETTID and CLONE_CHILD_CLEARTID, which concern the
+// child), or a vfork child, which shares the memory while the caller waits:
+// the recorder takes what it wrote there as the call's outputs.
 func cloneAccept(args [6]uint64) (bool, string) {
 	const shared = unix.CLONE_THREAD | unix.CLONE_SIGHAND
 	const writes = unix.CLONE_PARENT_SETTID | unix.CLONE_PIDFD
+	const thread = unix.CLONE_VM | unix.CLONE_THREAD | unix.CLONE_SIGHAND
 	switch f := args[0]; {
+	case f&thread == thread && f&(unix.CLONE_PIDFD|unix.CLONE_VFORK) == 0:
+		// A thread: replay creates it where the call returns, and writes
+		// its id where CLONE_PARENT_SETTID and CLONE_CHILD_SETTID say.
+		return true, ""
 	case f&shared != 0, f&unix.CLONE_VM != 0 && f&unix.CLONE_VFORK == 0:
-		return false, noteThreads + " (a thread, or a child sharing memory)"
+		return false, noteSharing
 	case f&writes != 0:
 		return false, "CLONE_PARENT_SETTID and CLONE_PIDFD are not supported"
 	}

@@ -63,7 +63,7 @@ const (
 
 // Notes shared by several entries.
 const (
-	noteThreads = "new threads and processes are not recorded yet"
+	noteSharing = "a child process sharing memory with its parent is not recorded"
 	noteExec    = "replaces the program image; the checkpoint would describe a process that no longer exists"
 	noteAsync   = "the kernel writes results into memory asynchronously, outside any syscall's return"
 	noteSignal  = "a signal the process sends itself is replayed from the signal log, not by this call"

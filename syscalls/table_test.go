@@ -228,8 +228,11 @@ func TestCheck(t *testing.T) {
 	clone, _ := Lookup(unix.SYS_CLONE)
 	thread := uint64(unix.CLONE_VM | unix.CLONE_FS | unix.CLONE_FILES | unix.CLONE_SIGHAND | unix.CLONE_THREAD |
 		unix.CLONE_SYSVSEM | unix.CLONE_SETTLS | unix.CLONE_PARENT_SETTID | unix.CLONE_CHILD_CLEARTID)
-	if ok, why := Check(clone, [6]uint64{thread}); ok || !strings.HasPrefix(why, "clone: ") {
-		t.Errorf("clone of a thread: ok=%v why=%q", ok, why)
+	if ok, why := Check(clone, [6]uint64{thread}); !ok {
+		t.Errorf("clone of a thread refused: %q", why)
+	}
+	if ok, why := Check(clone, [6]uint64{unix.CLONE_VM | unix.CLONE_SIGHAND | uint64(unix.SIGCHLD)}); ok || !strings.HasPrefix(why, "clone: ") {
+		t.Errorf("clone of a process sharing memory: ok=%v why=%q", ok, why)
 	}
 	if ok, why := Check(clone, [6]uint64{unix.CLONE_PARENT_SETTID | uint64(unix.SIGCHLD)}); ok {
 		t.Errorf("clone writing the parent's memory accepted: %q", why)

@@ -222,6 +222,30 @@ func TestGDBThreads(t *testing.T) {
 	}
 }
 
+// testdata/spawner.c starts a thread per job, joins it, and crashes its
+// main thread after 1.5 s: the replay makes every thread the window
+// started where its clone3 returns and lets it end where the recording
+// says, hundreds of them, to the verified crash.
+func TestThreadsStartedInWindow(t *testing.T) {
+	requireRoot(t)
+	prog := cc(t, "testdata/spawner.c", t.TempDir())
+	forBackends(t, func(t *testing.T, backend string) {
+		dir := t.TempDir()
+		rec := startTprec(t, "--backend", backend, "--output", dir, "--", prog, "1.5")
+		if err := rec.wait(t, 120*time.Second); err != nil {
+			t.Fatalf("tprec: %v\n%s", err, rec.stderr)
+		}
+		log := rec.stderr.String()
+		cks := checkpoints(t, dir)
+		if len(cks) != 1 || strings.Contains(log, "trial replay failed") || strings.Contains(log, "diverged") {
+			t.Fatalf("want one checkpoint, minimized by a trial replay that succeeded at once:\n%s", log)
+		}
+		if n := threadsVerified(t, replay(t, cks[0])); n < 100 {
+			t.Errorf("the replay ran %d threads, want hundreds", n)
+		}
+	})
+}
+
 // memcachedLight starts Debian's memcached with four worker threads and no
 // background maintainers on port, and one client that stores and reads back a key every 2 ms over one
 // connection, as a cache under light traffic sees, until the test ends.
