@@ -122,6 +122,13 @@ func (e *engine) fork() (*engine, error) {
 		return nil, err
 	}
 	c.stopReq = new(atomic.Int32)
+	// One thread (snapshotReady), which is the fork's; the threads the
+	// window has still to start are the fork's to start.
+	cur := *e.cur
+	cur.tid = child
+	c.cur = &cur
+	c.threads = map[int]*rthread{cur.rec.Tid: c.cur}
+	c.born = maps.Clone(e.born)
 	c.peeked = maps.Clone(e.peeked)
 	c.lazy = maps.Clone(e.lazy)
 	c.served = maps.Clone(e.served)

@@ -26,9 +26,11 @@ import (
 // code between two calls runs as soon as the call before it returned, in
 // log order: what one thread stored before a call (a futex wake, a write to
 // a pipe) is in memory when another thread's call that the recording saw
-// after it returns. The thread the checkpoint ends in is the exception
-// after its last call: it waits at that call's exit until every other
-// thread's calls are done, then runs to the recorded end.
+// after it returns. A thread waits at the exit of a call instead in a few
+// cases afterCall lists (the thread the checkpoint ends in after its last
+// call, until every other thread's calls are done). Threads the window
+// starts are made at the entry of the call that starts them
+// (startAtEntry), and end at their exit (atExit).
 //
 // Threads that communicate through memory without a syscall in between (a
 // flag one sets and another polls, a spin lock, a lock-free queue) may see
@@ -38,7 +40,7 @@ import (
 
 // rthread is one thread of the replay.
 type rthread struct {
-	rec   format.Thread // its state at the start of the window
+	rec   format.Thread // its state at the start of the window, or where it started
 	tid   int           // its thread id in the replay process
 	state threadState
 	// ctid is where the kernel clears the thread's id when it ends
@@ -53,7 +55,7 @@ type rthread struct {
 type threadState int
 
 const (
-	threadFresh   threadState = iota // not run yet: at the window's start
+	threadFresh   threadState = iota // not run yet: at the window's start, or where it started
 	threadRunning                    // the one the engine runs (e.cur)
 	threadParked                     // stopped at a syscall entry not handled yet
 	threadHeld                       // waiting at the exit of a call (afterCall)
