@@ -773,6 +773,9 @@ func (s *Session) goTo(p Position) error {
 // ReverseStep goes back one instruction.
 func (s *Session) ReverseStep() (Stop, error) {
 	s.sel = 0
+	if err := s.e.reverseRefused(); err != nil {
+		return Stop{}, err
+	}
 	if err := s.resolve(); err != nil {
 		return Stop{}, err
 	}
@@ -877,6 +880,9 @@ func (s *Session) stepBack(p Position, rip uint64) (Position, bool, error) {
 // syscall wrote, the syscall instruction.
 func (s *Session) ReverseContinue() (Stop, error) {
 	s.sel = 0
+	if err := s.e.reverseRefused(); err != nil {
+		return Stop{}, err
+	}
 	if err := s.resolve(); err != nil {
 		return Stop{}, err
 	}

@@ -702,3 +702,14 @@ func (e *engine) threadsHint() string {
 	}
 	return h
 }
+
+// reverseRefused says why a debugger cannot go back in this replay: the
+// positions going back names (a count of arrivals since the last syscall)
+// are not kept apart per thread yet, and a search back through a window of
+// several threads found no stop where there were some.
+func (e *engine) reverseRefused() error {
+	if n := len(e.threads) + len(e.born) + e.ended; n > 1 {
+		return fmt.Errorf("going back is not supported yet in a replay of several threads (%d in this window); to see an earlier point, start a new session and stop there going forward", n)
+	}
+	return nil
+}

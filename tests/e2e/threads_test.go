@@ -196,6 +196,7 @@ func TestGDBThreads(t *testing.T) {
 	script := "info threads\n" +
 		"echo @@worker\\n\nbreak pipeworkers.c:29\ncontinue\nbt 2\np m.job > 0\np 1000 + $_thread\n" +
 		"echo @@watch\\n\ndelete\nif $_thread == 2\nthread 3\nelse\nthread 2\nend\nframe function worker\nwatch -l m.value\ncontinue\np 2000 + $_thread\n" +
+		"echo @@back\\n\nreverse-continue\n" +
 		"echo @@end\\n\ndelete\ncontinue\nbt\n"
 	out := runGDB(t, prog, "| "+filepath.Join(tools(t), "tpreplay")+" --gdb-stdio "+ck, script)
 	sec := sections(out)
@@ -215,6 +216,9 @@ func TestGDBThreads(t *testing.T) {
 	if !strings.Contains(wt, "Hardware watchpoint 2: -location m.value") || !strings.Contains(wt, "New value") ||
 		first == nil || second == nil || first[1] == second[1] {
 		t.Errorf("the watchpoint on the other worker did not stop it:\n%s", out)
+	}
+	if !strings.Contains(sec["back"], "going back is not supported yet in a replay of several threads (3 in this window)") {
+		t.Errorf("reverse-continue is not refused with a reason:\n%s", out)
 	}
 	end := sec["end"]
 	if !strings.Contains(end, "received signal SIGSEGV") || !strings.Contains(end, fmt.Sprintf("Thread %d", ts[0])) || !strings.Contains(end, "in main ()") {
