@@ -917,6 +917,15 @@ func (s *session) holdStop(t *thread, st proc.Stop) (*thread, error) {
 			created = nt
 		}
 		t.hold(req, 0)
+	case st.Event() == unix.PTRACE_EVENT_EXIT && t.tid != s.pid:
+		// On its way out: it finishes first, so that what its end writes
+		// is in memory when the boundary reads it (the kernel clears the
+		// id CLONE_CHILD_CLEARTID names, which pthread_join reads; a
+		// replay from here, without the thread, would find it still set).
+		// Its exit is the next thing holdOthers waits for.
+		if err := s.resume(t.tid, 0); err != nil {
+			return nil, err
+		}
 	case st.Event() == unix.PTRACE_EVENT_EXIT:
 		t.exiting = true
 		t.hold(req, 0)

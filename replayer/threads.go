@@ -189,11 +189,19 @@ func (e *engine) makeThreads() error {
 		return nil
 	}
 	for _, t := range e.others {
-		child, err := e.cloneStub(leader, 0, 0)
+		rt := e.threads[t.Tid]
+		var extra uint64
+		if e.ends(rt) {
+			// It ends in the window: as in the recording, its end
+			// clears its id for a pthread_join.
+			if rt.ctid = e.clearTid(t); rt.ctid != 0 {
+				extra = unix.CLONE_CHILD_CLEARTID
+			}
+		}
+		child, err := e.cloneStub(leader, extra, rt.ctid)
 		if err != nil {
 			return fmt.Errorf("make thread for %d: %w", t.Tid, err)
 		}
-		rt := e.threads[t.Tid]
 		rt.tid = child
 		if err := setThreadState(child, t); err != nil {
 			return fmt.Errorf("thread %d: %w", t.Tid, err)
@@ -608,13 +616,13 @@ func (e *engine) endedAtExit(regs proc.Regs) bool {
 	return false
 }
 
-// endsBefore reports whether a thread the window started makes its last
-// call before position i of the log: it ends there, and the current
+// endsBefore reports whether a thread that ends in the window makes its
+// last call before position i of the log: it ends after it, and the current
 // thread, whose next call is at i, may look for that end (pthread_join
 // reads the id the kernel clears) and must run after it.
 func (e *engine) endsBefore(i int) bool {
 	for _, t := range e.threads {
-		if t == e.cur || t.ctid == 0 || t.state == threadGone {
+		if t == e.cur || t.ctid == 0 || !e.ends(t) || t.state == threadGone {
 			continue
 		}
 		if last, ok := e.lastAt[t.rec.Tid]; ok && last >= e.next && last < i {
@@ -622,6 +630,50 @@ func (e *engine) endsBefore(i int) bool {
 		}
 	}
 	return false
+}
+
+// ends reports whether thread t ends before the replay does: it is not
+// among the threads recorded where the replay ends.
+func (e *engine) ends(t *rthread) bool {
+	if t == e.endThread() {
+		return false
+	}
+	for _, o := range e.endThreads() {
+		if o.Tid == t.rec.Tid {
+			return false
+		}
+	}
+	return true
+}
+
+// clearTid finds where the kernel clears the id of thread t, a thread that
+// existed at the start of the window, when it ends (CLONE_CHILD_CLEARTID:
+// the address is not recorded). Thread libraries keep the id in the
+// thread's control block at the thread pointer (fs_base), at one offset for
+// every thread: the offset where both t's block and the end thread's hold
+// their own ids (glibc stores the first thread's through
+// set_tid_address), in the first page. 0 when there is none.
+func (e *engine) clearTid(t format.Thread) uint64 {
+	a, b := e.thread.Regs.FsBase, t.Regs.FsBase
+	if a == 0 || b == 0 || a == b {
+		return 0
+	}
+	const span = 4096
+	pa, pb := make([]byte, span), make([]byte, span)
+	for _, r := range []struct {
+		buf  []byte
+		addr uint64
+	}{{pa, a}, {pb, b}} {
+		if e.touch(r.addr, span) != nil || e.readMem(r.buf, r.addr) != nil {
+			return 0
+		}
+	}
+	for off := 0; off+4 <= span; off += 4 {
+		if binary.LittleEndian.Uint32(pa[off:]) == uint32(e.thread.Tid) && binary.LittleEndian.Uint32(pb[off:]) == uint32(t.Tid) {
+			return b + uint64(off)
+		}
+	}
+	return 0
 }
 
 // wakeUnderLock recognizes a condition variable signalled with its mutex
