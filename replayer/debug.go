@@ -170,8 +170,16 @@ type debugState struct {
 	catch    catchSet
 	// atEntry: stopped at a syscall-entry stop the engine already handled;
 	// entryRegs are the registers the program had there.
-	atEntry    bool
-	entryRegs  proc.Regs
+	atEntry   bool
+	entryRegs proc.Regs
+	// With several threads: entryDue is the entry of a parked thread the
+	// engine handled when it made that thread current, to be reported as
+	// the next event; sysAt is the address of the last syscall
+	// instruction any thread executed; entry says, for the last entry
+	// reported, what ran just before it (Session.beforeEntry).
+	entryDue   *event
+	sysAt      uint64
+	entry      entryMark
 	stepping   bool         // the last resume was a single step of ours
 	interrupt  *atomic.Bool // a stop was requested from outside
 	ended      *Result
@@ -189,6 +197,17 @@ type catchSet struct {
 }
 
 func (c catchSet) wants(nr int) bool { return c.on && (c.all || c.nrs[nr]) }
+
+// entryMark describes what ran just before the entry of the call that
+// ends stretch k: nothing of the stretch (fresh: the entry came with the
+// switch at the stretch's start), or the syscall instruction at sysAt,
+// executed by the thread itself or by one that parked there.
+type entryMark struct {
+	k     int
+	sysAt uint64
+	fresh bool
+	ok    bool
+}
 
 func newDebugState() *debugState {
 	return &debugState{track: map[uint64]*tracker{}, user: map[uint64]bool{}, keep: map[uint64]bool{}, interrupt: &atomic.Bool{}}
@@ -450,6 +469,9 @@ func (e *engine) execOne(step bool) (dEvent, bool, error) {
 		d.atEntry = false
 		return e.finishSyscall()
 	}
+	if d.entryDue != nil {
+		return e.takeEntry(step)
+	}
 	regs, err := proc.GetRegs(pid)
 	if err != nil {
 		return dEvent{}, false, err
@@ -568,6 +590,14 @@ func (e *engine) atEndAddr(regs proc.Regs) (res *Result, moved bool, err error) 
 	return nil, false, nil
 }
 
+// takeEntry reports the entry a parked thread stood at when it became
+// current, which the engine handled then.
+func (e *engine) takeEntry(step bool) (dEvent, bool, error) {
+	ev := *e.dbg.entryDue
+	e.dbg.entryDue = nil
+	return e.after(ev, step)
+}
+
 // finishSyscall resumes from a syscall-entry stop to the exit.
 func (e *engine) finishSyscall() (dEvent, bool, error) {
 	ev, err := e.advance(unix.PTRACE_SYSCALL, e.claim)
@@ -591,13 +621,28 @@ func (e *engine) after(ev event, step bool) (dEvent, bool, error) {
 		if ev.kind == evEntry {
 			// The recorded exit: stand at its entry.
 			d.atEntry, d.entryRegs = true, ev.regs
+			d.entry = entryMark{k: e.next, sysAt: d.sysAt, fresh: d.fresh, ok: true}
 		}
 		return dEvent{kind: dEnd, res: ev.res, regs: ev.regs}, true, nil
+	}
+	if ev.switched {
+		// The thread that ran parked at a syscall entry: the one now
+		// current either stood parked at the entry due now, or runs on
+		// from where it waited, arriving there.
+		if d.entryDue != nil {
+			return e.takeEntry(step)
+		}
+		regs, err := proc.GetRegs(e.stub.tid)
+		if err != nil {
+			return dEvent{}, false, err
+		}
+		return e.landed(regs, true)
 	}
 	switch ev.kind {
 	case evEntry:
 		d.atEntry = true
 		d.entryRegs = ev.regs
+		d.entry = entryMark{k: e.next, sysAt: d.sysAt, fresh: d.fresh, ok: true}
 		if step {
 			d.atEntry = false
 			return e.finishSyscall()

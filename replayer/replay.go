@@ -518,6 +518,9 @@ type event struct {
 	// delivered: a signal that interrupted a call was delivered at its
 	// exit; regs are at the handler.
 	delivered bool
+	// switched: the thread that stopped at an entry was parked there and
+	// another one became current (threads.go); regs are the parked one's.
+	switched bool
 }
 
 type eventKind int
@@ -609,8 +612,10 @@ func (e *engine) advance(req int, intercept trapIntercept) (event, error) {
 		}
 		switch {
 		case info.Op == proc.SyscallEntry:
-			var switched bool
-			if switched, ev.res, err = e.yieldAt(int(info.Nr)); switched {
+			if e.dbg != nil {
+				e.dbg.sysAt = regs.Rip - 2
+			}
+			if ev.switched, ev.res, err = e.yieldAt(int(info.Nr)); ev.switched {
 				// Parked: another thread went on (threads.go).
 				return ev, err
 			}

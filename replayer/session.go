@@ -706,7 +706,8 @@ func (e *engine) reach(p Position, user map[uint64]bool, keep []uint64) error {
 	switch {
 	case p.Entry:
 		ev, err = e.exec(execOpts{onEvent: func(ev dEvent) bool { return ev.kind == dEntry || ev.kind == dExit }})
-		if err == nil && ev.kind != dEntry {
+		// The recording may end at this entry.
+		if err == nil && ev.kind != dEntry && !(ev.kind == dEnd && d.atEntry) {
 			err = lost(ev)
 		}
 	case p.WatchHits > 0:
@@ -773,9 +774,6 @@ func (s *Session) goTo(p Position) error {
 // ReverseStep goes back one instruction.
 func (s *Session) ReverseStep() (Stop, error) {
 	s.sel = 0
-	if err := s.e.reverseRefused(); err != nil {
-		return Stop{}, err
-	}
 	if err := s.resolve(); err != nil {
 		return Stop{}, err
 	}
@@ -803,12 +801,17 @@ func (s *Session) stepBack(p Position, rip uint64) (Position, bool, error) {
 			p = Position{Syscalls: p.Syscalls}
 		}
 		return p, true, nil
+	case p.Entry && s.e.severalThreads():
+		return s.beforeEntry(p.Syscalls)
 	case p.Entry:
 		// Back to the syscall instruction itself, the stretch's last.
 		return Position{Syscalls: p.Syscalls, Addr: rip - 2, Arrivals: 1}, true, nil
 	case p.Addr == 0 && p.WatchHits == 0:
 		if p.Syscalls == 0 {
 			return Position{}, false, nil
+		}
+		if s.e.severalThreads() {
+			return s.beforeEntry(p.Syscalls - 1)
 		}
 		// The instruction before a stretch is the syscall that ended the
 		// previous one: the only arrival there in that stretch.
@@ -869,6 +872,68 @@ func (s *Session) stepBack(p Position, rip uint64) (Position, bool, error) {
 	return mark, true, nil
 }
 
+// beforeEntry names the point just before the entry of the call that ends
+// stretch k, in a window of several threads. There the syscall instruction
+// that ran last may be another thread's than the one whose call it is (a
+// thread that parked at its own call, which another thread's call
+// precedes in the log), other threads may have stood at the same address
+// earlier in the stretch (the same libc wrapper), and the entry may have
+// come with the switch at the stretch's start, nothing of the stretch
+// having run. The engine notes at each entry what ran just before it
+// (entryMark); a run to the entry with that address counted gives the
+// arrival.
+func (s *Session) beforeEntry(k int) (Position, bool, error) {
+	m := s.e.dbg.entry
+	if !m.ok || m.k != k {
+		var err error
+		if m, _, err = s.runToEntry(k, 0); err != nil {
+			return Position{}, false, err
+		}
+	}
+	if m.fresh {
+		return Position{Syscalls: k}, true, nil
+	}
+	_, n, err := s.runToEntry(k, m.sysAt)
+	if err != nil {
+		return Position{}, false, err
+	}
+	if n == 0 {
+		return Position{}, false, fmt.Errorf("go back one instruction: the syscall instruction at %#x before the entry of syscall %d was not counted", m.sysAt, k+1)
+	}
+	return Position{Syscalls: k, Addr: m.sysAt, Arrivals: n}, true, nil
+}
+
+// runToEntry replays up to the entry of the call that ends stretch k and
+// returns what the engine noted there, and with addr != 0 the arrivals at
+// addr in the stretch.
+func (s *Session) runToEntry(k int, addr uint64) (entryMark, int, error) {
+	e, err := s.engineAt(k, nil)
+	if err != nil {
+		return entryMark{}, 0, err
+	}
+	var keep []uint64
+	if addr != 0 {
+		keep = []uint64{addr}
+	}
+	var m entryMark
+	n := 0
+	err = s.tr.Do(func() error {
+		defer s.killEngine(e)
+		if err := e.reach(Position{Syscalls: k, Entry: true}, nil, keep); err != nil {
+			return err
+		}
+		m = e.dbg.entry
+		if t := e.dbg.track[addr]; addr != 0 && t != nil {
+			n = t.count
+		}
+		return nil
+	})
+	if err == nil && (!m.ok || m.k != k) {
+		err = fmt.Errorf("go back one instruction: the entry of syscall %d was not seen", k+1)
+	}
+	return m, n, err
+}
+
 // ReverseContinue goes back to the last breakpoint, watchpoint trigger or
 // caught syscall before the current point, or to the start of the window.
 //
@@ -880,9 +945,6 @@ func (s *Session) stepBack(p Position, rip uint64) (Position, bool, error) {
 // syscall wrote, the syscall instruction.
 func (s *Session) ReverseContinue() (Stop, error) {
 	s.sel = 0
-	if err := s.e.reverseRefused(); err != nil {
-		return Stop{}, err
-	}
 	if err := s.resolve(); err != nil {
 		return Stop{}, err
 	}

@@ -559,7 +559,13 @@ func (e *engine) resumeThread(t *rthread) (*Result, error) {
 	}
 	switch {
 	case was == threadParked:
-		return e.onEntry(regs, int(regs.OrigRax), [6]uint64{regs.Rdi, regs.Rsi, regs.Rdx, regs.R10, regs.R8, regs.R9})
+		nr := int(regs.OrigRax)
+		res, err := e.onEntry(regs, nr, [6]uint64{regs.Rdi, regs.Rsi, regs.Rdx, regs.R10, regs.R8, regs.R9})
+		if e.dbg != nil && res == nil && err == nil {
+			// A debugger sees this entry as an event of its own, next.
+			e.dbg.entryDue = &event{kind: evEntry, nr: nr, regs: regs}
+		}
+		return res, err
 	case t == e.endThread() && e.next == len(e.log):
 		return e.atLogEnd(regs)
 	case was == threadHeld || was == threadFresh:
@@ -755,13 +761,6 @@ func (e *engine) threadsHint() string {
 	return h
 }
 
-// reverseRefused says why a debugger cannot go back in this replay: the
-// positions going back names (a count of arrivals since the last syscall)
-// are not kept apart per thread yet, and a search back through a window of
-// several threads found no stop where there were some.
-func (e *engine) reverseRefused() error {
-	if n := len(e.threads) + len(e.born) + e.ended; n > 1 {
-		return fmt.Errorf("going back is not supported yet in a replay of several threads (%d in this window); to see an earlier point, start a new session and stop there going forward", n)
-	}
-	return nil
-}
+// severalThreads reports whether the window runs several threads, at some
+// point of it.
+func (e *engine) severalThreads() bool { return len(e.threads)+len(e.born)+e.ended > 1 }

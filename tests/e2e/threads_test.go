@@ -183,8 +183,12 @@ func TestThreadsPipeWorkers(t *testing.T) {
 
 // gdb on the replay of the three threads of testdata/pipeworkers.c, crashed
 // in its main thread: gdb lists the threads, stops at a breakpoint in
-// whichever worker reaches it first and shows that worker, then goes on
-// to the crash, where the main thread is the one that stopped.
+// whichever worker reaches it first and shows that worker, stops at a
+// watchpoint on the other worker's variable in that worker, goes back to
+// that watchpoint's previous trigger (in the same worker: no other thread
+// writes there), one instruction back and forward again to the same
+// place, then on to the crash, where the main thread is the one that
+// stopped.
 func TestGDBThreads(t *testing.T) {
 	requireRoot(t)
 	prog := cc(t, "testdata/pipeworkers.c", t.TempDir())
@@ -196,7 +200,8 @@ func TestGDBThreads(t *testing.T) {
 	script := "info threads\n" +
 		"echo @@worker\\n\nbreak pipeworkers.c:29\ncontinue\nbt 2\np m.job > 0\np 1000 + $_thread\n" +
 		"echo @@watch\\n\ndelete\nif $_thread == 2\nthread 3\nelse\nthread 2\nend\nframe function worker\nwatch -l m.value\ncontinue\np 2000 + $_thread\n" +
-		"echo @@back\\n\nreverse-continue\n" +
+		"echo @@back\\n\nreverse-continue\np 3000 + $_thread\n" +
+		"echo @@step\\n\np/x $pc\nreverse-stepi\np/x $pc\nstepi\np/x $pc\n" +
 		"echo @@end\\n\ndelete\ncontinue\nbt\n"
 	out := runGDB(t, prog, "| "+filepath.Join(tools(t), "tpreplay")+" --gdb-stdio "+ck, script)
 	sec := sections(out)
@@ -217,8 +222,15 @@ func TestGDBThreads(t *testing.T) {
 		first == nil || second == nil || first[1] == second[1] {
 		t.Errorf("the watchpoint on the other worker did not stop it:\n%s", out)
 	}
-	if !strings.Contains(sec["back"], "going back is not supported yet in a replay of several threads (3 in this window)") {
-		t.Errorf("reverse-continue is not refused with a reason:\n%s", out)
+	back := sec["back"]
+	third := regexp.MustCompile(`= 300(\d)`).FindStringSubmatch(back)
+	if !strings.Contains(back, "Hardware watchpoint 2: -location m.value") || !strings.Contains(back, "Old value") ||
+		third == nil || second == nil || third[1] != second[1] {
+		t.Errorf("reverse-continue did not go back to the watchpoint's previous trigger in the same worker:\n%s", out)
+	}
+	pcs := regexp.MustCompile(`= (0x[0-9a-f]+)`).FindAllStringSubmatch(sec["step"], -1)
+	if len(pcs) != 3 || pcs[0][1] != pcs[2][1] || pcs[0][1] == pcs[1][1] {
+		t.Errorf("reverse-stepi then stepi did not come back to the same instruction:\n%s", out)
 	}
 	end := sec["end"]
 	if !strings.Contains(end, "received signal SIGSEGV") || !strings.Contains(end, fmt.Sprintf("Thread %d", ts[0])) || !strings.Contains(end, "in main ()") {
@@ -566,5 +578,33 @@ func TestThreadedTargetUnharmedWhenTprecKilled(t *testing.T) {
 	}
 	if got := out.String(); got != string(ref) {
 		t.Fatalf("output %q, an unrecorded run printed %q", got, ref)
+	}
+}
+
+// gdb goes back in a replay of Debian's memcached with four workers: from
+// the crash in the main thread, reverse-continue to a breakpoint on libc's
+// read stops in the worker that made the last read, finish shows the
+// request the client sent in the buffer, and continue reaches the crash
+// again.
+func TestGDBMemcachedReverse(t *testing.T) {
+	requireRoot(t)
+	srv := needTool(t, "memcached")
+	needTool(t, "gdb")
+	target, done := memcachedLight(t, "11733")
+	pid := target.Process.Pid
+	ck := crashThread(t, target, done, pid, 1500*time.Millisecond)
+	script := "continue\n" +
+		"echo @@read\\n\nbreak read\nreverse-continue\np 1000 + $_thread\nset $b = (char *) $rsi\nfinish\nx/s $b\n" +
+		"echo @@end\\n\ndelete\ncontinue\n"
+	out := runGDB(t, srv, "| "+filepath.Join(tools(t), "tpreplay")+" --gdb-stdio "+ck, script)
+	sec := sections(out)
+	r := sec["read"]
+	th := regexp.MustCompile(`= 100(\d)`).FindStringSubmatch(r)
+	if !strings.Contains(r, "hit Breakpoint 1,") || th == nil || th[1] == "1" || !strings.Contains(r, `"set k`) {
+		t.Errorf("reverse-continue did not stop at the last read, in a worker, with the request it returned:\n%s", out)
+	}
+	end := sec["end"]
+	if !strings.Contains(end, "received signal SIGSEGV") || !strings.Contains(end, fmt.Sprintf("Thread %d", pid)) {
+		t.Errorf("continue did not reach the crash in the main thread again:\n%s", out)
 	}
 }
