@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"slices"
 	"sort"
 	"sync/atomic"
 
+	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/proc"
 
 	"golang.org/x/sys/unix"
@@ -29,7 +31,8 @@ import (
 // registers; memory, FPU state, signal handlers and mask, rseq and the
 // seccomp filter come with the fork. What does not: the debug registers
 // (set again by whoever needs watchpoints) and pending signals (a snapshot
-// is taken only where none is about to be delivered).
+// is taken only where none is about to be delivered). Nor do the other
+// threads of a replay of several: copyThreads makes them again.
 
 const (
 	// maxSnapshots bounds the stopped forks a session keeps.
@@ -49,8 +52,7 @@ func snapshotStride(n int) int {
 // engine's in flight (a call, a signal to deliver there or to search for, the
 // end-state search, output files).
 func (e *engine) snapshotReady() bool {
-	// fork copies one thread: none with several (threads.go).
-	return !e.multi() && e.pend == nil && e.again == nil && e.sigAtExit == nil && e.sigSearch == nil &&
+	return e.threadsCopyable() && e.pend == nil && e.again == nil && e.sigAtExit == nil && e.sigSearch == nil &&
 		!e.emu && !e.skipExit && !e.bp.active && !e.bp.armed && e.out == nil && e.dbg != nil &&
 		e.dbg.ended == nil && len(e.dbg.watches) == 0
 }
@@ -122,8 +124,9 @@ func (e *engine) fork() (*engine, error) {
 		return nil, err
 	}
 	c.stopReq = new(atomic.Int32)
-	// One thread (snapshotReady), which is the fork's; the threads the
-	// window has still to start are the fork's to start.
+	// The current thread is the fork's; the others are made again in it
+	// (copyThreads); the threads the window has still to start are the
+	// fork's to start.
 	cur := *e.cur
 	cur.tid = child
 	c.cur = &cur
@@ -142,7 +145,128 @@ func (e *engine) fork() (*engine, error) {
 		}
 	}
 	c.dbg = nil
+	if e.multi() {
+		if err := c.copyThreads(e); err != nil {
+			c.stub.kill()
+			c.mem.Close()
+			return nil, fmt.Errorf("snapshot: %w", err)
+		}
+	}
 	return &c, nil
+}
+
+// threadsCopyable reports whether fork can make the replay's threads again
+// in the copy: the current one stands at a syscall exit, none is left at
+// an entry the engine handled and the debugger has not seen (entryDue),
+// and the current one is not a thread that ends in the window (it becomes
+// the copy's first thread, whose end the kernel reports only once the
+// others are gone). The others are made again as they wait: not run yet,
+// at an exit (held), or at an entry the engine has not handled (parked,
+// or waiting at its exit call).
+func (e *engine) threadsCopyable() bool {
+	if !e.multi() {
+		return true
+	}
+	if e.dbg == nil || e.dbg.entryDue != nil || e.ends(e.cur) || e.cur.state != threadRunning {
+		return false
+	}
+	for _, t := range e.threads {
+		if t != e.cur && t.skipExit {
+			return false
+		}
+	}
+	return true
+}
+
+// copyThreads makes in c, a fork of e with e's current thread only, the
+// other threads of e, each with its registers, extended state and signal
+// mask. A thread stopped at a syscall entry is put back on its syscall
+// instruction and run to the same entry stop: the stop comes before the
+// seccomp filter, so the call does not run.
+func (c *engine) copyThreads(e *engine) error {
+	tids := make([]int, 0, len(e.threads))
+	for tid := range e.threads {
+		tids = append(tids, tid)
+	}
+	slices.Sort(tids)
+	mine := map[*rthread]*rthread{e.cur: c.cur}
+	for _, tid := range tids {
+		t := e.threads[tid]
+		if t == e.cur {
+			continue
+		}
+		var st format.Thread
+		st.Tid = tid
+		var err error
+		if st.Regs, err = proc.GetRegs(t.tid); err != nil {
+			return fmt.Errorf("thread %d: %w", tid, err)
+		}
+		if st.XState, err = proc.GetXState(t.tid); err != nil {
+			return fmt.Errorf("thread %d: %w", tid, err)
+		}
+		if st.SigMask, err = proc.GetSigmask(t.tid); err != nil {
+			return fmt.Errorf("thread %d: %w", tid, err)
+		}
+		atEntry := t.state == threadParked || t.state == threadExiting
+		nr := st.Regs.OrigRax
+		if atEntry {
+			st.Regs.Rip -= 2
+			st.Regs.Rax = nr
+		}
+		var extra uint64
+		if t.ctid != 0 {
+			extra = unix.CLONE_CHILD_CLEARTID
+		}
+		child, err := c.cloneStub(c.stub.tid, extra, t.ctid)
+		if err != nil {
+			return fmt.Errorf("thread %d: %w", tid, err)
+		}
+		if err := setThreadState(child, st); err != nil {
+			return fmt.Errorf("thread %d: %w", tid, err)
+		}
+		if atEntry {
+			if err := c.runToEntry(child, st.Regs.Rip, nr); err != nil {
+				return fmt.Errorf("thread %d: %w", tid, err)
+			}
+		}
+		nt := *t
+		nt.tid = child
+		c.threads[tid] = &nt
+		mine[t] = &nt
+	}
+	c.startQ = make([]*rthread, len(e.startQ))
+	for i, t := range e.startQ {
+		c.startQ[i] = mine[t]
+	}
+	c.others = slices.Clone(e.others)
+	return nil
+}
+
+// runToEntry resumes thread tid, standing on a syscall instruction at rip,
+// to the entry stop of that call, nr.
+func (c *engine) runToEntry(tid int, rip, nr uint64) error {
+	if err := c.int3s.lift(c.mem, rip); err != nil {
+		return err
+	}
+	defer c.int3s.drop(c.mem)
+	if err := proc.Resume(unix.PTRACE_SYSCALL, tid, 0); err != nil {
+		return err
+	}
+	st, err := proc.Wait(tid)
+	if err != nil {
+		return err
+	}
+	if !st.SyscallStop() {
+		return fmt.Errorf("back to the entry of syscall %d: %v", nr, st)
+	}
+	info, err := proc.GetSyscallInfo(tid)
+	if err != nil {
+		return err
+	}
+	if info.Op != proc.SyscallEntry || info.Nr != nr {
+		return fmt.Errorf("back to the entry of syscall %d: stopped at syscall %d (op %d)", nr, info.Nr, info.Op)
+	}
+	return nil
 }
 
 // maybeSnapshot leaves a snapshot of e behind when e stands at the start of a
