@@ -10,12 +10,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Owners of an int3 byte: the engine's end-state search, the debugger, and
-// the end search's stop after a rep string instruction (repRun).
+// Owners of an int3 byte: the engine's end-state search, the debugger, the
+// end search's stop after a rep string instruction (repRun), and the stops
+// of threads running at the end.
 const (
 	ownerEnd = 1 << iota
 	ownerDbg
 	ownerRep
+	ownerStop // a thread's stop where the recording ended with it running (threads.go)
 )
 
 // int3 is one software breakpoint in the program's code.
@@ -166,7 +168,8 @@ type debugState struct {
 	// as last seen; the program then runs by single steps while a
 	// watchpoint is set, and a write watchpoint fires when they change.
 	softVals [][]byte
-	hits     int // watchpoint triggers since the stretch began
+	dr7      uint64 // what the watchpoints enable in DR7
+	hits     int    // watchpoint triggers since the stretch began
 	catch    catchSet
 	// atEntry: stopped at a syscall-entry stop the engine already handled;
 	// entryRegs are the registers the program had there.
@@ -304,6 +307,15 @@ func (e *engine) setWatches(ws []Watch) error {
 		dr7 |= 1<<(2*i) | (rw|ln<<2)<<(16+4*i)
 	}
 	// Every thread of the replay watches (the registers are per thread).
+	// DR3 may hold a thread's stop (threads.go).
+	stops := false
+	for _, t := range e.threads {
+		stops = stops || t.stop != nil
+	}
+	if stops && len(ws) > 3 {
+		return fmt.Errorf("%d watchpoints: one of the 4 debug address registers stops a thread where the recording ended with it running; use at most 3", len(ws))
+	}
+	e.dbg.dr7 = dr7
 	for _, pid := range e.stubTids() {
 		// Disable first: the kernel checks each address against the
 		// enabled lengths in DR7.
@@ -315,7 +327,13 @@ func (e *engine) setWatches(ws []Watch) error {
 				return err
 			}
 		}
-		if err := proc.SetDebugReg(pid, 7, dr7); err != nil {
+		v := dr7
+		for _, t := range e.threads {
+			if t.tid == pid && t.stop != nil {
+				v |= dr7StopDR3
+			}
+		}
+		if err := proc.SetDebugReg(pid, 7, v); err != nil {
 			return err
 		}
 	}
@@ -689,6 +707,14 @@ func (e *engine) after(ev event, step bool) (dEvent, bool, error) {
 		regs.Rip--
 		if err := proc.SetRegs(e.stub.tid, regs); err != nil {
 			return dEvent{}, false, err
+		}
+		if t := e.cur; t.stop != nil && t.stop.Rip == regs.Rip && len(regsDiff(*t.stop, regs)) == 0 {
+			ev.regs = regs
+			held, err := e.holdAtStop(ev)
+			if err != nil {
+				return dEvent{}, false, err
+			}
+			return e.after(held, step)
 		}
 		return e.landed(regs, false)
 	}

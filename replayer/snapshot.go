@@ -146,7 +146,14 @@ func (e *engine) fork() (*engine, error) {
 	}
 	c.dbg = nil
 	if e.multi() {
-		if err := c.copyThreads(e); err != nil {
+		err := c.copyThreads(e)
+		// Nor are the debug registers: the threads' stops go back.
+		for _, t := range c.threads {
+			if err == nil && t.stop != nil && c.hwbp {
+				err = c.setStop(t)
+			}
+		}
+		if err != nil {
 			c.stub.kill()
 			c.mem.Close()
 			return nil, fmt.Errorf("snapshot: %w", err)

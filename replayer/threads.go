@@ -50,6 +50,10 @@ type rthread struct {
 	// at the entry of a call completed under PTRACE_SYSEMU, it reports
 	// that call's exit when resumed with PTRACE_SYSCALL.
 	skipExit bool
+	// stop: where the recording ended with this thread running between
+	// two calls, after its last one; DR3 of the thread is set on stop.Rip
+	// (armStop) until it stands there with these registers.
+	stop *format.Regs
 }
 
 type threadState int
@@ -205,6 +209,11 @@ func (e *engine) makeThreads() error {
 		rt.tid = child
 		if err := setThreadState(child, t); err != nil {
 			return fmt.Errorf("thread %d: %w", t.Tid, err)
+		}
+		if !e.hasCalls(rt) {
+			if err := e.armStop(rt); err != nil {
+				return err
+			}
 		}
 	}
 	e.switchTo(e.startQ[0])
@@ -398,6 +407,11 @@ func (e *engine) startThread(rec *format.Syscall, regs proc.Regs) (*rthread, err
 	delete(e.born, tid)
 	if e.opts.Verbose {
 		e.logf("thread %d started by #%d", tid, rec.Seq)
+	}
+	if !e.hasCalls(rt) {
+		if err := e.armStop(rt); err != nil {
+			return nil, err
+		}
 	}
 	if e.dbg != nil && e.hwbp && len(e.dbg.watches) > 0 {
 		return rt, e.setWatches(e.dbg.watches)
@@ -599,6 +613,12 @@ func (e *engine) afterCall(regs proc.Regs) (bool, *Result, error) {
 		}
 	}
 	if !more && !(last && (end || e.endedAtExit(regs))) {
+		if last && !end {
+			// It may have been running where the recording ended.
+			if err := e.armStop(e.cur); err != nil {
+				return false, nil, err
+			}
+		}
 		return true, nil, nil
 	}
 	if e.opts.Verbose && last && !end {
@@ -764,3 +784,179 @@ func (e *engine) threadsHint() string {
 // severalThreads reports whether the window runs several threads, at some
 // point of it.
 func (e *engine) severalThreads() bool { return len(e.threads)+len(e.born)+e.ended > 1 }
+
+// Threads running where the recording ended. The recording stops every
+// thread at once: one that was between two calls then, after its last call
+// of the window, stood at some instruction of its code, which its recorded
+// registers name. Replay would run it on to its next call, past that point,
+// and what it writes on the way would make the end state differ. So such a
+// thread gets an execution breakpoint of its own, in DR3 (the debug
+// registers are per thread), on the instruction it stood at; at every pass
+// its registers are compared with the recorded ones, and when they match it
+// waits there, held, as it did in the recording. Where the debug registers
+// do not work it is not stopped (threadsHint says so when that diverges).
+
+// dr7StopDR3 enables DR3 as an execution breakpoint (L3; RW3 and LEN3 0).
+const dr7StopDR3 = 1 << 6
+
+// runningAtEnd returns where the recording ended with thread t running
+// between two calls, other than the end thread.
+func (e *engine) runningAtEnd(t *rthread) (format.Regs, bool) {
+	if t == e.endThread() {
+		return format.Regs{}, false
+	}
+	for _, o := range e.endThreads() {
+		if o.Tid == t.rec.Tid && !o.InSyscall {
+			return o.Regs, true
+		}
+	}
+	return format.Regs{}, false
+}
+
+// armStop sets thread t's breakpoint on where the recording ended with it
+// running, when it did (t has no calls left). Where the debug registers do
+// not work it is an int3 in the shared code, which other threads step over
+// (stepOverStop), and never on a syscall instruction.
+func (e *engine) armStop(t *rthread) error {
+	r, ok := e.runningAtEnd(t)
+	if !ok {
+		return nil
+	}
+	if e.hwbp {
+		t.stop = &r
+		return e.setStop(t)
+	}
+	code := make([]byte, 2)
+	if e.touch(r.Rip, len(code)) != nil || e.readMem(code, r.Rip) != nil || code[0] == 0x0f && code[1] == 0x05 {
+		return nil
+	}
+	t.stop = &r
+	return e.int3s.set(e.mem, r.Rip, ownerStop, true)
+}
+
+// setStop loads thread t's stop into its debug registers.
+func (e *engine) setStop(t *rthread) error {
+	if err := proc.SetDebugReg(t.tid, 3, t.stop.Rip); err != nil {
+		return fmt.Errorf("thread %d: %w", t.rec.Tid, err)
+	}
+	return e.setDR7(t)
+}
+
+// setDR7 enables in thread t's DR7 the debugger's watchpoints and t's stop.
+func (e *engine) setDR7(t *rthread) error {
+	var dr7 uint64
+	if e.dbg != nil {
+		dr7 = e.dbg.dr7
+	}
+	if t.stop != nil {
+		dr7 |= dr7StopDR3
+	}
+	if err := proc.SetDebugReg(t.tid, 7, dr7); err != nil {
+		return fmt.Errorf("thread %d: %w", t.rec.Tid, err)
+	}
+	return nil
+}
+
+// stopHit reports whether the current thread, stopped by SIGTRAP at regs,
+// hit its stop breakpoint (DR6 says DR3 fired).
+func (e *engine) stopHit(regs proc.Regs) (bool, error) {
+	t := e.cur
+	if t.stop == nil || regs.Rip != t.stop.Rip {
+		return false, nil
+	}
+	dr6, err := proc.GetDebugReg(t.tid, 6)
+	if err != nil || dr6&(1<<3) == 0 {
+		return false, err
+	}
+	return true, proc.SetDebugReg(t.tid, 6, 0)
+}
+
+// atStop handles the current thread at its stop breakpoint: it runs on
+// unless its registers are the recorded ones; then it waits there and the
+// thread whose call is next goes on.
+func (e *engine) atStop(ev event) (event, error) {
+	ev.kind = evOther
+	if len(regsDiff(*e.cur.stop, ev.regs)) > 0 {
+		return ev, nil
+	}
+	return e.holdAtStop(ev)
+}
+
+// atSoftStop handles a thread that ran into a stop's int3 (outside a
+// debugger, which steps over int3s itself): the current thread at its own
+// stop with the recorded registers waits there; any other pass steps over.
+func (e *engine) atSoftStop(ev event) (event, error) {
+	ev.kind = evOther
+	regs := ev.regs
+	regs.Rip--
+	if err := proc.SetRegs(e.cur.tid, regs); err != nil {
+		return ev, err
+	}
+	ev.regs = regs
+	if t := e.cur; t.stop != nil && t.stop.Rip == regs.Rip && len(regsDiff(*t.stop, regs)) == 0 {
+		return e.holdAtStop(ev)
+	}
+	if err := e.int3s.lift(e.mem, regs.Rip); err != nil {
+		return ev, err
+	}
+	err := proc.Resume(unix.PTRACE_SINGLESTEP, e.cur.tid, 0)
+	var st proc.Stop
+	if err == nil {
+		st, err = proc.Wait(e.cur.tid)
+	}
+	if derr := e.int3s.drop(e.mem); err == nil {
+		err = derr
+	}
+	if err != nil {
+		return ev, err
+	}
+	if sig := st.Signal(); sig != int(unix.SIGTRAP) {
+		// Something else came (a stop request, a fault of the
+		// instruction): handled as any signal.
+		if ev.regs, err = proc.GetRegs(e.cur.tid); err != nil {
+			return ev, err
+		}
+		ev.kind = evSignal
+		ev.res, ev.next, err = e.onSignal(ev.regs, sig)
+	}
+	return ev, err
+}
+
+// holdAtStop makes the current thread, standing at its stop with the
+// recorded registers, wait there; the thread whose call is next goes on.
+func (e *engine) holdAtStop(ev event) (event, error) {
+	t := e.cur
+	at := t.stop.Rip
+	t.stop = nil
+	if e.hwbp {
+		if err := e.setDR7(t); err != nil {
+			return ev, err
+		}
+	} else if !e.stopAt(at) {
+		if err := e.int3s.set(e.mem, at, ownerStop, false); err != nil {
+			return ev, err
+		}
+	}
+	if e.opts.Verbose {
+		e.logf("thread %d waits at %#x, where the recording ended with it running", t.rec.Tid, ev.regs.Rip)
+	}
+	o := e.owner()
+	if o == nil {
+		return ev, fmt.Errorf("thread %d stopped where the recording ended, and no thread is due", t.rec.Tid)
+	}
+	t.state = threadHeld
+	var err error
+	ev.switched = true
+	ev.res, err = e.resumeThread(o)
+	return ev, err
+}
+
+// stopAt reports whether a thread's stop is at addr.
+func (e *engine) stopAt(addr uint64) bool {
+	for _, t := range e.threads {
+		if t.stop != nil && t.stop.Rip == addr {
+			return true
+		}
+	}
+	return false
+}

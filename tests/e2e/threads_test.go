@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -607,4 +608,74 @@ func TestGDBMemcachedReverse(t *testing.T) {
 	if !strings.Contains(end, "received signal SIGSEGV") || !strings.Contains(end, fmt.Sprintf("Thread %d", pid)) {
 		t.Errorf("continue did not reach the crash in the main thread again:\n%s", out)
 	}
+}
+
+// testdata/busyworker.c's worker computes between its calls, and the main
+// thread is crashed from outside at a moment its worker is seen running
+// (its /proc syscall file says "running"): the recording ends with the
+// worker between two calls, after its last one. Replay stops it where the
+// recording did, with the recorded registers, instead of running it on to
+// its next call, so the trial replay and tpreplay verify the end state,
+// which holds what the worker wrote on the way. A moment that turns out to
+// have the worker in a call after all is recorded again.
+func TestThreadRunningAtEnd(t *testing.T) {
+	requireRoot(t)
+	prog := cc(t, "testdata/busyworker.c", t.TempDir())
+	for attempt := 1; attempt <= 4; attempt++ {
+		target, _, done := startTarget(t, prog)
+		pid := target.Process.Pid
+		var worker int
+		for i := 0; i < 100 && worker == 0; i++ {
+			time.Sleep(20 * time.Millisecond)
+			for _, tid := range tids(t, pid) {
+				if tid != pid {
+					worker = tid
+				}
+			}
+		}
+		if worker == 0 {
+			t.Fatal("busyworker did not start its worker")
+		}
+		ck, log := crashWith(t, target, done, 800*time.Millisecond, func(pid int) error {
+			file := fmt.Sprintf("/proc/%d/task/%d/syscall", pid, worker)
+			for i := 0; i < 100000; i++ {
+				if b, err := os.ReadFile(file); err == nil && strings.HasPrefix(string(b), "running") {
+					break
+				}
+			}
+			return unix.Tgkill(pid, pid, unix.SIGSEGV)
+		})
+		if strings.Contains(log, "trial replay failed") {
+			t.Fatalf("the trial replay failed:\n%s", log)
+		}
+		out, code := runTool(t, "tpinspect", "--json", ck)
+		if code != 0 {
+			t.Fatalf("tpinspect: %s", out)
+		}
+		var info struct {
+			End struct {
+				Threads []struct {
+					Tid       int  `json:"tid"`
+					InSyscall bool `json:"in_syscall"`
+				} `json:"threads"`
+			} `json:"end"`
+		}
+		if err := json.Unmarshal([]byte(out), &info); err != nil {
+			t.Fatal(err)
+		}
+		running := false
+		for _, th := range info.End.Threads {
+			running = running || th.Tid == worker && !th.InSyscall
+		}
+		if !running {
+			t.Logf("attempt %d: the recording ended with the worker in a call; again", attempt)
+			continue
+		}
+		rep := replay(t, ck, "-v")
+		if threadsVerified(t, rep) != 2 || !strings.Contains(rep, fmt.Sprintf("thread %d waits at", worker)) {
+			t.Fatalf("the replay did not stop the worker where the recording ended with it running:\n%s", rep)
+		}
+		return
+	}
+	t.Fatal("in 4 recordings the worker was never running where the recording ended")
 }
