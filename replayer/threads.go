@@ -763,9 +763,9 @@ func (e *engine) endThreads() []format.Thread {
 
 // threadsHint explains a divergence of a replay of several threads: what
 // the threads exchange through memory between their calls is not ordered.
-// When the recording ended with another thread running between two calls,
-// it says so: replay runs that thread on to its next call, and what it
-// writes on the way makes the end state differ.
+// When the recording ended with another thread running between two calls
+// and replay did not stop it there (armStop), it says so: what that thread
+// wrote on its way to its next call makes the end state differ.
 func (e *engine) threadsHint() string {
 	var running []int
 	for _, t := range e.endThreads() {
@@ -776,7 +776,7 @@ func (e *engine) threadsHint() string {
 	}
 	h := fmt.Sprintf("%d threads ran: replay keeps the recorded order of their syscalls, not of what they exchange through memory between calls (a contended lock, a flag one sets and another polls)", len(e.threads))
 	if len(running) > 0 {
-		h += fmt.Sprintf("; where the recording ends, thread(s) %v were running between two calls, where replay does not stop them", running)
+		h += fmt.Sprintf("; where the recording ends, thread(s) %v were running between two calls, and replay did not find them there with their recorded registers before their next call", running)
 	}
 	return h
 }
