@@ -1078,8 +1078,17 @@ func (s *session) start() error {
 			// first, cause not found). A process must not outlive its
 			// crash because of tprec: the signal goes again, which
 			// changes nothing for one already dying.
-			if err := unix.Tgkill(s.pid, s.crashTid, unix.Signal(s.crashed)); err == nil {
-				s.logf("sent %v to thread %d again, in case its delivery was lost", unix.SignalName(unix.Signal(s.crashed)), s.crashTid)
+			name := unix.SignalName(unix.Signal(s.crashed))
+			err := unix.Tgkill(s.pid, s.crashTid, unix.Signal(s.crashed))
+			if err == unix.ESRCH {
+				// That thread is gone: to the process, whose default
+				// action for the signal ends every thread.
+				err = unix.Kill(s.pid, unix.Signal(s.crashed))
+			}
+			if err == nil {
+				s.logf("sent %v to thread %d again, in case its delivery was lost", name, s.crashTid)
+			} else {
+				s.logf("send %v again: %v", name, err)
 			}
 		}
 		s.crashTid = 0
