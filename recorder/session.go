@@ -1079,14 +1079,16 @@ func (s *session) start() error {
 			// crash because of tprec: the signal goes again, which
 			// changes nothing for one already dying.
 			name := unix.SignalName(unix.Signal(s.crashed))
+			to := fmt.Sprintf("thread %d", s.crashTid)
 			err := unix.Tgkill(s.pid, s.crashTid, unix.Signal(s.crashed))
 			if err == unix.ESRCH {
 				// That thread is gone: to the process, whose default
 				// action for the signal ends every thread.
+				to = fmt.Sprintf("process %d", s.pid)
 				err = unix.Kill(s.pid, unix.Signal(s.crashed))
 			}
 			if err == nil {
-				s.logf("sent %v to thread %d again, in case its delivery was lost", name, s.crashTid)
+				s.logf("sent %v to %s again, in case its delivery was lost", name, to)
 			} else {
 				s.logf("send %v again: %v", name, err)
 			}
