@@ -621,6 +621,10 @@ func TestGDBMemcachedReverse(t *testing.T) {
 func TestThreadRunningAtEnd(t *testing.T) {
 	requireRoot(t)
 	prog := cc(t, "testdata/busyworker.c", t.TempDir())
+	forBackends(t, func(t *testing.T, backend string) { runningAtEnd(t, prog, backend) })
+}
+
+func runningAtEnd(t *testing.T, prog, backend string) {
 	for attempt := 1; attempt <= 4; attempt++ {
 		target, _, done := startTarget(t, prog)
 		pid := target.Process.Pid
@@ -644,7 +648,7 @@ func TestThreadRunningAtEnd(t *testing.T) {
 				}
 			}
 			return unix.Tgkill(pid, pid, unix.SIGSEGV)
-		})
+		}, "--backend", backend)
 		if strings.Contains(log, "trial replay failed") {
 			t.Fatalf("the trial replay failed:\n%s", log)
 		}
