@@ -327,13 +327,7 @@ func (e *engine) setWatches(ws []Watch) error {
 				return err
 			}
 		}
-		v := dr7
-		for _, t := range e.threads {
-			if t.tid == pid && t.stop != nil {
-				v |= dr7StopDR3
-			}
-		}
-		if err := proc.SetDebugReg(pid, 7, v); err != nil {
+		if err := proc.SetDebugReg(pid, 7, e.dr7For(pid)); err != nil {
 			return err
 		}
 	}
@@ -708,7 +702,7 @@ func (e *engine) after(ev event, step bool) (dEvent, bool, error) {
 		if err := proc.SetRegs(e.stub.tid, regs); err != nil {
 			return dEvent{}, false, err
 		}
-		if t := e.cur; t.stop != nil && t.stop.Rip == regs.Rip && len(regsDiff(*t.stop, regs)) == 0 {
+		if e.atOwnStop(regs) {
 			ev.regs = regs
 			held, err := e.holdAtStop(ev)
 			if err != nil {

@@ -639,16 +639,10 @@ func (e *engine) advance(req int, intercept trapIntercept) (event, error) {
 		return ev, err
 	case st.Signal() != 0:
 		sig := st.Signal()
-		if sig == int(unix.SIGTRAP) && e.hwbp {
-			if hit, err := e.stopHit(regs); hit || err != nil {
-				if err != nil {
-					return ev, err
-				}
-				return e.atStop(ev)
+		if sig == int(unix.SIGTRAP) {
+			if ev, hit, err := e.stopTrap(ev, regs, intercept != nil); hit || err != nil {
+				return ev, err
 			}
-		}
-		if sig == int(unix.SIGTRAP) && !e.hwbp && intercept == nil && e.int3s.has(regs.Rip-1, ownerStop) && !(e.bp.armed && e.bp.addr == regs.Rip-1) {
-			return e.atSoftStop(ev)
 		}
 		if intercept != nil {
 			info, err := proc.GetSiginfo(pid)

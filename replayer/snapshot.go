@@ -8,7 +8,6 @@ import (
 	"sort"
 	"sync/atomic"
 
-	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/proc"
 
 	"golang.org/x/sys/unix"
@@ -202,16 +201,8 @@ func (c *engine) copyThreads(e *engine) error {
 		if t == e.cur {
 			continue
 		}
-		var st format.Thread
-		st.Tid = tid
-		var err error
-		if st.Regs, err = proc.GetRegs(t.tid); err != nil {
-			return fmt.Errorf("thread %d: %w", tid, err)
-		}
-		if st.XState, err = proc.GetXState(t.tid); err != nil {
-			return fmt.Errorf("thread %d: %w", tid, err)
-		}
-		if st.SigMask, err = proc.GetSigmask(t.tid); err != nil {
+		st, err := readThreadState(t.tid)
+		if err != nil {
 			return fmt.Errorf("thread %d: %w", tid, err)
 		}
 		atEntry := t.state == threadParked || t.state == threadExiting
@@ -232,7 +223,7 @@ func (c *engine) copyThreads(e *engine) error {
 			return fmt.Errorf("thread %d: %w", tid, err)
 		}
 		if atEntry {
-			if err := c.runToEntry(child, st.Regs.Rip, nr); err != nil {
+			if err := c.backToEntry(child, st.Regs.Rip, nr); err != nil {
 				return fmt.Errorf("thread %d: %w", tid, err)
 			}
 		}
@@ -249,9 +240,9 @@ func (c *engine) copyThreads(e *engine) error {
 	return nil
 }
 
-// runToEntry resumes thread tid, standing on a syscall instruction at rip,
+// backToEntry resumes thread tid, standing on a syscall instruction at rip,
 // to the entry stop of that call, nr.
-func (c *engine) runToEntry(tid int, rip, nr uint64) error {
+func (c *engine) backToEntry(tid int, rip, nr uint64) error {
 	if err := c.int3s.lift(c.mem, rip); err != nil {
 		return err
 	}

@@ -52,8 +52,10 @@ type rthread struct {
 	skipExit bool
 	// stop: where the recording ended with this thread running between
 	// two calls, after its last one; DR3 of the thread is set on stop.Rip
-	// (armStop) until it stands there with these registers.
-	stop *format.Regs
+	// (armStop) until it stands there with these registers; stopPasses
+	// counts its passes there.
+	stop       *format.Regs
+	stopPasses int
 }
 
 type threadState int
@@ -380,19 +382,17 @@ func (e *engine) startThread(rec *format.Syscall, regs proc.Regs) (*rthread, err
 			return nil, fmt.Errorf("syscall #%d: write thread id at %#x: %w", rec.Seq, w.addr, err)
 		}
 	}
-	t := format.Thread{Tid: tid, Regs: regs}
+	t, err := readThreadState(e.stub.tid)
+	if err != nil {
+		return nil, err
+	}
+	t.Tid, t.Regs = tid, regs
 	t.Regs.Rax = 0
 	if stack != 0 {
 		t.Regs.Rsp = stack
 	}
 	if flags&unix.CLONE_SETTLS != 0 {
 		t.Regs.FsBase = tls
-	}
-	if t.XState, err = proc.GetXState(e.stub.tid); err != nil {
-		return nil, err
-	}
-	if t.SigMask, err = proc.GetSigmask(e.stub.tid); err != nil {
-		return nil, err
 	}
 	if err := setThreadState(child, t); err != nil {
 		return nil, fmt.Errorf("thread %d: %w", tid, err)
@@ -495,6 +495,23 @@ func (e *engine) exitsFor(rec *format.Syscall) error {
 		}
 	}
 	return nil
+}
+
+// readThreadState reads the state setThreadState gives: registers,
+// extended state and signal mask of thread tid of the stub.
+func readThreadState(tid int) (format.Thread, error) {
+	var t format.Thread
+	var err error
+	if t.Regs, err = proc.GetRegs(tid); err != nil {
+		return t, err
+	}
+	if t.XState, err = proc.GetXState(tid); err != nil {
+		return t, err
+	}
+	if t.SigMask, err = proc.GetSigmask(tid); err != nil {
+		return t, fmt.Errorf("signal mask: %w", err)
+	}
+	return t, nil
 }
 
 // setThreadState gives thread tid of the stub a recorded thread's state.
@@ -794,7 +811,8 @@ func (e *engine) severalThreads() bool { return len(e.threads)+len(e.born)+e.end
 // registers are per thread), on the instruction it stood at; at every pass
 // its registers are compared with the recorded ones, and when they match it
 // waits there, held, as it did in the recording. Where the debug registers
-// do not work it is not stopped (threadsHint says so when that diverges).
+// do not work the breakpoint is an int3 in the shared code, which other
+// threads, and this one with other registers, step over (atSoftStop).
 
 // dr7StopDR3 enables DR3 as an execution breakpoint (L3; RW3 and LEN3 0).
 const dr7StopDR3 = 1 << 6
@@ -815,8 +833,8 @@ func (e *engine) runningAtEnd(t *rthread) (format.Regs, bool) {
 
 // armStop sets thread t's breakpoint on where the recording ended with it
 // running, when it did (t has no calls left). Where the debug registers do
-// not work it is an int3 in the shared code, which other threads step over
-// (stepOverStop), and never on a syscall instruction.
+// not work it is an int3, never on a syscall instruction (stepping over
+// one would run the call).
 func (e *engine) armStop(t *rthread) error {
 	r, ok := e.runningAtEnd(t)
 	if !ok {
@@ -844,17 +862,51 @@ func (e *engine) setStop(t *rthread) error {
 
 // setDR7 enables in thread t's DR7 the debugger's watchpoints and t's stop.
 func (e *engine) setDR7(t *rthread) error {
+	if err := proc.SetDebugReg(t.tid, 7, e.dr7For(t.tid)); err != nil {
+		return fmt.Errorf("thread %d: %w", t.rec.Tid, err)
+	}
+	return nil
+}
+
+// dr7For is the DR7 of the stub's thread tid: the debugger's watchpoints,
+// and the thread's stop.
+func (e *engine) dr7For(tid int) uint64 {
 	var dr7 uint64
 	if e.dbg != nil {
 		dr7 = e.dbg.dr7
 	}
-	if t.stop != nil {
-		dr7 |= dr7StopDR3
+	for _, t := range e.threads {
+		if t.tid == tid && t.stop != nil {
+			dr7 |= dr7StopDR3
+		}
 	}
-	if err := proc.SetDebugReg(t.tid, 7, dr7); err != nil {
-		return fmt.Errorf("thread %d: %w", t.rec.Tid, err)
+	return dr7
+}
+
+// stopTrap handles a SIGTRAP at regs that a thread's stop raised: DR3 of
+// the current thread, or outside a debugger (which steps over the int3s of
+// the table itself) a stop's int3 that is not also the end search's.
+func (e *engine) stopTrap(ev event, regs proc.Regs, debugger bool) (event, bool, error) {
+	if e.hwbp {
+		hit, err := e.stopHit(regs)
+		if !hit || err != nil {
+			return ev, hit, err
+		}
+		ev, err = e.atStop(ev)
+		return ev, true, err
 	}
-	return nil
+	if debugger || !e.int3s.has(regs.Rip-1, ownerStop) || e.bp.armed && e.bp.addr == regs.Rip-1 {
+		return ev, false, nil
+	}
+	ev, err := e.atSoftStop(ev)
+	return ev, true, err
+}
+
+// atOwnStop reports whether the current thread stands at its stop with the
+// recorded registers.
+func (e *engine) atOwnStop(regs proc.Regs) bool {
+	t := e.cur
+	return t.stop != nil && t.stop.Rip == regs.Rip && len(regsDiff(*t.stop, regs)) == 0
 }
 
 // stopHit reports whether the current thread, stopped by SIGTRAP at regs,
@@ -876,7 +928,8 @@ func (e *engine) stopHit(regs proc.Regs) (bool, error) {
 // thread whose call is next goes on.
 func (e *engine) atStop(ev event) (event, error) {
 	ev.kind = evOther
-	if len(regsDiff(*e.cur.stop, ev.regs)) > 0 {
+	e.cur.stopPasses++
+	if !e.atOwnStop(ev.regs) {
 		return ev, nil
 	}
 	return e.holdAtStop(ev)
@@ -893,7 +946,10 @@ func (e *engine) atSoftStop(ev event) (event, error) {
 		return ev, err
 	}
 	ev.regs = regs
-	if t := e.cur; t.stop != nil && t.stop.Rip == regs.Rip && len(regsDiff(*t.stop, regs)) == 0 {
+	if e.cur.stop != nil && e.cur.stop.Rip == regs.Rip {
+		e.cur.stopPasses++
+	}
+	if e.atOwnStop(regs) {
 		return e.holdAtStop(ev)
 	}
 	if err := e.int3s.lift(e.mem, regs.Rip); err != nil {
@@ -938,7 +994,7 @@ func (e *engine) holdAtStop(ev event) (event, error) {
 		}
 	}
 	if e.opts.Verbose {
-		e.logf("thread %d waits at %#x, where the recording ended with it running", t.rec.Tid, ev.regs.Rip)
+		e.logf("thread %d waits at %#x, where the recording ended with it running (pass %d there)", t.rec.Tid, ev.regs.Rip, t.stopPasses)
 	}
 	o := e.owner()
 	if o == nil {

@@ -5,7 +5,10 @@
 // of the main thread sent from outside finds the worker computing, between
 // two of its calls. The computation's loop body is long (1,024 steps
 // written out), so that any one instruction of it runs only once an
-// iteration. It runs until killed.
+// iteration. It runs until killed. Built with -DTIGHT the loop is one
+// step an iteration instead, 100,000 times: scripts/bench/threads.sh
+// measures with it what a replay pays for each pass at the instruction
+// where the worker is stopped.
 #include <pthread.h>
 #include <stdint.h>
 #include <unistd.h>
@@ -21,6 +24,13 @@ static volatile uint64_t progress;
 #define S64 S16 S16 S16 S16
 #define S256 S64 S64 S64 S64
 #define S1024 S256 S256 S256 S256
+#ifdef TIGHT
+#define BODY STEP
+#define ITERS 100000
+#else
+#define BODY S1024
+#define ITERS 5000
+#endif
 
 static void *worker(void *arg)
 {
@@ -30,8 +40,8 @@ static void *worker(void *arg)
 		if (read(jobs[0], &job, sizeof job) != sizeof job)
 			return NULL;
 		state = job;
-		for (uint64_t i = 0; i < 5000; i++) {
-			S1024
+		for (uint64_t i = 0; i < ITERS; i++) {
+			BODY
 		}
 		if (write(results[1], &state, sizeof state) != sizeof state)
 			return NULL;
