@@ -115,9 +115,10 @@ type thread struct {
 	entry *proc.SyscallInfo // ptrace backend: the call between its entry and exit stops
 	// While holdOthers holds the thread: held, and how to resume it (req
 	// with sig, or PTRACE_LISTEN in a group stop). exiting: held at its
-	// exit; fatal: held in the delivery of a fatal signal.
-	held, listen, exiting, fatal bool
-	req, sig                     int
+	// exit; fatal: held in the delivery of a fatal signal; caught: held in
+	// the delivery of a signal the program catches, recorded when released.
+	held, listen, exiting, fatal, caught bool
+	req, sig                             int
 }
 
 func (t *thread) hold(req, sig int) { t.held, t.req, t.sig = true, req, sig }
@@ -945,7 +946,16 @@ func (s *session) holdStop(t *thread, st proc.Stop) (*thread, error) {
 		t.hold(req, sig)
 		t.fatal = s.state == stateRecording && fatalSignals[unix.Signal(sig)]
 		if !t.fatal {
-			s.noteSignal(t, sig)
+			// A signal the program catches waits in its delivery stop:
+			// released, the thread takes it as any other (deliver), in
+			// the interval open then. Before that was done, one that a
+			// thread met while held cut every window that ended after it,
+			// a signal during a crash's hold the whole checkpoint.
+			if _, caught := disposition(s.pid, sig); caught && s.state == stateRecording {
+				t.caught = true
+			} else {
+				s.noteSignal(t, sig)
+			}
 		}
 	}
 	return created, nil
@@ -993,13 +1003,17 @@ func (b *backoff) wait() {
 // requires; a thread held in the delivery of a fatal signal is handled as a
 // crash first.
 func (s *session) releaseOthers() error {
-	var crashed []*thread
+	var crashed, caught []*thread
 	for _, t := range s.threads {
 		if !t.held {
 			continue
 		}
 		if t.fatal {
 			crashed = append(crashed, t)
+			continue
+		}
+		if t.caught {
+			caught = append(caught, t)
 			continue
 		}
 		t.held = false
@@ -1012,6 +1026,21 @@ func (s *session) releaseOthers() error {
 		t.sig, t.listen = 0, false
 		if err != nil && !proc.Gone(err) {
 			return fmt.Errorf("resume thread %d: %w", t.tid, err)
+		}
+	}
+	for _, t := range caught {
+		t.held, t.caught = false, false
+		sig := t.sig
+		t.sig = 0
+		var err error
+		if s.state == stateRecording && s.cur != nil {
+			err = s.deliver(t, sig)
+		} else {
+			// After a crash or at the end: nothing is recorded any more.
+			err = s.resume(t.tid, sig)
+		}
+		if err != nil && !proc.Gone(err) {
+			return err
 		}
 	}
 	for _, t := range crashed {

@@ -2,6 +2,7 @@ package replayer
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/tprec/tprec/format"
@@ -115,13 +116,21 @@ func (e *engine) startSearch(regs proc.Regs, what string) error {
 func (e *engine) searchSignals(regs proc.Regs) (proc.Regs, bool, error) {
 	for e.nextSig < len(e.sigs) {
 		ev := &e.sigs[e.nextSig]
-		if ev.Seq != e.lastSeq() || ev.AtSyscallExit() {
+		if ev.Seq != e.ownLastSeq() || ev.AtSyscallExit() {
 			return regs, false, nil
 		}
 		var why string
 		var err error
 		if regs, why, err = e.deliveryDiffer(ev, regs); err != nil {
 			return regs, false, err
+		}
+		if why != "" && e.sigQ != nil {
+			// With several threads the point is not searched for: the
+			// other threads' stores would have to be where they were.
+			d := e.diverge(regs.Rip, ev.Seq, fmt.Sprintf("%s was delivered in user code after the call: a replay of several threads delivers a signal only where a call of its thread returns", signalName(ev.Signo)),
+				fmt.Sprintf("%s at rip %#x", signalName(ev.Signo), ev.Regs.Rip), why)
+			d.Signal = ev
+			return regs, false, d
 		}
 		if why != "" {
 			e.sigSearch = ev
@@ -136,6 +145,23 @@ func (e *engine) searchSignals(regs proc.Regs) (proc.Regs, bool, error) {
 		}
 	}
 	return regs, false, nil
+}
+
+// startSignals delivers, when thread t of several first runs, the signals
+// the recording delivered to it before its first call of the window.
+func (e *engine) startSignals(t *rthread) error {
+	if len(e.sigQ[t.rec.Tid]) == 0 {
+		return nil
+	}
+	regs, err := proc.GetRegs(t.tid)
+	if err != nil {
+		return err
+	}
+	if regs, err = e.deliverAfter(e.c.Intervals[e.k].FirstSeq-1, regs); err != nil {
+		return err
+	}
+	_, _, err = e.searchSignals(regs)
+	return err
 }
 
 // rewound: the recording delivered a signal to a thread that an interval
@@ -467,8 +493,8 @@ func (e *engine) disarmBreakpoint() error {
 func (e *engine) endBreakpointHit(regs proc.Regs) *Result {
 	e.bp.hits++
 	why := e.matchEnd(regs)
-	if why == "" && e.nextSig < len(e.sigs) {
-		why = fmt.Sprintf("%d recorded signals not delivered yet", len(e.sigs)-e.nextSig)
+	if n := e.sigsLeft(); why == "" && n > 0 {
+		why = fmt.Sprintf("%d recorded signals not delivered yet", n)
 	}
 	if why == "" {
 		return e.verified(regs.Rip)
@@ -609,7 +635,7 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 		}
 	}
 	end := e.end
-	atEnd := e.realFault && e.next == len(e.log) && e.nextSig == len(e.sigs) && sig == end.Signo
+	atEnd := e.realFault && e.next == len(e.log) && e.sigsLeft() == 0 && sig == end.Signo
 	var wantCode int32
 	var wantAddr uint64
 	if atEnd {
@@ -761,7 +787,16 @@ func (e *engine) signalDiffer(ev *format.SignalEvent, regs proc.Regs) string {
 			}
 		}
 	}
-	return e.digestsDiffer(ev.Handler.Digests, rseqs, ev.Regs.Rsp, false)
+	digests := ev.Handler.Digests
+	if e.sigQ != nil {
+		// With several threads the pages the interval had written when
+		// the signal came depend on where the other threads were: only
+		// the thread's own stack page is compared. The registers, the
+		// whole set, are compared where the thread's call returned, the
+		// one point the replay delivers such a signal at (searchSignals).
+		digests = slices.DeleteFunc(slices.Clone(digests), func(d format.PageRef) bool { return d.Addr != ev.Regs.Rsp&^(pageSize-1) })
+	}
+	return e.digestsDiffer(digests, rseqs, ev.Regs.Rsp, false)
 }
 
 // regsDiff lists the registers of regs that differ from the recorded want:

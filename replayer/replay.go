@@ -171,7 +171,10 @@ func Run(ctx context.Context, c *format.Checkpoint, pages format.PageSource, opt
 		var d *Divergence
 		if errors.As(err, &d) {
 			d.Hint = sharedHint(c.Intervals[e.k:e.until])
-			if d.Signal = e.sigSearch; d.Signal != nil && d.Hint == "" {
+			if e.sigSearch != nil {
+				d.Signal = e.sigSearch
+			}
+			if d.Signal != nil && d.Hint == "" && e.sigSearch != nil {
 				d.Hint = fmt.Sprintf("looking for where %s was delivered in user code after syscall #%d", signalName(d.Signal.Signo), d.Signal.Seq)
 			}
 			if d.Hint == "" && e.multi() {
@@ -210,19 +213,23 @@ type engine struct {
 	// one, the others than the end thread, those still to run to their
 	// first entry, those a call in the window starts (until it does), and
 	// how many ended in the window.
-	threads   map[int]*rthread
-	cur       *rthread
-	others    []format.Thread
-	startQ    []*rthread
-	born      map[int]bool
-	ended     int
-	lastAt    map[int]int // by tid, the position of its last call in log
-	log       []format.Syscall
-	next      int                  // position in log of the next syscall to execute
-	sigs      []format.SignalEvent // signals to deliver, in order (deliver)
-	nextSig   int                  // position in sigs of the next one
-	sigAtExit *format.SignalEvent  // delivered at the exit of the call it interrupted
-	sigSearch *format.SignalEvent  // delivered in user code, its point searched for (startSearch)
+	threads map[int]*rthread
+	cur     *rthread
+	others  []format.Thread
+	startQ  []*rthread
+	born    map[int]bool
+	ended   int
+	lastAt  map[int]int // by tid, the position of its last call in log
+	log     []format.Syscall
+	next    int                  // position in log of the next syscall to execute
+	sigs    []format.SignalEvent // signals to deliver to the current thread, in order (deliver)
+	nextSig int                  // position in sigs of the next one
+	// sigQ: with several threads, the signals of each (by recorded id),
+	// placed after its own calls (threadSignals); switchTo makes a
+	// thread's the current sigs.
+	sigQ      map[int][]format.SignalEvent
+	sigAtExit *format.SignalEvent // delivered at the exit of the call it interrupted
+	sigSearch *format.SignalEvent // delivered in user code, its point searched for (startSearch)
 	// again: a call skipped at its entry, to be run again once the memory
 	// the kernel reads for it is served (skipToServe).
 	again   *skippedCall
@@ -363,12 +370,7 @@ func prepare(c *format.Checkpoint, pages format.PageSource, opts Options) (*engi
 		if s.Interval < iv.Index || s.Interval > c.Intervals[until-1].Index {
 			continue
 		}
-		switch {
-		case s.Tid != thread.Tid:
-			return nil, fmt.Errorf("signal %s delivered to thread %d after syscall #%d: replay runs thread %d",
-				signalName(s.Signo), s.Tid, s.Seq, thread.Tid)
-		}
-		e.sigs = append(e.sigs, s)
+		e.sigs = append(e.sigs, s) // whose threads planThreads checks
 	}
 	for _, s := range c.Syscalls {
 		if s.Seq >= iv.FirstSeq && s.Seq <= end.LastSeq {
@@ -951,7 +953,7 @@ func (e *engine) interruptedEntry(regs proc.Regs, nr int) (bool, error) {
 		return false, nil
 	}
 	ev := &e.sigs[e.nextSig]
-	if !ev.Interrupted() || ev.Seq != e.lastSeq() || nr != int(ev.Regs.OrigRax) {
+	if !ev.Interrupted() || nr != int(ev.Regs.OrigRax) || ev.Seq != e.ownLastSeq() {
 		return false, nil
 	}
 	if !e.emu {
@@ -1108,8 +1110,10 @@ func (e *engine) launch() error {
 	if err := e.makeThreads(); err != nil {
 		return err
 	}
-	// Signals the recording delivered before the first call of the window.
-	regs, err := e.deliverAfter(e.lastSeq(), e.thread.Regs)
+	// Signals the recording delivered before the first call of the window
+	// (with several threads, to the one that runs first; the others' when
+	// they first run, startSignals).
+	regs, err := e.deliverAfter(e.lastSeq(), e.cur.rec.Regs)
 	if err != nil {
 		return err
 	}

@@ -293,15 +293,17 @@ func TestReplayRefusesSignalsInWindow(t *testing.T) {
 	if _, err := Run(context.Background(), rec, format.NewMemStore(), Options{From: -1}); err == nil || !strings.Contains(err.Error(), "replay runs thread 1") {
 		t.Fatalf("signal to another thread: got %v", err)
 	}
-	// Signals are not delivered in a replay of several threads; a thread
-	// that did not exist at the start is not made.
-	rec.Signals[0].Tid = 1
-	rec.Intervals[0].Threads = append(rec.Intervals[0].Threads, format.Thread{Tid: 2})
+	// A replay of several threads does not deliver a signal to a thread
+	// it does not run. A thread that did not exist at the start is not
+	// made.
+	rec.Intervals[0].Threads = append(rec.Intervals[0].Threads, format.Thread{Tid: 2}, format.Thread{Tid: 3, InSyscall: true})
 	rec.Syscalls = []format.Syscall{{Seq: 1, Tid: 2, Nr: unix.SYS_GETPID, Ret: 2}}
 	rec.End.LastSeq = 1
-	if _, err := Run(context.Background(), rec, format.NewMemStore(), Options{From: -1}); err == nil || !strings.Contains(err.Error(), "does not deliver signals") {
-		t.Fatalf("signal with two threads: got %v", err)
+	rec.Signals[0].Tid = 3
+	if _, err := Run(context.Background(), rec, format.NewMemStore(), Options{From: -1}); err == nil || !strings.Contains(err.Error(), "does not run that thread") {
+		t.Fatalf("signal to a thread left out: got %v", err)
 	}
+	rec.Intervals[0].Threads = rec.Intervals[0].Threads[:2]
 	rec.Signals = nil
 	rec.Syscalls[0].Tid = 5
 	if _, err := Run(context.Background(), rec, format.NewMemStore(), Options{From: -1}); err == nil || !strings.Contains(err.Error(), "thread 5, which did not exist") {

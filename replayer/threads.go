@@ -56,6 +56,9 @@ type rthread struct {
 	// counts its passes there.
 	stop       *format.Regs
 	stopPasses int
+	// nextSig is engine.nextSig of a thread that is not current, its
+	// position in its signals (engine.sigQ).
+	nextSig int
 }
 
 type threadState int
@@ -115,13 +118,17 @@ func (e *engine) planThreads(iv format.Interval) error {
 		}
 	}
 	if len(e.others) == 0 && len(e.born) == 0 {
+		for _, s := range e.sigs {
+			if s.Tid != e.thread.Tid {
+				return fmt.Errorf("signal %s delivered to thread %d after syscall #%d: replay runs thread %d",
+					signalName(s.Signo), s.Tid, s.Seq, e.thread.Tid)
+			}
+		}
 		return nil
 	}
 	slices.SortFunc(e.others, func(a, b format.Thread) int { return a.Tid - b.Tid })
-	if len(e.sigs) > 0 {
-		s := e.sigs[0]
-		return fmt.Errorf("signal %s delivered to thread %d after syscall #%d: a replay of several threads (%d make syscalls in this window) does not deliver signals",
-			signalName(s.Signo), s.Tid, s.Seq, len(e.threads)+len(e.born))
+	if err := e.threadSignals(iv); err != nil {
+		return err
 	}
 	if len(e.others) == 0 {
 		return nil // one thread until the first it starts
@@ -146,6 +153,72 @@ func (e *engine) planThreads(iv format.Interval) error {
 		e.logf("%d threads run in the window; threads left out (waiting in one call throughout): %v", len(e.threads), left)
 	}
 	return nil
+}
+
+// threadSignals gives each thread its own signals (engine.sigQ), each
+// placed after the last call of its thread that completed before it. The
+// recording numbers a delivery after the last call of the whole process it
+// had seen, which another thread's calls may have passed while this one
+// stood at its delivery: the thread's own last call is where the delivery
+// happened, on the way out of that call or interrupting the thread's next
+// one, or in user code (searchSignals) where that call returned, as when a
+// signal waits for the handler of another one to return. A thread's signals
+// run in its own order; the threads meet, as for their calls, in the log's
+// order.
+func (e *engine) threadSignals(iv format.Interval) error {
+	e.sigQ = map[int][]format.SignalEvent{}
+	for _, s := range e.sigs {
+		if e.threads[s.Tid] == nil && !e.born[s.Tid] {
+			return fmt.Errorf("signal %s delivered to thread %d after syscall #%d: the replay does not run that thread (it waits in one call throughout the window)",
+				signalName(s.Signo), s.Tid, s.Seq)
+		}
+		at := iv.FirstSeq - 1
+		for _, c := range e.log {
+			if c.Seq > s.Seq {
+				break
+			}
+			if c.Tid == s.Tid {
+				at = c.Seq
+			}
+		}
+		s.Seq = at
+		e.sigQ[s.Tid] = append(e.sigQ[s.Tid], s)
+	}
+	e.sigs, e.nextSig = e.sigQ[e.thread.Tid], 0
+	return nil
+}
+
+// ownLastSeq is the seq of the current thread's last completed call (the
+// window's start when it has none yet).
+func (e *engine) ownLastSeq() uint64 {
+	if !e.multi() {
+		return e.lastSeq()
+	}
+	for i := e.next - 1; i >= 0; i-- {
+		if e.log[i].Tid == e.cur.rec.Tid {
+			return e.log[i].Seq
+		}
+	}
+	return e.c.Intervals[e.k].FirstSeq - 1
+}
+
+// sigsLeft counts the recorded signals not delivered yet, of every thread.
+func (e *engine) sigsLeft() int {
+	if e.sigQ == nil {
+		return len(e.sigs) - e.nextSig
+	}
+	n := 0
+	for tid, q := range e.sigQ {
+		switch t := e.threads[tid]; {
+		case t == e.cur:
+			n += len(q) - e.nextSig
+		case t != nil:
+			n += len(q) - t.nextSig
+		default:
+			n += len(q) // not started yet
+		}
+	}
+	return n
 }
 
 // stubTids lists the replay's ids of its threads, the current one first.
@@ -536,6 +609,10 @@ func (e *engine) switchTo(t *rthread) {
 		e.cur.state = threadParked
 	}
 	e.cur.skipExit, e.skipExit, t.skipExit = e.skipExit, t.skipExit, false
+	if e.sigQ != nil {
+		e.cur.nextSig = e.nextSig
+		e.sigs, e.nextSig = e.sigQ[t.rec.Tid], t.nextSig
+	}
 	// t is stopped at an entry or exit stop of PTRACE_SYSCALL, or after a
 	// call completed under PTRACE_SYSEMU: its next stop is handled as
 	// PTRACE_SYSCALL's.
@@ -563,7 +640,7 @@ func (e *engine) yieldAt(nr int) (bool, *Result, error) {
 		e.startQ = e.startQ[1:]
 		if t != e.cur {
 			e.switchTo(t)
-			return true, nil, nil
+			return true, nil, e.startSignals(t)
 		}
 	}
 	o := e.owner()
@@ -592,6 +669,15 @@ func (e *engine) resumeThread(t *rthread) (*Result, error) {
 	case was == threadParked:
 		nr := int(regs.OrigRax)
 		res, err := e.onEntry(regs, nr, [6]uint64{regs.Rdi, regs.Rsi, regs.Rdx, regs.R10, regs.R8, regs.R9})
+		if err == nil && e.sigAtExit != nil {
+			// A call a signal interrupted (interruptedEntry): the
+			// delivery, which a debugger sees next.
+			ev, err := e.interrupted(event{kind: evEntry, nr: nr, regs: regs})
+			if e.dbg != nil && err == nil {
+				e.dbg.entryDue = &ev
+			}
+			return ev.res, err
+		}
 		if e.dbg != nil && res == nil && err == nil {
 			// A debugger sees this entry as an event of its own, next.
 			e.dbg.entryDue = &event{kind: evEntry, nr: nr, regs: regs}
@@ -602,6 +688,9 @@ func (e *engine) resumeThread(t *rthread) (*Result, error) {
 	case was == threadHeld || was == threadFresh:
 		// It runs on from the exit it waited at, or from its start.
 		e.startQ = slices.DeleteFunc(e.startQ, func(x *rthread) bool { return x == t })
+		if was == threadFresh {
+			return nil, e.startSignals(t)
+		}
 		return nil, nil
 	}
 	return nil, fmt.Errorf("thread %d is due at syscall #%d but never stopped at an entry", t.rec.Tid, e.lastSeq()+1)

@@ -105,6 +105,43 @@ func (r *recording) wait(t *testing.T, timeout time.Duration) error {
 	}
 }
 
+// quit ends a tprec that seems stuck with SIGQUIT, which makes the Go
+// runtime print every goroutine, and returns its stderr.
+func (r *recording) quit() string {
+	r.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-r.done:
+	case <-time.After(5 * time.Second):
+		r.cmd.Process.Kill()
+		<-r.done
+	}
+	return r.stderr.String()
+}
+
+// threadStates describes the threads of process pid: state, where each
+// waits in the kernel, and its tracer.
+func threadStates(pid int) string {
+	var b strings.Builder
+	ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	for _, e := range ents {
+		dir := fmt.Sprintf("/proc/%d/task/%s/", pid, e.Name())
+		comm, _ := os.ReadFile(dir + "comm")
+		wchan, _ := os.ReadFile(dir + "wchan")
+		status, _ := os.ReadFile(dir + "status")
+		var state, tracer string
+		for _, l := range strings.Split(string(status), "\n") {
+			if v, ok := strings.CutPrefix(l, "State:"); ok {
+				state = strings.TrimSpace(v)
+			}
+			if v, ok := strings.CutPrefix(l, "TracerPid:"); ok {
+				tracer = strings.TrimSpace(v)
+			}
+		}
+		fmt.Fprintf(&b, "  %s %s: %s, wchan %s, tracer %s\n", e.Name(), strings.TrimSpace(string(comm)), state, wchan, tracer)
+	}
+	return b.String()
+}
+
 // waitRecording waits until tprec says it is recording.
 func (r *recording) waitRecording(t *testing.T) {
 	t.Helper()
@@ -209,7 +246,7 @@ func crashWith(t *testing.T, target *exec.Cmd, done chan error, after time.Durat
 			t.Fatalf("target did not die of SIGSEGV: %v", err)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatalf("target did not die; tprec stderr:\n%s", rec.stderr)
+		t.Fatalf("target did not die; its threads:\n%s\ntprec stderr (with its goroutines):\n%s", threadStates(pid), rec.quit())
 	}
 	if err := rec.wait(t, 60*time.Second); err != nil {
 		t.Fatalf("tprec: %v\n%s", err, rec.stderr)

@@ -340,6 +340,79 @@ func TestMemcachedThreads(t *testing.T) {
 	})
 }
 
+// Debian's memcached serving a client while an operator sends it SIGHUP
+// every 40 ms (memcached catches it and notes it in a flag). The kernel
+// gives each to a thread that does not block it, mostly the dispatcher or
+// the logger, waiting in a call the signal interrupts. The replay of the
+// threads delivers every SIGHUP of the window to the thread the recording
+// saw it in, where it did, and reaches the verified crash of a worker. A
+// signal that lands in a thread running user code (a worker between two
+// calls) is one a replay of several threads does not search for: the trial
+// then starts the window after its interval, which the test allows once.
+func TestMemcachedThreadsSignals(t *testing.T) {
+	requireRoot(t)
+	forBackends(t, func(t *testing.T, backend string) {
+		port := map[string]string{"ebpf": "11734", "ptrace": "11735"}[backend]
+		target, done := memcachedLight(t, port)
+		pid := target.Process.Pid
+		ts := tids(t, pid)
+		if len(ts) != 6 {
+			t.Fatalf("memcached has %d threads, want 6", len(ts))
+		}
+		stop := make(chan struct{})
+		sent := make(chan int)
+		go func() {
+			n := 0
+			for {
+				select {
+				case <-stop:
+					sent <- n
+					return
+				case <-time.After(40 * time.Millisecond):
+					if unix.Kill(pid, unix.SIGHUP) == nil {
+						n++
+					}
+				}
+			}
+		}()
+		// The crash goes to the first worker, which serves the client.
+		worker := 0
+		for _, tid := range ts {
+			if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/comm", pid, tid)); worker == 0 && strings.TrimSpace(string(comm)) == "mc-worker" {
+				worker = tid
+			}
+		}
+		if worker == 0 {
+			t.Fatalf("memcached has no thread named mc-worker")
+		}
+		ck := crashThread(t, target, done, worker, 2*time.Second, "--backend", backend)
+		close(stop)
+		if n := <-sent; n < 20 {
+			t.Fatalf("only %d SIGHUP sent", n)
+		}
+		ivs := intervalsIn(t, ck)
+		cut := 0
+		for _, iv := range ivs {
+			if !iv.Replayable {
+				cut++
+				t.Logf("interval %d: %s", iv.Index, iv.Reason)
+			}
+		}
+		if cut > 1 || len(ivs)-cut < 6 {
+			t.Errorf("%d of %d intervals replayable, want all but one at most", len(ivs)-cut, len(ivs))
+		}
+		out := replay(t, ck, "-v")
+		// The dispatcher and the client's worker, and every thread a
+		// signal came to: the logger, other workers.
+		if n := threadsVerified(t, out); n < 5 {
+			t.Errorf("the replay ran %d threads, want at least 5", n)
+		}
+		if n := strings.Count(out, "SIGHUP delivered after #"); n < 10 {
+			t.Errorf("the replay delivered %d SIGHUP, want the dozens sent during the window:\n%s", n, out)
+		}
+	})
+}
+
 // Two python3 threads that both run meet through the interpreter's lock
 // and its flags, in memory between their syscalls, where replay does not
 // order them. The trial replay says so: it moves the window past the
