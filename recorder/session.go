@@ -738,12 +738,20 @@ func (s *session) noteSignal(t *thread, sig int) {
 		return
 	}
 	regs, info, _ := signalStop(t.tid)
-	s.cur.signals = append(s.cur.signals, format.SignalEvent{Seq: s.seq, Tid: t.tid, Signo: sig, Siginfo: info, Regs: regs, Interval: s.cur.meta.Index})
+	// The last call of the process as deliver numbers it: with the eBPF
+	// backend s.seq is that of the interval's start until its end, and a
+	// signal numbered so after one deliver numbered would come before it
+	// in the file, which the encoder refuses (the checkpoint was lost).
+	seq, err := s.src.lastSeq(s)
+	if err != nil {
+		seq = s.seq
+	}
+	s.cur.signals = append(s.cur.signals, format.SignalEvent{Seq: seq, Tid: t.tid, Signo: sig, Siginfo: info, Regs: regs, Interval: s.cur.meta.Index})
 	why := "it was not seen reaching a handler"
 	if t.held {
 		why = "it arrived while tprec held the threads for a boundary"
 	}
-	s.notReplayable(fmt.Sprintf("signal %s delivered to thread %d after syscall %d: %s", unix.SignalName(unix.Signal(sig)), t.tid, s.seq, why))
+	s.notReplayable(fmt.Sprintf("signal %s delivered to thread %d after syscall %d: %s", unix.SignalName(unix.Signal(sig)), t.tid, seq, why))
 }
 
 // signalStop reads a thread's registers and siginfo at a signal-delivery
