@@ -959,7 +959,9 @@ func (s *session) holdStop(t *thread, st proc.Stop) (*thread, error) {
 			// the interval open then. Before that was done, one that a
 			// thread met while held cut every window that ended after it,
 			// a signal during a crash's hold the whole checkpoint.
-			if _, caught := disposition(s.pid, sig); caught && s.state == stateRecording {
+			// Also when recording starts: held for the first interval,
+			// the thread takes it in that interval.
+			if _, caught := disposition(s.pid, sig); caught {
 				t.caught = true
 			} else {
 				s.noteSignal(t, sig)

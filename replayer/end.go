@@ -124,14 +124,6 @@ func (e *engine) searchSignals(regs proc.Regs) (proc.Regs, bool, error) {
 		if regs, why, err = e.deliveryDiffer(ev, regs); err != nil {
 			return regs, false, err
 		}
-		if why != "" && e.sigQ != nil {
-			// With several threads the point is not searched for: the
-			// other threads' stores would have to be where they were.
-			d := e.diverge(regs.Rip, ev.Seq, fmt.Sprintf("%s was delivered in user code after the call: a replay of several threads delivers a signal only where a call of its thread returns", signalName(ev.Signo)),
-				fmt.Sprintf("%s at rip %#x", signalName(ev.Signo), ev.Regs.Rip), why)
-			d.Signal = ev
-			return regs, false, d
-		}
 		if why != "" {
 			e.sigSearch = ev
 			return regs, true, e.startSearch(regs, signalName(ev.Signo)+"'s delivery rip")
@@ -183,7 +175,10 @@ func (e *engine) rewound(ev *format.SignalEvent, regs proc.Regs) (proc.Regs, boo
 		return regs, false // nothing to take
 	}
 	for _, iv := range e.c.Intervals {
-		if iv.Index != ev.Interval || iv.FirstSeq != ev.Seq+1 {
+		// The thread made no call in that interval before the signal
+		// (with several threads, ev.Seq is its own last call:
+		// threadSignals).
+		if iv.Index != ev.Interval || ev.Seq >= iv.FirstSeq {
 			continue
 		}
 		for _, t := range iv.Threads {
@@ -791,9 +786,9 @@ func (e *engine) signalDiffer(ev *format.SignalEvent, regs proc.Regs) string {
 	if e.sigQ != nil {
 		// With several threads the pages the interval had written when
 		// the signal came depend on where the other threads were: only
-		// the thread's own stack page is compared. The registers, the
-		// whole set, are compared where the thread's call returned, the
-		// one point the replay delivers such a signal at (searchSignals).
+		// the thread's own stack page is compared, with the whole set of
+		// registers, on the stretch of the thread from its last call to
+		// its next (the search ends at that call's entry).
 		digests = slices.DeleteFunc(slices.Clone(digests), func(d format.PageRef) bool { return d.Addr != ev.Regs.Rsp&^(pageSize-1) })
 	}
 	return e.digestsDiffer(digests, rseqs, ev.Regs.Rsp, false)

@@ -3,6 +3,7 @@ package replayer
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/tprec/tprec/format"
@@ -161,10 +162,10 @@ func (e *engine) planThreads(iv format.Interval) error {
 // had seen, which another thread's calls may have passed while this one
 // stood at its delivery: the thread's own last call is where the delivery
 // happened, on the way out of that call or interrupting the thread's next
-// one, or in user code (searchSignals) where that call returned, as when a
-// signal waits for the handler of another one to return. A thread's signals
-// run in its own order; the threads meet, as for their calls, in the log's
-// order.
+// one, or in user code between that call and the thread's next one, found
+// as in a replay of one thread (searchSignals) while the thread runs alone
+// on that stretch. A thread's signals run in its own order; the threads
+// meet, as for their calls, in the log's order.
 func (e *engine) threadSignals(iv format.Interval) error {
 	e.sigQ = map[int][]format.SignalEvent{}
 	for _, s := range e.sigs {
@@ -242,6 +243,9 @@ func (e *engine) endThread() *rthread { return e.threads[e.thread.Tid] }
 // end of the log the end thread.
 func (e *engine) owner() *rthread {
 	if e.next >= len(e.log) {
+		if t := e.signalDue(); t != nil {
+			return t
+		}
 		return e.endThread()
 	}
 	tid := e.log[e.next].Tid
@@ -253,6 +257,23 @@ func (e *engine) owner() *rthread {
 	for _, s := range e.log[e.next:] {
 		if cloneCall(s.Nr) && int(s.Ret) == tid {
 			return e.threads[s.Tid]
+		}
+	}
+	return nil
+}
+
+// signalDue finds, once the log is over, a thread parked at the entry of a
+// call that a signal interrupted in the recording: the signal is its last
+// step (a thread the recording ended in its handler), which its next
+// record, the usual reason to resume it, does not come to ask for.
+func (e *engine) signalDue() *rthread {
+	for _, tid := range slices.Sorted(maps.Keys(e.sigQ)) {
+		t := e.threads[tid]
+		if t == nil || t == e.cur || t == e.endThread() || t.state != threadParked || t.nextSig >= len(e.sigQ[tid]) {
+			continue
+		}
+		if ev := &e.sigQ[tid][t.nextSig]; ev.Interrupted() && ev.Seq <= e.lastSeq() {
+			return t
 		}
 	}
 	return nil
@@ -627,6 +648,11 @@ func (e *engine) switchTo(t *rthread) {
 // and the other one taken to where it left off; yieldAt then reports true,
 // with what handling the other one came to.
 func (e *engine) yieldAt(nr int) (bool, *Result, error) {
+	if e.sigSearch != nil {
+		// The current thread reached a call before the point where a
+		// signal was delivered to it: onEntry reports that.
+		return false, nil, nil
+	}
 	if cloneCall(nr) && len(e.born) > 0 {
 		if rec := e.nextOwn(e.cur); rec != nil && e.startsThread(rec) {
 			return true, nil, e.startAtEntry(rec)
@@ -706,7 +732,7 @@ func (e *engine) resumeThread(t *rthread) (*Result, error) {
 // and whose next call is a futex wake, until that call (wakeUnderLock).
 func (e *engine) afterCall(regs proc.Regs) (bool, *Result, error) {
 	end := e.cur == e.endThread()
-	if !e.multi() || (end && e.next == len(e.log)) || (e.next < len(e.log) && e.owner() == e.cur) || e.owner() == nil {
+	if !e.multi() || (end && e.next == len(e.log) && e.owner() == e.cur) || (e.next < len(e.log) && e.owner() == e.cur) || e.owner() == nil {
 		// (No owner: the next call is of a thread this one has still to
 		// start.)
 		return true, nil, nil
