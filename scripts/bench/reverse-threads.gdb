@@ -16,7 +16,7 @@ reverse-stepi
 p $pc
 stepi
 p $pc
-break pipeworkers.c:29
+break pipeworkers.c:48
 reverse-continue
 info threads
 p m.job

@@ -236,7 +236,7 @@ func TestGDBThreads(t *testing.T) {
 	// selected: the replay's current thread is the first one, and the
 	// other one's write must stop it all the same.
 	script := "info threads\n" +
-		"echo @@worker\\n\nbreak pipeworkers.c:29\ncontinue\nbt 2\np m.job > 0\np 1000 + $_thread\n" +
+		"echo @@worker\\n\nbreak pipeworkers.c:48\ncontinue\nbt 2\np m.job > 0\np 1000 + $_thread\n" +
 		"echo @@watch\\n\ndelete\nif $_thread == 2\nthread 3\nelse\nthread 2\nend\nframe function worker\nwatch -l m.value\ncontinue\np 2000 + $_thread\n" +
 		"echo @@back\\n\nreverse-continue\np 3000 + $_thread\n" +
 		"echo @@step\\n\np/x $pc\nreverse-stepi\np/x $pc\nstepi\np/x $pc\n" +
@@ -271,7 +271,7 @@ func TestGDBThreads(t *testing.T) {
 		t.Errorf("reverse-stepi then stepi did not come back to the same instruction:\n%s", out)
 	}
 	end := sec["end"]
-	if !strings.Contains(end, "received signal SIGSEGV") || !strings.Contains(end, fmt.Sprintf("Thread %d", ts[0])) || !strings.Contains(end, "in main ()") {
+	if !strings.Contains(end, "received signal SIGSEGV") || !strings.Contains(end, fmt.Sprintf("Thread %d", ts[0])) || !strings.Contains(end, "in main (") {
 		t.Errorf("gdb did not reach the crash in the main thread:\n%s", out)
 	}
 }
