@@ -219,6 +219,41 @@ func TestThreadsTimerSignals(t *testing.T) {
 	})
 }
 
+// gdb on a replay of several threads with signals: testdata/pipeworkers.c
+// under its timer, recorded with the ptrace backend. gdb stops in the
+// handler in whichever thread a SIGALRM came to, continues to the next
+// delivery, goes back to the first one in its thread, steps back out of
+// the delivery and into it again, and goes on to the crash.
+func TestGDBThreadsSignals(t *testing.T) {
+	requireRoot(t)
+	prog := cc(t, "testdata/pipeworkers.c", t.TempDir())
+	target, done, _ := startPipeWorkers(t, prog, "timer")
+	ck, _ := crashWith(t, target, done, 1500*time.Millisecond, func(pid int) error { return unix.Kill(pid, unix.SIGSEGV) }, "--backend", "ptrace")
+	script := "echo @@first\\n\nbreak on_alarm\ncontinue\np 1000 + $_thread\n" +
+		"echo @@second\\n\ncontinue\np 2000 + $_thread\n" +
+		"echo @@back\\n\nreverse-continue\np 3000 + $_thread\n" +
+		"echo @@step\\n\np/x $pc\nreverse-stepi\np/x $pc\nstepi\np/x $pc\n" +
+		"echo @@end\\n\ndelete\ncontinue\n"
+	out := runGDB(t, prog, "| "+filepath.Join(tools(t), "tpreplay")+" --gdb-stdio "+ck, script)
+	sec := sections(out)
+	first := regexp.MustCompile(`= 100(\d)`).FindStringSubmatch(sec["first"])
+	second := regexp.MustCompile(`= 200(\d)`).FindStringSubmatch(sec["second"])
+	back := regexp.MustCompile(`= 300(\d)`).FindStringSubmatch(sec["back"])
+	if first == nil || second == nil || !strings.Contains(sec["first"], "hit Breakpoint 1, on_alarm") || !strings.Contains(sec["second"], "hit Breakpoint 1, on_alarm") {
+		t.Fatalf("gdb did not stop in the handler twice:\n%s", out)
+	}
+	if back == nil || back[1] != first[1] || !strings.Contains(sec["back"], "hit Breakpoint 1, on_alarm") {
+		t.Errorf("reverse-continue did not go back to the first delivery, in thread %s:\n%s", first[1], out)
+	}
+	pcs := regexp.MustCompile(`= (0x[0-9a-f]+)`).FindAllStringSubmatch(sec["step"], -1)
+	if len(pcs) != 3 || pcs[0][1] != pcs[2][1] || pcs[0][1] == pcs[1][1] {
+		t.Errorf("reverse-stepi out of the delivery then stepi did not come back to the handler:\n%s", out)
+	}
+	if !strings.Contains(sec["end"], "received signal SIGSEGV") {
+		t.Errorf("gdb did not reach the crash:\n%s", out)
+	}
+}
+
 // gdb on the replay of the three threads of testdata/pipeworkers.c, crashed
 // in its main thread: gdb lists the threads, stops at a breakpoint in
 // whichever worker reaches it first and shows that worker, stops at a
