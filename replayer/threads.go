@@ -173,13 +173,12 @@ func (e *engine) threadSignals(iv format.Interval) error {
 			return fmt.Errorf("signal %s delivered to thread %d after syscall #%d: the replay does not run that thread (it waits in one call throughout the window)",
 				signalName(s.Signo), s.Tid, s.Seq)
 		}
+		// The log is numbered without a gap from the window's first call.
 		at := iv.FirstSeq - 1
-		for _, c := range e.log {
-			if c.Seq > s.Seq {
+		for i := min(int(s.Seq+1-iv.FirstSeq), len(e.log)) - 1; i >= 0; i-- {
+			if e.log[i].Tid == s.Tid {
+				at = e.log[i].Seq
 				break
-			}
-			if c.Tid == s.Tid {
-				at = c.Seq
 			}
 		}
 		s.Seq = at
