@@ -725,7 +725,8 @@ func (e *engine) resumeThread(t *rthread) (*Result, error) {
 // its registers at the exit), who goes on. As a rule the thread itself, up
 // to its next entry. It waits at this exit instead (held) while other
 // threads' calls come before its next one, in three cases: the end thread
-// after its last call, until the end of the log; another thread after its
+// after its last call, until the end of the log and until the threads with
+// a signal still to take after it have taken it (signalDue); another thread after its
 // last call when the recording ended with it at that exit
 // (EndState.Threads); and a thread that woke another one through a futex
 // and whose next call is a futex wake, until that call (wakeUnderLock).
