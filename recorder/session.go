@@ -1072,6 +1072,22 @@ func (s *session) releaseOthers() error {
 
 // start sets recording up at the first stop: header, vDSO patch, interval 0.
 func (s *session) start() error {
+	if s.crashed != 0 && s.crashTid != 0 {
+		if _, caught := disposition(s.pid, s.crashed); !caught {
+			// Not yet: the process is most likely dying of its signal,
+			// its threads on their way out. An interval opened now
+			// injects calls into the leader, which a kill pending in it
+			// turns into a zombie that no wait reports while another
+			// thread waits in a stop for tprec: both hung, and the
+			// process with them (seen in clean-clone runs).
+			s.resendCrash()
+			return nil
+		}
+		s.crashTid = 0
+	}
+	if dying(s.pid) {
+		return nil // its exits come next
+	}
 	mem, err := proc.OpenMem(s.pid)
 	if err != nil {
 		return err
@@ -1110,34 +1126,59 @@ func (s *session) start() error {
 	s.fillHeader()
 	s.state = stateRecording
 	if s.crashed != 0 {
-		if _, caught := disposition(s.pid, s.crashed); !caught && s.crashTid != 0 {
-			// No handler: the process is dying of it, or the signal
-			// given back was lost on the way (seen a few times with the
-			// ptrace backend when it stopped a thread other than the
-			// first, cause not found). A process must not outlive its
-			// crash because of tprec: the signal goes again, which
-			// changes nothing for one already dying.
-			name := unix.SignalName(unix.Signal(s.crashed))
-			to := fmt.Sprintf("thread %d", s.crashTid)
-			err := unix.Tgkill(s.pid, s.crashTid, unix.Signal(s.crashed))
-			if err == unix.ESRCH {
-				// That thread is gone: to the process, whose default
-				// action for the signal ends every thread.
-				to = fmt.Sprintf("process %d", s.pid)
-				err = unix.Kill(s.pid, unix.Signal(s.crashed))
-			}
-			if err == nil {
-				s.logf("sent %v to %s again, in case its delivery was lost", name, to)
-			} else {
-				s.logf("send %v again: %v", name, err)
-			}
-		}
-		s.crashTid = 0
 		s.logf("process %d goes on after its %v (a handler, or threads not dead yet): recording it afresh", s.pid, unix.SignalName(unix.Signal(s.crashed)))
 	} else {
 		s.logf("recording process %d (%s), interval %v, keeping %d intervals", s.pid, s.hdr.ExePath, s.o.Interval, s.o.Keep)
 	}
 	return s.openInterval(time.Now())
+}
+
+// resendCrash sends the fatal signal of the crash again, once.
+func (s *session) resendCrash() {
+	// No handler: the process is dying of it, or the signal given
+	// back was lost on the way. A process must not outlive its crash
+	// because of tprec: the signal goes again, which changes nothing
+	// for one already dying. (The process that seemed to survive its
+	// crash in a few runs was in fact hung by tprec: start, below.)
+	name := unix.SignalName(unix.Signal(s.crashed))
+	to := fmt.Sprintf("thread %d", s.crashTid)
+	err := unix.Tgkill(s.pid, s.crashTid, unix.Signal(s.crashed))
+	if err == unix.ESRCH {
+		// That thread is gone: to the process, whose default
+		// action for the signal ends every thread.
+		to = fmt.Sprintf("process %d", s.pid)
+		err = unix.Kill(s.pid, unix.Signal(s.crashed))
+	}
+	if err == nil {
+		s.logf("sent %v to %s again, in case its delivery was lost", name, to)
+	} else {
+		s.logf("send %v again: %v", name, err)
+	}
+	s.crashTid = 0
+}
+
+// dying reports whether process pid is being killed: SIGKILL pending in its
+// leader (a group exit sends it to every thread), or its leader a zombie.
+func dying(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return true
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(l, ":")
+		v = strings.TrimSpace(v)
+		switch k {
+		case "State":
+			if strings.HasPrefix(v, "Z") || strings.HasPrefix(v, "X") {
+				return true
+			}
+		case "SigPnd", "ShdPnd":
+			if m, err := strconv.ParseUint(v, 16, 64); err == nil && m&(1<<(unix.SIGKILL-1)) != 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // detach leaves the process running as if tprec had never been there.
