@@ -1160,25 +1160,17 @@ func (s *session) resendCrash() {
 // dying reports whether process pid is being killed: SIGKILL pending in its
 // leader (a group exit sends it to every thread), or its leader a zombie.
 func dying(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	st, err := procStatus(pid)
 	if err != nil {
 		return true
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		k, v, _ := strings.Cut(l, ":")
-		v = strings.TrimSpace(v)
-		switch k {
-		case "State":
-			if strings.HasPrefix(v, "Z") || strings.HasPrefix(v, "X") {
-				return true
-			}
-		case "SigPnd", "ShdPnd":
-			if m, err := strconv.ParseUint(v, 16, 64); err == nil && m&(1<<(unix.SIGKILL-1)) != 0 {
-				return true
-			}
-		}
+	if strings.HasPrefix(st["State"], "Z") || strings.HasPrefix(st["State"], "X") {
+		return true
 	}
-	return false
+	kill := uint64(1) << (unix.SIGKILL - 1)
+	pnd, _ := statusMask(st, "SigPnd")
+	shd, _ := statusMask(st, "ShdPnd")
+	return (pnd|shd)&kill != 0
 }
 
 // detach leaves the process running as if tprec had never been there.
@@ -1341,29 +1333,38 @@ func ignoredSignal(pid, sig int) bool {
 // disposition reads from /proc/PID/status what the process does with sig:
 // ignores it (ignoredSignal), or catches it with a handler.
 func disposition(pid, sig int) (ignored, caught bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	st, err := procStatus(pid)
 	if err != nil || sig < 1 || sig > 64 {
 		return false, false
 	}
-	var ign, cgt uint64
-	seen := 0
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "SigIgn:"); ok {
-			ign, err = strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-			seen++
-		} else if v, ok := strings.CutPrefix(l, "SigCgt:"); ok {
-			cgt, err = strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-			seen++
-		}
-		if err != nil {
-			return false, false
-		}
-	}
-	if seen != 2 {
+	ign, ok1 := statusMask(st, "SigIgn")
+	cgt, ok2 := statusMask(st, "SigCgt")
+	if !ok1 || !ok2 {
 		return false, false
 	}
 	bit := uint64(1) << (sig - 1)
 	return ign&bit != 0 || (cgt&bit == 0 && defaultIgnored[unix.Signal(sig)]), cgt&bit != 0
+}
+
+// procStatus reads the fields of /proc/PID/status, by name.
+func procStatus(pid int) (map[string]string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return nil, err
+	}
+	st := map[string]string{}
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok {
+			st[k] = strings.TrimSpace(v)
+		}
+	}
+	return st, nil
+}
+
+// statusMask parses a signal mask field of procStatus (hexadecimal).
+func statusMask(st map[string]string, key string) (uint64, bool) {
+	m, err := strconv.ParseUint(st[key], 16, 64)
+	return m, err == nil
 }
 
 // selfSent reports whether a siginfo is that of a signal the process pid

@@ -149,7 +149,15 @@ func (e *engine) startSignals(t *rthread) error {
 	if err != nil {
 		return err
 	}
-	if regs, err = e.deliverAfter(e.c.Intervals[e.k].FirstSeq-1, regs); err != nil {
+	return e.signalsAtStart(regs)
+}
+
+// signalsAtStart delivers the current thread's signals the recording
+// delivered before its first call of the window, the thread standing at
+// regs, its start.
+func (e *engine) signalsAtStart(regs proc.Regs) error {
+	regs, err := e.deliverAfter(e.c.Intervals[e.k].FirstSeq-1, regs)
+	if err != nil {
 		return err
 	}
 	_, _, err = e.searchSignals(regs)

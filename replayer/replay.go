@@ -1110,10 +1110,5 @@ func (e *engine) launch() error {
 	// Signals the recording delivered before the first call of the window
 	// (with several threads, to the one that runs first; the others' when
 	// they first run, startSignals).
-	regs, err := e.deliverAfter(e.lastSeq(), e.cur.rec.Regs)
-	if err != nil {
-		return err
-	}
-	_, _, err = e.searchSignals(regs)
-	return err
+	return e.signalsAtStart(e.cur.rec.Regs)
 }

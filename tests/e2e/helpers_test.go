@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 var (
@@ -140,6 +142,31 @@ func threadStates(pid int) string {
 		fmt.Fprintf(&b, "  %s %s: %s, wchan %s, tracer %s\n", e.Name(), strings.TrimSpace(string(comm)), state, wchan, tracer)
 	}
 	return b.String()
+}
+
+// sendEvery sends process pid a signal every period, sigs in turn, until
+// the function it returns is called, which says how many were sent.
+func sendEvery(pid int, period time.Duration, sigs ...unix.Signal) func() int {
+	stop := make(chan struct{})
+	sent := make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				sent <- n
+				return
+			case <-time.After(period):
+				if unix.Kill(pid, sigs[n%len(sigs)]) == nil {
+					n++
+				}
+			}
+		}
+	}()
+	return func() int {
+		close(stop)
+		return <-sent
+	}
 }
 
 // waitRecording waits until tprec says it is recording.

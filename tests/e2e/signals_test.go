@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -29,29 +28,9 @@ func TestIgnoredSignalsKeepWindow(t *testing.T) {
 		target, _, done := startTarget(t, py, "-S", script)
 		pid := target.Process.Pid
 		time.Sleep(300 * time.Millisecond)
-		stop := make(chan struct{})
-		sent := make(chan int)
-		go func() {
-			n := 0
-			for {
-				select {
-				case <-stop:
-					sent <- n
-					return
-				case <-time.After(50 * time.Millisecond):
-					sig := unix.SIGUSR1
-					if n%2 == 1 {
-						sig = unix.SIGWINCH
-					}
-					if syscall.Kill(pid, sig) == nil {
-						n++
-					}
-				}
-			}
-		}()
+		stop := sendEvery(pid, 50*time.Millisecond, unix.SIGUSR1, unix.SIGWINCH)
 		ck := crashThread(t, target, done, pid, 1500*time.Millisecond, "--backend", backend)
-		close(stop)
-		if n := <-sent; n < 20 {
+		if n := stop(); n < 20 {
 			t.Fatalf("only %d signals sent", n)
 		}
 		ivs := intervalsIn(t, ck)

@@ -431,22 +431,7 @@ func TestMemcachedThreadsSignals(t *testing.T) {
 		if len(ts) != 6 {
 			t.Fatalf("memcached has %d threads, want 6", len(ts))
 		}
-		stop := make(chan struct{})
-		sent := make(chan int)
-		go func() {
-			n := 0
-			for {
-				select {
-				case <-stop:
-					sent <- n
-					return
-				case <-time.After(40 * time.Millisecond):
-					if unix.Kill(pid, unix.SIGHUP) == nil {
-						n++
-					}
-				}
-			}
-		}()
+		stop := sendEvery(pid, 40*time.Millisecond, unix.SIGHUP)
 		// The crash goes to the first worker, which serves the client.
 		worker := 0
 		for _, tid := range ts {
@@ -458,8 +443,7 @@ func TestMemcachedThreadsSignals(t *testing.T) {
 			t.Fatalf("memcached has no thread named mc-worker")
 		}
 		ck := crashThread(t, target, done, worker, 2*time.Second, "--backend", backend)
-		close(stop)
-		if n := <-sent; n < 20 {
+		if n := stop(); n < 20 {
 			t.Fatalf("only %d SIGHUP sent", n)
 		}
 		ivs := intervalsIn(t, ck)
