@@ -29,8 +29,9 @@ const (
 	// Version 3.1 appends to SIGNL what each signal's delivery did
 	// (SignalEvent.Handler), which replay needs to deliver it.
 	// Version 4.1 appends to ENDST the state of the other threads at the
-	// end (EndState.Threads).
-	VersionMinor = 1
+	// end (EndState.Threads). Version 4.2 appends to HEADR the dynamic
+	// loader's list of objects (Header.Modules).
+	VersionMinor = 2
 
 	fileHeaderSize    = 16
 	sectionHeaderSize = 16

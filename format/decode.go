@@ -15,6 +15,7 @@ const (
 	minSyscall  = 8 + 8 + 8 + 6*8 + 8 + 8 + 4 // version 1
 	minOutBuf   = 8 + 4                       // version 1
 	minSignal   = 8 + 8 + 8 + 4 + regsSize
+	minModule   = 4 + 5*8
 	indexSize   = 16 + 4 + 4
 	blockSize   = 8 + 4 + 4
 )
@@ -36,6 +37,20 @@ func decodeHeader(d *dec, h *Header) {
 	h.DumpTime = d.time("dump time")
 	h.Reason = d.str("reason")
 	h.Lost = d.u64("lost events")
+	if d.remaining() > 0 { // version 4.2
+		if n := d.count("module", minModule); n > 0 {
+			h.Modules = make([]Module, n)
+			for i := range h.Modules {
+				m := &h.Modules[i]
+				m.Name = d.str("module name")
+				m.LinkMap = d.u64("module link map")
+				m.LAddr = d.u64("module load bias")
+				m.LD = d.u64("module dynamic section")
+				m.TLSModID = d.u64("module TLS id")
+				m.TLSOffset = d.i64("module TLS offset")
+			}
+		}
+	}
 }
 
 func decodeIntervals(d *dec, major uint16) []Interval {

@@ -93,6 +93,11 @@ func richCheckpoint(seed uint64, intervals, pagesPer, syscalls int) (*Checkpoint
 		DumpTime:      start.Add(2 * time.Second),
 		Reason:        "signal",
 		Lost:          3,
+		Modules: []Module{
+			{Name: "", LinkMap: 0x7f0000001000, LAddr: 0x555555554000, LD: 0x555555557dc8, TLSModID: 1, TLSOffset: 0x10},
+			{Name: "/lib/x86_64-linux-gnu/libc.so.6", LinkMap: 0x7f0000002000, LAddr: 0x7ffff7d80000, LD: 0x7ffff7f9a9c0, TLSModID: 2, TLSOffset: 0x90},
+			{Name: "/lib64/ld-linux-x86-64.so.2", LinkMap: 0x7f0000003000, LAddr: 0x7ffff7fc3000, LD: 0x7ffff7ffce80},
+		},
 	}}
 	// A pool of pages that intervals draw from, so the same content appears
 	// at several addresses and in several intervals.

@@ -66,7 +66,33 @@ type Header struct {
 	DumpTime      time.Time
 	Reason        string // what triggered the dump: "signal", "exit", "request"
 	Lost          uint64 // events the recorder knows it lost in the window
+	// Modules is the dynamic loader's list of loaded objects at the dump,
+	// in its order (version 4.2; empty in older files and for a process
+	// without a dynamic loader). A debugger needs it for thread-local
+	// variables: the loader's own records are rarely among the pages a
+	// minimized checkpoint keeps.
+	Modules []Module
 }
+
+// Module is one object of the dynamic loader's link map (struct link_map).
+type Module struct {
+	Name    string // l_name: the path it was loaded from, "" for the program
+	LinkMap uint64 // address of its struct link_map
+	LAddr   uint64 // l_addr: load bias
+	LD      uint64 // l_ld: address of its dynamic section
+	// TLSModID is its thread-local storage module id (l_tls_modid), 0 for an
+	// object without thread-local storage or when the C library did not say
+	// where the field is.
+	TLSModID uint64
+	// TLSOffset is l_tls_offset: on x86-64 an object in the static TLS area
+	// has its block at the thread pointer minus this. 0 (none) or -1 (forced
+	// dynamic) mean the block is found through the thread's DTV.
+	TLSOffset int64
+}
+
+// StaticTLS reports whether m's thread-local block sits at a fixed distance
+// below every thread's thread pointer.
+func (m Module) StaticTLS() bool { return m.TLSModID != 0 && m.TLSOffset > 0 }
 
 // Interval is one recording interval: the state at its start and what it wrote.
 type Interval struct {

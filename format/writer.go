@@ -207,6 +207,15 @@ func encodeHeader(h *Header) []byte {
 	e.time(h.DumpTime)
 	e.str(h.Reason)
 	e.u64(h.Lost)
+	e.u32(uint32(len(h.Modules))) // version 4.2
+	for _, m := range h.Modules {
+		e.str(m.Name)
+		e.u64(m.LinkMap)
+		e.u64(m.LAddr)
+		e.u64(m.LD)
+		e.u64(m.TLSModID)
+		e.i64(m.TLSOffset)
+	}
 	return e.b
 }
 

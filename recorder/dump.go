@@ -243,6 +243,13 @@ func (s *session) finish(path string, c *format.Checkpoint, src *liveSource, t0 
 			s.logf("interval %d: no boundary digests: %v", c.Intervals[i].Index, err)
 		}
 	}
+	// The loader's list of objects, for a debugger's thread-local lookups
+	// in the replay (its own records are seldom among the kept pages).
+	if maps, err := proc.ReadMaps(src.pid); err == nil {
+		if c.Header.Modules, err = proc.LinkMap(src.pid, maps); err != nil {
+			s.logf("no list of loaded objects: %v", err)
+		}
+	}
 	candidates := len(c.Final)
 	if !s.o.FullPages {
 		minimize(c, src, !s.o.AllStarts, s.logf)

@@ -294,6 +294,20 @@ func (s *Session) Regs() (proc.Regs, error) {
 	return r, err
 }
 
+// ThreadRegs returns the general registers of thread tid (recorded id; 0 or
+// -1: the selected one) without changing which thread Regs reads.
+func (s *Session) ThreadRegs(tid int) (proc.Regs, error) {
+	if tid <= 0 {
+		return s.Regs()
+	}
+	old := s.sel
+	defer func() { s.sel = old }()
+	if err := s.SelectThread(tid); err != nil {
+		return proc.Regs{}, err
+	}
+	return s.Regs()
+}
+
 // XState returns the thread's XSAVE image.
 func (s *Session) XState() ([]byte, error) {
 	var x []byte

@@ -47,6 +47,7 @@ const (
 	OpDetach            // D
 	OpMonitor           // qRcmd,hex
 	OpMustReplyEmpty    // vMustReplyEmpty
+	OpTLSAddr           // qGetTLSAddr:thread,offset,lm
 )
 
 // Request is one parsed request.
@@ -64,7 +65,9 @@ type Request struct {
 	// operation H selects it for ('g': registers, 'c': resuming).
 	Thread int
 	Which  byte
-	Raw    string
+	// LM is the link_map address of qGetTLSAddr (Addr holds its offset).
+	LM  uint64
+	Raw string
 }
 
 // ParseRequest parses the data of one packet. Requests it does not know come
@@ -216,6 +219,19 @@ func ParseRequest(p []byte) (Request, error) {
 		return r, nil
 	case strings.HasPrefix(s, "qSymbol:"):
 		r.Op = OpSymbol
+		return r, nil
+	case strings.HasPrefix(s, "qGetTLSAddr:"):
+		f := strings.Split(s[len("qGetTLSAddr:"):], ",")
+		if len(f) != 3 {
+			return bad("thread,offset,lm")
+		}
+		t, ok := threadID(f[0])
+		off, err1 := strconv.ParseUint(f[1], 16, 64)
+		lm, err2 := strconv.ParseUint(f[2], 16, 64)
+		if !ok || err1 != nil || err2 != nil {
+			return bad("thread,offset,lm")
+		}
+		r.Op, r.Thread, r.Addr, r.LM = OpTLSAddr, t, off, lm
 		return r, nil
 	case strings.HasPrefix(s, "qRcmd,"):
 		b, err := hexDecode(s[len("qRcmd,"):])

@@ -44,3 +44,18 @@ func TestLibrariesFromMaps(t *testing.T) {
 		t.Errorf("document:\n%s", doc)
 	}
 }
+
+func TestModulesSVR4(t *testing.T) {
+	doc := modulesSVR4([]format.Module{
+		{LinkMap: 0x7ffff7ffe2e0, LAddr: 0x555555554000, LD: 0x555555557dc8, TLSModID: 1, TLSOffset: 0x10},
+		{Name: "/lib/x86_64-linux-gnu/libc.so.6", LinkMap: 0x7ffff7fc1160, LAddr: 0x7ffff7d80000, LD: 0x7ffff7f9a9c0, TLSModID: 2, TLSOffset: 0x90},
+	})
+	for _, want := range []string{`main-lm="0x7ffff7ffe2e0"`, `name="/lib/x86_64-linux-gnu/libc.so.6" lm="0x7ffff7fc1160" l_addr="0x7ffff7d80000" l_ld="0x7ffff7f9a9c0"`} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("document lacks %s:\n%s", want, doc)
+		}
+	}
+	if strings.Count(doc, "<library ") != 1 {
+		t.Errorf("the program itself is listed as a library:\n%s", doc)
+	}
+}

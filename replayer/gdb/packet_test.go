@@ -111,11 +111,14 @@ func TestParseRequest(t *testing.T) {
 			t.Errorf("ParseRequest(%q) = %+v, %v", c.in, r, err)
 		}
 	}
+	if r, err := ParseRequest([]byte("qGetTLSAddr:4d2,10,7ffff7fc1160")); err != nil || r.Op != OpTLSAddr || r.Thread != 0x4d2 || r.Addr != 0x10 || r.LM != 0x7ffff7fc1160 {
+		t.Errorf("qGetTLSAddr: %+v, %v", r, err)
+	}
 	r, _ := ParseRequest([]byte("QCatchSyscalls:1;1;e7"))
 	if !r.On || len(r.Nrs) != 2 || r.Nrs[1] != 0xe7 {
 		t.Errorf("catch syscalls %+v", r)
 	}
-	for _, bad := range []string{"mzz,1", "m10", "Z0,1", "pxx", "QCatchSyscalls:2", "qXfer:auxv:read::1", "Hgzz", "H", "Tq"} {
+	for _, bad := range []string{"mzz,1", "m10", "Z0,1", "pxx", "QCatchSyscalls:2", "qXfer:auxv:read::1", "Hgzz", "H", "Tq", "qGetTLSAddr:1,2", "qGetTLSAddr:1,zz,3"} {
 		if _, err := ParseRequest([]byte(bad)); !errors.Is(err, ErrMalformed) {
 			t.Errorf("ParseRequest(%q): %v, want ErrMalformed", bad, err)
 		}

@@ -276,6 +276,13 @@ func (sv *Server) handle(p []byte) (bool, error) {
 		return false, sv.send("OK")
 	case OpMonitor:
 		return false, sv.send(HexString(sv.monitor(req.Text)))
+	case OpTLSAddr:
+		a, err := sv.tlsAddress(req.Thread, req.Addr, req.LM)
+		if err != nil {
+			sv.notice("thread-local address: " + err.Error())
+			return false, sv.send("E01")
+		}
+		return false, sv.send(fmt.Sprintf("%x", a))
 	case OpKill:
 		if strings.HasPrefix(req.Raw, "vKill") {
 			_ = sv.send("OK")
@@ -482,6 +489,9 @@ func (sv *Server) xfer(object, annex string) ([]byte, bool) {
 	case "siginfo":
 		return sv.siginfo(), true
 	case "libraries-svr4":
+		if len(c.Header.Modules) > 0 {
+			return []byte(modulesSVR4(c.Header.Modules)), true
+		}
 		return []byte(librariesSVR4(libraries(c))), true
 	}
 	return nil, false

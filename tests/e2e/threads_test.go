@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tprec/tprec/proc"
 	"golang.org/x/sys/unix"
 )
 
@@ -221,15 +222,18 @@ func TestThreadsTimerSignals(t *testing.T) {
 
 // gdb on a replay of several threads with signals: testdata/pipeworkers.c
 // under its timer, recorded with the ptrace backend. gdb stops in the
-// handler in whichever thread a SIGALRM came to, continues to the next
-// delivery, goes back to the first one in its thread, steps back out of
-// the delivery and into it again, and goes on to the crash.
+// handler in whichever thread a SIGALRM came to, reads that thread's
+// thread-local count of alarms before and after the handler adds one
+// (qGetTLSAddr: the block sits below the thread pointer), continues to
+// the next delivery, goes back to the first one in its thread, steps back
+// out of the delivery and into it again, and goes on to the crash.
 func TestGDBThreadsSignals(t *testing.T) {
 	requireRoot(t)
 	prog := cc(t, "testdata/pipeworkers.c", t.TempDir())
 	target, done, _ := startPipeWorkers(t, prog, "timer")
 	ck, _ := crashWith(t, target, done, 1500*time.Millisecond, func(pid int) error { return unix.Kill(pid, unix.SIGSEGV) }, "--backend", "ptrace")
 	script := "echo @@first\\n\nbreak on_alarm\ncontinue\np 1000 + $_thread\n" +
+		"echo @@tls\\n\np alarms\np (long)$fs_base - (long)&alarms\nnext\np alarms\n" +
 		"echo @@second\\n\ncontinue\np 2000 + $_thread\n" +
 		"echo @@back\\n\nreverse-continue\np 3000 + $_thread\n" +
 		"echo @@step\\n\np/x $pc\nreverse-stepi\np/x $pc\nstepi\np/x $pc\n" +
@@ -241,6 +245,21 @@ func TestGDBThreadsSignals(t *testing.T) {
 	back := regexp.MustCompile(`= 300(\d)`).FindStringSubmatch(sec["back"])
 	if first == nil || second == nil || !strings.Contains(sec["first"], "hit Breakpoint 1, on_alarm") || !strings.Contains(sec["second"], "hit Breakpoint 1, on_alarm") {
 		t.Fatalf("gdb did not stop in the handler twice:\n%s", out)
+	}
+	// The count before and after the handler's increment, and the
+	// variable's distance below the thread pointer (a few bytes: the
+	// program's block comes last before the thread control block).
+	tls := regexp.MustCompile(`\$\d+ = (-?\d+)`).FindAllStringSubmatch(sec["tls"], -1)
+	if len(tls) != 3 {
+		t.Errorf("gdb did not print the thread-local count twice and its place:\n%s", out)
+	} else {
+		before, _ := strconv.Atoi(tls[0][1])
+		dist, _ := strconv.Atoi(tls[1][1])
+		after, _ := strconv.Atoi(tls[2][1])
+		if before < 0 || after != before+1 || dist <= 0 || dist > 4096 {
+			t.Errorf("thread-local alarms: %d then %d, %d bytes below the thread pointer; want one more after the handler, a few bytes below:\n%s", before, after, dist, out)
+		}
+		t.Logf("thread-local alarms %d -> %d, %d bytes below fs_base", before, after, dist)
 	}
 	if back == nil || back[1] != first[1] || !strings.Contains(sec["back"], "hit Breakpoint 1, on_alarm") {
 		t.Errorf("reverse-continue did not go back to the first delivery, in thread %s:\n%s", first[1], out)
@@ -410,6 +429,57 @@ func TestMemcachedThreads(t *testing.T) {
 			t.Errorf("the replay ran %d threads, want 5", n)
 		}
 	})
+}
+
+// gdb reads errno, a thread-local variable of the C library, in a worker of
+// Debian's memcached: on the replay of a window of its threads, gdb stops
+// where a worker's read of its client socket returned EAGAIN (memcached
+// reads until then after each request), finishes the C library's read,
+// and prints that thread's errno: 11, found by qGetTLSAddr below the
+// worker's own thread pointer in libc's static block. It needs libc's
+// symbol table (Debian's libc6-dbg, which .ci/run installs): errno is not
+// among libc's dynamic symbols.
+func TestGDBMemcachedErrno(t *testing.T) {
+	requireRoot(t)
+	id := proc.FileBuildID("/lib/x86_64-linux-gnu/libc.so.6")
+	if len(id) < 3 {
+		t.Fatalf("libc has no build-id")
+	}
+	if _, err := os.Stat("/usr/lib/debug/.build-id/" + id[:2] + "/" + id[2:] + ".debug"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("libc6-dbg is not installed: .ci/run installs it")
+		}
+		t.Skip("libc6-dbg is not installed: gdb cannot name errno")
+	}
+	target, done := memcachedLight(t, "11736")
+	pid := target.Process.Pid
+	worker := 0
+	for _, tid := range tids(t, pid) {
+		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/comm", pid, tid)); worker == 0 && strings.TrimSpace(string(comm)) == "mc-worker" {
+			worker = tid
+		}
+	}
+	if worker == 0 {
+		t.Fatalf("memcached has no thread named mc-worker")
+	}
+	ck := crashThread(t, target, done, worker, 2*time.Second)
+	script := "catch syscall read\nset $n = 0\ncontinue\n" +
+		"while $rax != -11 && $n < 20000\nset $n = $n + 1\ncontinue\nend\n" +
+		"echo @@eagain\\n\np $rax\np 1000 + $_thread\nfinish\n" +
+		"echo @@errno\\n\np (int)errno\np 2000 + $_thread\n"
+	out := runGDB(t, needTool(t, "memcached"), "| "+filepath.Join(tools(t), "tpreplay")+" --gdb-stdio "+ck, script)
+	sec := sections(out)
+	if !strings.Contains(sec["eagain"], "= -11") || !strings.Contains(sec[""], "returned from syscall read") {
+		t.Fatalf("gdb found no read that returned EAGAIN:\n%s", out)
+	}
+	th1 := regexp.MustCompile(`= 100(\d)`).FindStringSubmatch(sec["eagain"])
+	th2 := regexp.MustCompile(`= 200(\d)`).FindStringSubmatch(sec["errno"])
+	if th1 == nil || th2 == nil || th1[1] != th2[1] || th1[1] == "1" {
+		t.Errorf("the read and errno were not in the same worker thread:\n%s", out)
+	}
+	if !regexp.MustCompile(`\$\d+ = 11\n`).MatchString(sec["errno"]) {
+		t.Errorf("errno after the read is not EAGAIN (11):\n%s", out)
+	}
 }
 
 // Debian's memcached serving a client while an operator sends it SIGHUP

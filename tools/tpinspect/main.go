@@ -141,6 +141,16 @@ type process struct {
 	PageSetNote string    `json:"page_set_note,omitempty"`
 	Lost        uint64    `json:"lost_events"`
 	CPUFlags    int       `json:"cpu_flags"`
+	Modules     []module  `json:"modules,omitempty"`
+}
+
+// module is one object of the loader's list at the dump (format 4.2).
+type module struct {
+	Name      string `json:"name"`
+	LinkMap   string `json:"link_map"`
+	LoadBias  string `json:"load_bias"`
+	TLSModID  uint64 `json:"tls_modid,omitempty"`
+	TLSOffset int64  `json:"tls_offset,omitempty"`
 }
 
 type interval struct {
@@ -236,6 +246,9 @@ func summarize(f *format.File) *summary {
 		Start: h.StartTime, Dump: h.DumpTime, Interval: h.Interval.String(), FullPages: h.FullPages,
 		PageSetNote: h.PageSetNote, Lost: h.Lost, CPUFlags: len(h.CPUFlags),
 	}}
+	for _, m := range h.Modules {
+		s.Process.Modules = append(s.Process.Modules, module{Name: m.Name, LinkMap: hex(m.LinkMap), LoadBias: hex(m.LAddr), TLSModID: m.TLSModID, TLSOffset: m.TLSOffset})
+	}
 	st := f.Stats()
 	s.Pages = pages{Stored: st.StoredPages, Final: len(c.Final), RawBytes: st.PagesRaw, CompressedBytes: st.PagesCompressed, Blocks: st.Blocks}
 	for _, p := range c.Final {
@@ -405,6 +418,15 @@ func printSummary(out io.Writer, s *summary) error {
 	}
 	if p.Lost != 0 {
 		fmt.Fprintf(w, "  lost events\t%d\n", p.Lost)
+	}
+	if len(p.Modules) > 0 {
+		tls := 0
+		for _, m := range p.Modules {
+			if m.TLSModID != 0 {
+				tls++
+			}
+		}
+		fmt.Fprintf(w, "  loaded objects\t%d, %d with thread-local storage\n", len(p.Modules), tls)
 	}
 
 	fmt.Fprintf(w, "\nintervals\n  index\tstart\tfirst seq\tthreads\tregions\twritten\tstart stored\tdigests\tsignals\treplayable\n")

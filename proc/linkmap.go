@@ -1,0 +1,177 @@
+package proc
+
+import (
+	"bytes"
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/tprec/tprec/format"
+)
+
+// maxModules bounds the walk of a link map, against a loop in corrupt memory.
+const maxModules = 4096
+
+// LinkMap reads the dynamic loader's list of loaded objects from the memory
+// of pid: the chain of struct link_map that the loader's r_debug (_r_debug
+// in ld.so) starts. maps is the process's memory map. Each object's
+// thread-local storage module id and static offset come from the fields the
+// C library describes for thread debuggers (glibc's _thread_db_link_map_*
+// descriptors: bit size, count and offset of a field); without them those
+// stay 0. A process without a dynamic loader (a static program) has no list:
+// nil and no error.
+func LinkMap(pid int, maps []format.Mapping) ([]format.Module, error) {
+	rdebug, ok, err := findSymbol(pid, maps, "_r_debug", func(m format.Mapping) bool {
+		return strings.HasPrefix(filepath.Base(m.Path), "ld-")
+	})
+	if err != nil || !ok {
+		return nil, err
+	}
+	var word [8]byte
+	if err := readFull(pid, rdebug+8, word[:]); err != nil { // r_debug.r_map
+		return nil, fmt.Errorf("read r_debug: %w", err)
+	}
+	lm := binary.LittleEndian.Uint64(word[:])
+	modid, offset := tlsFields(pid, maps)
+	var out []format.Module
+	seen := map[uint64]bool{}
+	for lm != 0 && len(out) < maxModules {
+		if seen[lm] {
+			return nil, fmt.Errorf("link map: loop at %#x", lm)
+		}
+		seen[lm] = true
+		var rec [40]byte // l_addr, l_name, l_ld, l_next, l_prev
+		if err := readFull(pid, lm, rec[:]); err != nil {
+			return nil, fmt.Errorf("link map entry %#x: %w", lm, err)
+		}
+		m := format.Module{
+			LinkMap: lm,
+			LAddr:   binary.LittleEndian.Uint64(rec[0:]),
+			LD:      binary.LittleEndian.Uint64(rec[16:]),
+		}
+		m.Name = readString(pid, binary.LittleEndian.Uint64(rec[8:]))
+		if modid != 0 && offset != 0 {
+			var f [16]byte
+			if readFull(pid, lm+modid, f[:8]) == nil && readFull(pid, lm+offset, f[8:]) == nil {
+				m.TLSModID = binary.LittleEndian.Uint64(f[:8])
+				m.TLSOffset = int64(binary.LittleEndian.Uint64(f[8:]))
+			}
+		}
+		out = append(out, m)
+		lm = binary.LittleEndian.Uint64(rec[24:])
+	}
+	return out, nil
+}
+
+// tlsFields returns the offsets of l_tls_modid and l_tls_offset in struct
+// link_map as the C library's thread-debugging descriptors give them, or 0
+// when it has none (not glibc, or a glibc without them).
+func tlsFields(pid int, maps []format.Mapping) (modid, offset uint64) {
+	isLibc := func(m format.Mapping) bool { return strings.HasPrefix(filepath.Base(m.Path), "libc.so") }
+	field := func(name string) uint64 {
+		addr, ok, err := findSymbol(pid, maps, name, isLibc)
+		if err != nil || !ok {
+			return 0
+		}
+		var d [12]byte
+		if readFull(pid, addr, d[:]) != nil {
+			return 0
+		}
+		bits, count := binary.LittleEndian.Uint32(d[0:]), binary.LittleEndian.Uint32(d[4:])
+		if bits != 64 || count != 1 {
+			return 0 // a layout this reader does not know
+		}
+		return uint64(binary.LittleEndian.Uint32(d[8:]))
+	}
+	return field("_thread_db_link_map_l_tls_modid"), field("_thread_db_link_map_l_tls_offset")
+}
+
+// findSymbol returns the address in pid of the dynamic symbol name, looked
+// up in the mapped files that want accepts (through /proc/PID/map_files, so
+// the very file mapped, even if replaced on disk since).
+func findSymbol(pid int, maps []format.Mapping, name string, want func(format.Mapping) bool) (uint64, bool, error) {
+	for _, m := range maps {
+		if m.Offset != 0 || m.Inode == 0 || !strings.HasPrefix(m.Path, "/") || !want(m) {
+			continue
+		}
+		f, err := elf.Open(fmt.Sprintf("/proc/%d/map_files/%x-%x", pid, m.Start, m.End))
+		if err != nil {
+			f, err = elf.Open(m.Path)
+		}
+		if err != nil {
+			continue
+		}
+		addr, ok := symbolIn(f, name)
+		bias := m.Start - firstLoad(f)
+		f.Close()
+		if ok {
+			return bias + addr, true, nil
+		}
+	}
+	return 0, false, nil
+}
+
+// symbolIn returns the value of the defined dynamic symbol name in f.
+func symbolIn(f *elf.File, name string) (uint64, bool) {
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		return 0, false
+	}
+	for _, s := range syms {
+		if s.Name == name && s.Section != elf.SHN_UNDEF {
+			return s.Value, true
+		}
+	}
+	return 0, false
+}
+
+// firstLoad is the page-aligned address of f's lowest loadable segment: what
+// its mapping of file offset 0 starts at, before the load bias.
+func firstLoad(f *elf.File) uint64 {
+	low := uint64(0)
+	found := false
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && (!found || p.Vaddr < low) {
+			low, found = p.Vaddr, true
+		}
+	}
+	return low &^ (format.PageSize - 1)
+}
+
+func readFull(pid int, addr uint64, b []byte) error {
+	n, err := ReadBytes(pid, addr, b)
+	if err == nil && n != len(b) {
+		err = errors.New("short read")
+	}
+	if err != nil {
+		return fmt.Errorf("read %d bytes at %#x of %d: %w", len(b), addr, pid, err)
+	}
+	return nil
+}
+
+// readString reads a NUL-terminated string of at most 4 KB at addr; an
+// unreadable one is "".
+func readString(pid int, addr uint64) string {
+	if addr == 0 {
+		return ""
+	}
+	var out []byte
+	buf := make([]byte, 256)
+	for len(out) < 4096 {
+		// Stop each read at a page end: the next page may not be mapped.
+		n := min(uint64(len(buf)), format.PageSize-(addr%format.PageSize))
+		got, err := ReadBytes(pid, addr, buf[:n])
+		if err != nil || got == 0 {
+			break
+		}
+		if i := bytes.IndexByte(buf[:got], 0); i >= 0 {
+			return string(append(out, buf[:i]...))
+		}
+		out = append(out, buf[:got]...)
+		addr += uint64(got)
+	}
+	return string(out)
+}
