@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/tprec/tprec/format"
@@ -24,11 +25,11 @@ const maxModules = 4096
 // stay 0. A process without a dynamic loader (a static program) has no list:
 // nil and no error.
 func LinkMap(pid int, maps []format.Mapping) ([]format.Module, error) {
-	rdebug, ok, err := findSymbol(pid, maps, "_r_debug", func(m format.Mapping) bool {
+	rdebug, ok := findSymbols(pid, maps, []string{"_r_debug"}, func(m format.Mapping) bool {
 		return strings.HasPrefix(filepath.Base(m.Path), "ld-")
-	})
-	if err != nil || !ok {
-		return nil, err
+	})["_r_debug"]
+	if !ok {
+		return nil, nil
 	}
 	var word [8]byte
 	if err := readFull(pid, rdebug+8, word[:]); err != nil { // r_debug.r_map
@@ -70,10 +71,13 @@ func LinkMap(pid int, maps []format.Mapping) ([]format.Module, error) {
 // link_map as the C library's thread-debugging descriptors give them, or 0
 // when it has none (not glibc, or a glibc without them).
 func tlsFields(pid int, maps []format.Mapping) (modid, offset uint64) {
-	isLibc := func(m format.Mapping) bool { return strings.HasPrefix(filepath.Base(m.Path), "libc.so") }
+	const modidSym, offsetSym = "_thread_db_link_map_l_tls_modid", "_thread_db_link_map_l_tls_offset"
+	addrs := findSymbols(pid, maps, []string{modidSym, offsetSym}, func(m format.Mapping) bool {
+		return strings.HasPrefix(filepath.Base(m.Path), "libc.so")
+	})
 	field := func(name string) uint64 {
-		addr, ok, err := findSymbol(pid, maps, name, isLibc)
-		if err != nil || !ok {
+		addr, ok := addrs[name]
+		if !ok {
 			return 0
 		}
 		var d [12]byte
@@ -86,13 +90,14 @@ func tlsFields(pid int, maps []format.Mapping) (modid, offset uint64) {
 		}
 		return uint64(binary.LittleEndian.Uint32(d[8:]))
 	}
-	return field("_thread_db_link_map_l_tls_modid"), field("_thread_db_link_map_l_tls_offset")
+	return field(modidSym), field(offsetSym)
 }
 
-// findSymbol returns the address in pid of the dynamic symbol name, looked
-// up in the mapped files that want accepts (through /proc/PID/map_files, so
-// the very file mapped, even if replaced on disk since).
-func findSymbol(pid int, maps []format.Mapping, name string, want func(format.Mapping) bool) (uint64, bool, error) {
+// findSymbols returns the addresses in pid of the dynamic symbols names, as
+// defined by the first mapped file that want accepts and that defines any
+// of them (read through /proc/PID/map_files: the very file mapped, even if
+// replaced on disk since).
+func findSymbols(pid int, maps []format.Mapping, names []string, want func(format.Mapping) bool) map[string]uint64 {
 	for _, m := range maps {
 		if m.Offset != 0 || m.Inode == 0 || !strings.HasPrefix(m.Path, "/") || !want(m) {
 			continue
@@ -104,28 +109,20 @@ func findSymbol(pid int, maps []format.Mapping, name string, want func(format.Ma
 		if err != nil {
 			continue
 		}
-		addr, ok := symbolIn(f, name)
+		syms, _ := f.DynamicSymbols()
 		bias := m.Start - firstLoad(f)
 		f.Close()
-		if ok {
-			return bias + addr, true, nil
+		out := map[string]uint64{}
+		for _, s := range syms {
+			if s.Section != elf.SHN_UNDEF && slices.Contains(names, s.Name) {
+				out[s.Name] = bias + s.Value
+			}
+		}
+		if len(out) > 0 {
+			return out
 		}
 	}
-	return 0, false, nil
-}
-
-// symbolIn returns the value of the defined dynamic symbol name in f.
-func symbolIn(f *elf.File, name string) (uint64, bool) {
-	syms, err := f.DynamicSymbols()
-	if err != nil {
-		return 0, false
-	}
-	for _, s := range syms {
-		if s.Name == name && s.Section != elf.SHN_UNDEF {
-			return s.Value, true
-		}
-	}
-	return 0, false
+	return nil
 }
 
 // firstLoad is the page-aligned address of f's lowest loadable segment: what

@@ -1,7 +1,9 @@
 package proc
 
 import (
+	"fmt"
 	"runtime"
+	"strings"
 )
 
 // Tracer runs functions on one OS thread that never changes: the kernel only
@@ -31,11 +33,50 @@ func NewTracer() *Tracer {
 	return t
 }
 
-// Do runs fn on the tracer thread and returns its error.
+// Do runs fn on the tracer thread and returns its error. A panic in fn is
+// returned as an error (PanicError) rather than taking the whole program
+// down: the thread must live on, and a recorder whose replay hit a bug must
+// still write its checkpoint and leave its target alone.
 func (t *Tracer) Do(fn func() error) error {
 	errc := make(chan error, 1)
-	t.ch <- func() { errc <- fn() }
+	t.ch <- func() {
+		defer func() {
+			if r := recover(); r != nil {
+				errc <- Recovered(r)
+			}
+		}()
+		errc <- fn()
+	}
 	return <-errc
+}
+
+// PanicError is a panic turned into an error by Recovered.
+type PanicError struct {
+	Value any
+	Where string // the function and line that panicked
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("internal error: %v (at %s)", e.Value, e.Where)
+}
+
+// Recovered makes an error of r, a value recover returned, naming where the
+// panic happened. Call it from the deferred function that recovered.
+func Recovered(r any) error {
+	pcs := make([]uintptr, 32)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs)])
+	where := "?"
+	for {
+		f, more := frames.Next()
+		if !strings.HasPrefix(f.Function, "runtime.") && !strings.HasSuffix(f.Function, ".Recovered") {
+			where = fmt.Sprintf("%s, %s:%d", f.Function, f.File, f.Line)
+			break
+		}
+		if !more {
+			break
+		}
+	}
+	return &PanicError{Value: r, Where: where}
 }
 
 // Close stops the tracer goroutine. Its thread exits with it (it stays locked),

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tprec/tprec/format"
+	"github.com/tprec/tprec/proc"
 	"github.com/tprec/tprec/replayer"
 )
 
@@ -175,10 +176,22 @@ func storeOneStart(c *format.Checkpoint, k int) {
 
 // trialReplay replays the window in at most n pieces at once and returns
 // the first piece's result with the pages every piece served.
+// runTrial runs one replay of the trial. A panic in the replayer, a bug,
+// fails the trial like a divergence (the checkpoint then keeps every page)
+// instead of killing the recorder before it writes anything.
+func runTrial(ctx context.Context, c *format.Checkpoint, store format.PageSource, o replayer.Options) (res *replayer.Result, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			res, err = nil, proc.Recovered(r)
+		}
+	}()
+	return replayer.Run(ctx, c, store, o)
+}
+
 func trialReplay(c *format.Checkpoint, store format.PageSource, n int) (*replayer.Result, error) {
 	starts := trialPieces(c, n)
 	if len(starts) <= 1 {
-		return replayer.Run(context.Background(), c, store, replayer.Options{From: -1, Lazy: true})
+		return runTrial(context.Background(), c, store, replayer.Options{From: -1, Lazy: true})
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -193,7 +206,7 @@ func trialReplay(c *format.Checkpoint, store format.PageSource, n int) (*replaye
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i], errs[i] = replayer.Run(ctx, c, store, replayer.Options{From: starts[i], Until: until, Lazy: true, CPU: i})
+			results[i], errs[i] = runTrial(ctx, c, store, replayer.Options{From: starts[i], Until: until, Lazy: true, CPU: i})
 			if errs[i] != nil {
 				cancel() // the others cannot save the trial
 			}

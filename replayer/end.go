@@ -91,21 +91,52 @@ func (e *engine) goal() format.Regs {
 // be compared with it at every pass.
 func (e *engine) startSearch(regs proc.Regs, what string) error {
 	rip := e.goal().Rip
-	// Up to 6 bytes of the instruction, within its page.
-	code := make([]byte, min(6, pageSize-int(rip%pageSize)))
-	if len(code) < 2 {
-		code = code[:2]
-	}
-	if err := e.touch(rip, len(code)); err != nil {
-		return err
-	}
-	if err := e.mem.ReadAt(code, rip); err != nil {
+	code, err := e.instructionBytes(rip)
+	if err != nil {
 		return e.diverge(regs.Rip, e.lastSeq(), what+" is not mapped in the replay",
 			fmt.Sprintf("code at %#x", rip), err.Error())
 	}
-	e.bp = breakpoint{addr: rip, orig: code[0], active: true, syscall: code[0] == 0x0f && code[1] == 0x05, hw: e.dbg == nil && e.hwbp,
+	e.bp = breakpoint{addr: rip, orig: code[0], active: true, syscall: len(code) >= 2 && code[0] == 0x0f && code[1] == 0x05, hw: e.dbg == nil && e.hwbp,
 		rep: decodeRepString(code)}
 	return e.armBreakpoint()
+}
+
+// instructionBytes reads up to 6 bytes of the instruction at rip, enough to
+// tell a syscall or a rep string instruction: those in rip's page, and
+// those of the next page only when the bytes so far are prefixes or an
+// escape, so the instruction surely goes on there (running it touches that
+// page anyway; a one-byte instruction at a page's end must not pull in a
+// page the window never touched, or one that is not mapped).
+func (e *engine) instructionBytes(rip uint64) ([]byte, error) {
+	code := make([]byte, 6)
+	n := min(len(code), pageSize-int(rip%pageSize))
+	if err := e.touch(rip, n); err != nil {
+		return nil, err
+	}
+	if err := e.mem.ReadAt(code[:n], rip); err != nil {
+		return nil, err
+	}
+	if n < len(code) && unfinished(code[:n]) {
+		next := rip + uint64(n)
+		if e.touch(next, len(code)-n) == nil && e.mem.ReadAt(code[n:], next) == nil {
+			n = len(code)
+		}
+	}
+	return code[:n], nil
+}
+
+// unfinished reports whether code holds only instruction prefixes, REX or
+// the 0x0f escape: no opcode yet.
+func unfinished(code []byte) bool {
+	for _, b := range code {
+		switch {
+		case b == 0xf3 || b == 0xf2 || b == 0x66 || b == 0x67 || b == 0x2e || b == 0x3e || b == 0x26 ||
+			b == 0x64 || b == 0x65 || b == 0x36 || b == 0xf0 || b == 0x0f || (b >= 0x40 && b <= 0x4f):
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // searchSignals goes on from a point where every signal the recording

@@ -1,10 +1,14 @@
 package replayer
 
 import (
+	"os"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/tprec/tprec/format"
+	"github.com/tprec/tprec/proc"
+	"golang.org/x/sys/unix"
 )
 
 // The end search steps through the iterations of a rep string instruction
@@ -56,5 +60,44 @@ func TestSharedHint(t *testing.T) {
 	ivs[0].Written = append(ivs[0].Written, format.PageRef{Addr: 0x5000})
 	if h := sharedHint(ivs); !strings.Contains(h, "1 pages of shared writable memory") {
 		t.Errorf("hint %q", h)
+	}
+}
+
+// The search reads the instruction at its goal's rip; one that starts on
+// the last byte of a page must be read whole when it goes on in the next
+// page, and alone, without an error, when it is one byte long or the next
+// page is not mapped (python3 once met a goal there, and the short read
+// panicked).
+func TestInstructionBytesAtPageEnd(t *testing.T) {
+	region, err := unix.Mmap(-1, 0, 2*pageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(region)
+	m, err := proc.OpenMem(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	e := &engine{mem: m}
+	base := uint64(uintptr(unsafe.Pointer(&region[0])))
+	last := base + pageSize - 1
+
+	region[pageSize-1], region[pageSize] = 0x90, 0x05 // nop
+	if code, err := e.instructionBytes(last); err != nil || len(code) != 1 || code[0] != 0x90 {
+		t.Errorf("nop at a page end: %x, %v", code, err)
+	}
+	region[pageSize-1] = 0x0f // syscall: 0f 05 across the pages
+	if code, err := e.instructionBytes(last); err != nil || len(code) != 6 || code[1] != 0x05 {
+		t.Errorf("syscall across a page end: %x, %v", code, err)
+	}
+	if _, _, errno := unix.Syscall(unix.SYS_MUNMAP, uintptr(base+pageSize), pageSize, 0); errno != 0 {
+		t.Fatal(errno)
+	}
+	if code, err := e.instructionBytes(last); err != nil || len(code) != 1 {
+		t.Errorf("escape byte before an unmapped page: %x, %v", code, err)
+	}
+	if code, err := e.instructionBytes(base + 16); err != nil || len(code) != 6 {
+		t.Errorf("inside a page: %x, %v", code, err)
 	}
 }

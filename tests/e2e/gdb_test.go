@@ -11,6 +11,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tprec/tprec/proc"
+	"golang.org/x/sys/unix"
 )
 
 // needTool returns the path of a program the test drives; a missing one fails
@@ -632,5 +635,51 @@ continue
 	}
 	if !strings.Contains(s["a3"], "SIGSEGV") {
 		t.Errorf("continue did not end at the recorded crash:\n%s", s["a3"])
+	}
+}
+
+// gdb reads errno, a thread-local variable of the C library, in a replay of
+// Debian's python3: a loop stats a file that does not exist. gdb stops
+// where the call returns ENOENT, finishes the C library's wrapper, which
+// sets errno, and prints it: 2, found through qGetTLSAddr at libc's static
+// offset below the thread pointer. It needs libc's symbol table (Debian's
+// libc6-dbg, which .ci/run installs): errno is not among libc's dynamic
+// symbols.
+func TestGDBErrno(t *testing.T) {
+	requireRoot(t)
+	id := proc.FileBuildID("/lib/x86_64-linux-gnu/libc.so.6")
+	if len(id) < 3 {
+		t.Fatalf("libc has no build-id")
+	}
+	if _, err := os.Stat("/usr/lib/debug/.build-id/" + id[:2] + "/" + id[2:] + ".debug"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("libc6-dbg is not installed: .ci/run installs it")
+		}
+		t.Skip("libc6-dbg is not installed: gdb cannot name errno")
+	}
+	py := "/usr/bin/python3"
+	src := "import os, time\n" +
+		"while True:\n" +
+		"    try:\n" +
+		"        os.stat('/nonexistent/tprec-errno')\n" +
+		"    except FileNotFoundError:\n" +
+		"        pass\n" +
+		"    time.sleep(0.002)\n"
+	target, _, done := startTarget(t, py, "-c", src)
+	ck, _ := crashWith(t, target, done, time.Second, func(pid int) error { return unix.Kill(pid, unix.SIGSEGV) })
+	// At the end of the recording a continue stops again at once: $n
+	// bounds the loop when no call failed.
+	script := "catch syscall newfstatat\nset $n = 0\ncontinue\n" +
+		"while $rax != -2 && $n < 200\nset $n = $n + 1\ncontinue\nend\n" +
+		"echo @@enoent\\n\np $rax\nfinish\n" +
+		"echo @@errno\\n\np (int)errno\n"
+	out := runGDB(t, py, "| "+filepath.Join(tools(t), "tpreplay")+" --gdb-stdio "+ck, script)
+	sec := sections(out)
+	if !strings.Contains(sec["enoent"], "= -2") || !strings.Contains(sec[""], "returned from syscall newfstatat") {
+		t.Fatalf("gdb found no newfstatat that returned ENOENT:\n%s", out)
+	}
+	t.Logf("gdb:\n%s%s", sec["enoent"], sec["errno"])
+	if !regexp.MustCompile(`\$\d+ = 2\n`).MatchString(sec["errno"]) {
+		t.Errorf("errno after the failed stat is not ENOENT (2):\n%s", out)
 	}
 }

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tprec/tprec/proc"
 	"golang.org/x/sys/unix"
 )
 
@@ -429,57 +428,6 @@ func TestMemcachedThreads(t *testing.T) {
 			t.Errorf("the replay ran %d threads, want 5", n)
 		}
 	})
-}
-
-// gdb reads errno, a thread-local variable of the C library, in a worker of
-// Debian's memcached: on the replay of a window of its threads, gdb stops
-// where a worker's read of its client socket returned EAGAIN (memcached
-// reads until then after each request), finishes the C library's read,
-// and prints that thread's errno: 11, found by qGetTLSAddr below the
-// worker's own thread pointer in libc's static block. It needs libc's
-// symbol table (Debian's libc6-dbg, which .ci/run installs): errno is not
-// among libc's dynamic symbols.
-func TestGDBMemcachedErrno(t *testing.T) {
-	requireRoot(t)
-	id := proc.FileBuildID("/lib/x86_64-linux-gnu/libc.so.6")
-	if len(id) < 3 {
-		t.Fatalf("libc has no build-id")
-	}
-	if _, err := os.Stat("/usr/lib/debug/.build-id/" + id[:2] + "/" + id[2:] + ".debug"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("libc6-dbg is not installed: .ci/run installs it")
-		}
-		t.Skip("libc6-dbg is not installed: gdb cannot name errno")
-	}
-	target, done := memcachedLight(t, "11736")
-	pid := target.Process.Pid
-	worker := 0
-	for _, tid := range tids(t, pid) {
-		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/comm", pid, tid)); worker == 0 && strings.TrimSpace(string(comm)) == "mc-worker" {
-			worker = tid
-		}
-	}
-	if worker == 0 {
-		t.Fatalf("memcached has no thread named mc-worker")
-	}
-	ck := crashThread(t, target, done, worker, 2*time.Second)
-	script := "catch syscall read\nset $n = 0\ncontinue\n" +
-		"while $rax != -11 && $n < 20000\nset $n = $n + 1\ncontinue\nend\n" +
-		"echo @@eagain\\n\np $rax\np 1000 + $_thread\nfinish\n" +
-		"echo @@errno\\n\np (int)errno\np 2000 + $_thread\n"
-	out := runGDB(t, needTool(t, "memcached"), "| "+filepath.Join(tools(t), "tpreplay")+" --gdb-stdio "+ck, script)
-	sec := sections(out)
-	if !strings.Contains(sec["eagain"], "= -11") || !strings.Contains(sec[""], "returned from syscall read") {
-		t.Fatalf("gdb found no read that returned EAGAIN:\n%s", out)
-	}
-	th1 := regexp.MustCompile(`= 100(\d)`).FindStringSubmatch(sec["eagain"])
-	th2 := regexp.MustCompile(`= 200(\d)`).FindStringSubmatch(sec["errno"])
-	if th1 == nil || th2 == nil || th1[1] != th2[1] || th1[1] == "1" {
-		t.Errorf("the read and errno were not in the same worker thread:\n%s", out)
-	}
-	if !regexp.MustCompile(`\$\d+ = 11\n`).MatchString(sec["errno"]) {
-		t.Errorf("errno after the read is not EAGAIN (11):\n%s", out)
-	}
 }
 
 // Debian's memcached serving a client while an operator sends it SIGHUP
