@@ -9,15 +9,16 @@ import (
 // Smallest encoded sizes of repeated records, used to bound counts before
 // allocating (see dec.count).
 const (
-	minInterval = 8 + 12 + 12 + 8 + 1 + 4 + 4 + 4 + 4
-	minThread   = 8 + regsSize + 4 + 8 + 1 + 16
-	minMapping  = 8 + 8 + 4 + 1 + 8 + 4 + 8 + 4
-	minSyscall  = 8 + 8 + 8 + 6*8 + 8 + 8 + 4 // version 1
-	minOutBuf   = 8 + 4                       // version 1
-	minSignal   = 8 + 8 + 8 + 4 + regsSize
-	minModule   = 4 + 5*8
-	indexSize   = 16 + 4 + 4
-	blockSize   = 8 + 4 + 4
+	minInterval   = 8 + 12 + 12 + 8 + 1 + 4 + 4 + 4 + 4
+	minThread     = 8 + regsSize + 4 + 8 + 1 + 16
+	minMapping    = 8 + 8 + 4 + 1 + 8 + 4 + 8 + 4
+	minSyscall    = 8 + 8 + 8 + 6*8 + 8 + 8 + 4 // version 1
+	minOutBuf     = 8 + 4                       // version 1
+	minSignal     = 8 + 8 + 8 + 4 + regsSize
+	minModule     = 4 + 5*8
+	minThreadName = 8 + 4
+	indexSize     = 16 + 4 + 4
+	blockSize     = 8 + 4 + 4
 )
 
 func decodeHeader(d *dec, h *Header) {
@@ -48,6 +49,13 @@ func decodeHeader(d *dec, h *Header) {
 				m.LD = d.u64("module dynamic section")
 				m.TLSModID = d.u64("module TLS id")
 				m.TLSOffset = d.i64("module TLS offset")
+			}
+		}
+		if n := d.count("thread name", minThreadName); n > 0 {
+			h.ThreadNames = make([]ThreadName, n)
+			for i := range h.ThreadNames {
+				h.ThreadNames[i].Tid = d.int("thread id")
+				h.ThreadNames[i].Name = d.str("thread name")
 			}
 		}
 	}

@@ -45,7 +45,7 @@ func TestWriteSeeds(t *testing.T) {
 		if name != "small-4.1.tpc" {
 			c = noEndThreads(c)
 		}
-		c.Header.Modules = nil
+		c.Header.Modules, c.Header.ThreadNames = nil, nil
 		seeds = append(seeds, struct {
 			name  string
 			c     *Checkpoint

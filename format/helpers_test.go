@@ -98,6 +98,7 @@ func richCheckpoint(seed uint64, intervals, pagesPer, syscalls int) (*Checkpoint
 			{Name: "/lib/x86_64-linux-gnu/libc.so.6", LinkMap: 0x7f0000002000, LAddr: 0x7ffff7d80000, LD: 0x7ffff7f9a9c0, TLSModID: 2, TLSOffset: 0x90},
 			{Name: "/lib64/ld-linux-x86-64.so.2", LinkMap: 0x7f0000003000, LAddr: 0x7ffff7fc3000, LD: 0x7ffff7ffce80},
 		},
+		ThreadNames: []ThreadName{{Tid: 4242, Name: "server"}, {Tid: 4243, Name: "worker 1"}},
 	}}
 	// A pool of pages that intervals draw from, so the same content appears
 	// at several addresses and in several intervals.

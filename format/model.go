@@ -72,6 +72,15 @@ type Header struct {
 	// variables: the loader's own records are rarely among the pages a
 	// minimized checkpoint keeps.
 	Modules []Module
+	// ThreadNames are the names (comm) the process's threads had at the
+	// dump (version 4.2), for a debugger's list of threads.
+	ThreadNames []ThreadName
+}
+
+// ThreadName is one thread's name, as /proc/PID/task/TID/comm gives it.
+type ThreadName struct {
+	Tid  int
+	Name string
 }
 
 // Module is one object of the dynamic loader's link map (struct link_map).

@@ -216,6 +216,11 @@ func encodeHeader(h *Header) []byte {
 		e.u64(m.TLSModID)
 		e.i64(m.TLSOffset)
 	}
+	e.u32(uint32(len(h.ThreadNames)))
+	for _, t := range h.ThreadNames {
+		e.int(t.Tid)
+		e.str(t.Name)
+	}
 	return e.b
 }
 

@@ -73,3 +73,25 @@ func ParseMaps(b []byte) ([]format.Mapping, error) {
 func Special(m format.Mapping) bool {
 	return m.Path == "[vvar]" || m.Path == "[vvar_vclock]" || m.Path == "[vsyscall]"
 }
+
+// ThreadNames reads the name (comm) of every thread of pid; a thread that
+// ends meanwhile is left out.
+func ThreadNames(pid int) []format.ThreadName {
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return nil
+	}
+	var out []format.ThreadName
+	for _, e := range ents {
+		tid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/comm", pid, tid))
+		if err != nil {
+			continue
+		}
+		out = append(out, format.ThreadName{Tid: tid, Name: strings.TrimSuffix(string(b), "\n")})
+	}
+	return out
+}

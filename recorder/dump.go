@@ -150,6 +150,7 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 		final[i] = format.PageRef{Addr: a, Hash: liveHash(a)}
 	}
 	c := &format.Checkpoint{Header: s.hdr, Final: final, End: end}
+	c.Header.ThreadNames = proc.ThreadNames(s.pid)
 	saved := map[format.Hash]*blob{}
 	filePages := map[uint64][]format.PageRef{}
 	for _, iv := range ivs {

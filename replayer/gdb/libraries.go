@@ -90,3 +90,25 @@ func librariesSVR4(libs []library) string {
 	b.WriteString("</library-list-svr4>\n")
 	return b.String()
 }
+
+// modulesSVR4 is the qXfer:libraries-svr4:read document made from the
+// loader's list recorded at the dump (format 4.2): the real link_map
+// addresses, which GDB hands back in qGetTLSAddr, and main-lm for the
+// program's own thread-local variables.
+func modulesSVR4(mods []format.Module) string {
+	var b strings.Builder
+	b.WriteString(`<library-list-svr4 version="1.0"`)
+	if mods[0].Name == "" {
+		fmt.Fprintf(&b, ` main-lm="%#x"`, mods[0].LinkMap)
+	}
+	b.WriteString(">\n")
+	for i, m := range mods {
+		if i == 0 && m.Name == "" {
+			continue
+		}
+		fmt.Fprintf(&b, `  <library name="%s" lm="%#x" l_addr="%#x" l_ld="%#x" lmid="0x0"/>`+"\n",
+			html.EscapeString(m.Name), m.LinkMap, m.LAddr, m.LD)
+	}
+	b.WriteString("</library-list-svr4>\n")
+	return b.String()
+}

@@ -59,3 +59,11 @@ func TestModulesSVR4(t *testing.T) {
 		t.Errorf("the program itself is listed as a library:\n%s", doc)
 	}
 }
+
+func TestThreadsXML(t *testing.T) {
+	doc := threadsXML([]int{0x4d2, 0x4d3}, []format.ThreadName{{Tid: 0x4d3, Name: "mc-worker<1>"}})
+	want := `<thread id="4d2"/>` + "\n" + `  <thread id="4d3" name="mc-worker&lt;1&gt;"/>`
+	if !strings.Contains(doc, want) {
+		t.Errorf("document:\n%s\nwant %s", doc, want)
+	}
+}

@@ -189,7 +189,7 @@ func (sv *Server) handle(p []byte) (bool, error) {
 	}
 	switch req.Op {
 	case OpSupported:
-		return false, sv.send(fmt.Sprintf("PacketSize=%x;qXfer:features:read+;qXfer:auxv:read+;qXfer:exec-file:read+;qXfer:libraries-svr4:read+;"+
+		return false, sv.send(fmt.Sprintf("PacketSize=%x;qXfer:features:read+;qXfer:auxv:read+;qXfer:exec-file:read+;qXfer:libraries-svr4:read+;qXfer:threads:read+;"+
 			"qXfer:siginfo:read+;ReverseStep+;ReverseContinue+;QStartNoAckMode+;vContSupported+;QCatchSyscalls+;swbreak+", MaxPacket))
 	case OpNoAck:
 		err := sv.send("OK")
@@ -488,6 +488,8 @@ func (sv *Server) xfer(object, annex string) ([]byte, bool) {
 		return auxv(sv.s), true
 	case "siginfo":
 		return sv.siginfo(), true
+	case "threads":
+		return []byte(threadsXML(sv.s.Threads(), c.Header.ThreadNames)), true
 	case "libraries-svr4":
 		if len(c.Header.Modules) > 0 {
 			return []byte(modulesSVR4(c.Header.Modules)), true

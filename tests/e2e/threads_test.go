@@ -733,7 +733,8 @@ func TestThreadedTargetUnharmedWhenTprecKilled(t *testing.T) {
 // the crash in the main thread, reverse-continue to a breakpoint on libc's
 // read stops in the worker that made the last read, finish shows the
 // request the client sent in the buffer, and continue reaches the crash
-// again.
+// again. info threads names the threads as memcached named them
+// (qXfer:threads, from the names tprec read at the dump).
 func TestGDBMemcachedReverse(t *testing.T) {
 	requireRoot(t)
 	srv := needTool(t, "memcached")
@@ -741,11 +742,14 @@ func TestGDBMemcachedReverse(t *testing.T) {
 	target, done := memcachedLight(t, "11733")
 	pid := target.Process.Pid
 	ck := crashThread(t, target, done, pid, 1500*time.Millisecond)
-	script := "continue\n" +
+	script := "info threads\ncontinue\n" +
 		"echo @@read\\n\nbreak read\nreverse-continue\np 1000 + $_thread\nset $b = (char *) $rsi\nfinish\nx/s $b\n" +
 		"echo @@end\\n\ndelete\ncontinue\n"
 	out := runGDB(t, srv, "| "+filepath.Join(tools(t), "tpreplay")+" --gdb-stdio "+ck, script)
 	sec := sections(out)
+	if strings.Count(sec[""], `"mc-worker"`) != 4 {
+		t.Errorf("info threads does not name the four workers mc-worker:\n%s", out)
+	}
 	r := sec["read"]
 	th := regexp.MustCompile(`= 100(\d)`).FindStringSubmatch(r)
 	if !strings.Contains(r, "hit Breakpoint 1,") || th == nil || th[1] == "1" || !strings.Contains(r, `"set k`) {
