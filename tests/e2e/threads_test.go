@@ -232,7 +232,7 @@ func TestGDBThreadsSignals(t *testing.T) {
 	target, done, _ := startPipeWorkers(t, prog, "timer")
 	ck, _ := crashWith(t, target, done, 1500*time.Millisecond, func(pid int) error { return unix.Kill(pid, unix.SIGSEGV) }, "--backend", "ptrace")
 	script := "echo @@first\\n\nbreak on_alarm\ncontinue\np 1000 + $_thread\n" +
-		"echo @@tls\\n\np alarms\np (long)$fs_base - (long)&alarms\nnext\np alarms\n" +
+		"echo @@tls\\n\np alarms\np (long)$fs_base - (long)&alarms\nwatch -l alarms\ncontinue\np alarms\np 1500 + $_thread\ndelete 2\n" +
 		"echo @@second\\n\ncontinue\np 2000 + $_thread\n" +
 		"echo @@back\\n\nreverse-continue\np 3000 + $_thread\n" +
 		"echo @@step\\n\np/x $pc\nreverse-stepi\np/x $pc\nstepi\np/x $pc\n" +
@@ -245,20 +245,22 @@ func TestGDBThreadsSignals(t *testing.T) {
 	if first == nil || second == nil || !strings.Contains(sec["first"], "hit Breakpoint 1, on_alarm") || !strings.Contains(sec["second"], "hit Breakpoint 1, on_alarm") {
 		t.Fatalf("gdb did not stop in the handler twice:\n%s", out)
 	}
-	// The count before and after the handler's increment, and the
-	// variable's distance below the thread pointer (a few bytes: the
-	// program's block comes last before the thread control block).
+	// The count before the handler's increment, the variable's distance
+	// below the thread pointer (a few bytes: the program's block comes
+	// last before the thread control block), a watchpoint on that thread's
+	// copy, which the increment triggers in the same thread, and the
+	// count after it.
 	tls := regexp.MustCompile(`\$\d+ = (-?\d+)`).FindAllStringSubmatch(sec["tls"], -1)
-	if len(tls) != 3 {
-		t.Errorf("gdb did not print the thread-local count twice and its place:\n%s", out)
+	if len(tls) != 4 || !strings.Contains(sec["tls"], "watchpoint 2: -location alarms") {
+		t.Errorf("gdb did not print the thread-local count twice and its place, with a watchpoint between:\n%s", out)
 	} else {
 		before, _ := strconv.Atoi(tls[0][1])
 		dist, _ := strconv.Atoi(tls[1][1])
 		after, _ := strconv.Atoi(tls[2][1])
-		if before < 0 || after != before+1 || dist <= 0 || dist > 4096 {
-			t.Errorf("thread-local alarms: %d then %d, %d bytes below the thread pointer; want one more after the handler, a few bytes below:\n%s", before, after, dist, out)
+		if before < 0 || after != before+1 || dist <= 0 || dist > 4096 || first == nil || tls[3][1] != "150"+first[1] {
+			t.Errorf("thread-local alarms: %d then %d, %d bytes below the thread pointer, in thread %s; want one more after the handler's increment in the same thread, a few bytes below:\n%s", before, after, dist, tls[3][1], out)
 		}
-		t.Logf("thread-local alarms %d -> %d, %d bytes below fs_base", before, after, dist)
+		t.Logf("thread-local alarms %d -> %d, %d bytes below fs_base:\n%s", before, after, dist, sec["tls"])
 	}
 	if back == nil || back[1] != first[1] || !strings.Contains(sec["back"], "hit Breakpoint 1, on_alarm") {
 		t.Errorf("reverse-continue did not go back to the first delivery, in thread %s:\n%s", first[1], out)
