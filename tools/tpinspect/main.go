@@ -142,6 +142,13 @@ type process struct {
 	Lost        uint64    `json:"lost_events"`
 	CPUFlags    int       `json:"cpu_flags"`
 	Modules     []module  `json:"modules,omitempty"`
+	Threads     []thread  `json:"threads,omitempty"`
+}
+
+// thread is one thread's id and name at the dump (format 4.2).
+type thread struct {
+	Tid  int    `json:"tid"`
+	Name string `json:"name"`
 }
 
 // module is one object of the loader's list at the dump (format 4.2).
@@ -246,6 +253,9 @@ func summarize(f *format.File) *summary {
 		Start: h.StartTime, Dump: h.DumpTime, Interval: h.Interval.String(), FullPages: h.FullPages,
 		PageSetNote: h.PageSetNote, Lost: h.Lost, CPUFlags: len(h.CPUFlags),
 	}}
+	for _, t := range h.ThreadNames {
+		s.Process.Threads = append(s.Process.Threads, thread{Tid: t.Tid, Name: t.Name})
+	}
 	for _, m := range h.Modules {
 		s.Process.Modules = append(s.Process.Modules, module{Name: m.Name, LinkMap: hex(m.LinkMap), LoadBias: hex(m.LAddr), TLSModID: m.TLSModID, TLSOffset: m.TLSOffset})
 	}
@@ -418,6 +428,13 @@ func printSummary(out io.Writer, s *summary) error {
 	}
 	if p.Lost != 0 {
 		fmt.Fprintf(w, "  lost events\t%d\n", p.Lost)
+	}
+	if len(p.Threads) > 0 {
+		var names []string
+		for _, t := range p.Threads {
+			names = append(names, fmt.Sprintf("%d %s", t.Tid, t.Name))
+		}
+		fmt.Fprintf(w, "  threads at the dump\t%s\n", strings.Join(names, ", "))
 	}
 	if len(p.Modules) > 0 {
 		tls := 0
