@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/proc"
 	"golang.org/x/sys/unix"
 )
@@ -682,4 +683,56 @@ func TestGDBErrno(t *testing.T) {
 	if !regexp.MustCompile(`\$\d+ = 2\n`).MatchString(sec["errno"]) {
 		t.Errorf("errno after the failed stat is not ENOENT (2):\n%s", out)
 	}
+}
+
+// gdb reads a thread-local variable of a shared object loaded with dlopen
+// (testdata/dyntls.c loads testdata/dyntlslib.c), whose block glibc
+// allocated on first use: not in the static area, so qGetTLSAddr follows
+// the thread's DTV, which the window touched (every access goes through
+// __tls_get_addr). The count before and after one more call differs by one.
+func TestGDBDynamicTLS(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	lib := filepath.Join(dir, "libdyntls.so")
+	prog := filepath.Join(dir, "dyntls")
+	for _, args := range [][]string{
+		{"-g", "-O1", "-shared", "-fPIC", "-o", lib, "testdata/dyntlslib.c"},
+		{"-g", "-O1", "-o", prog, "testdata/dyntls.c"},
+	} {
+		if b, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
+			t.Fatalf("gcc %v: %v\n%s", args, err, b)
+		}
+	}
+	target, _, done := startTarget(t, prog, lib)
+	ck, _ := crashWith(t, target, done, time.Second, func(pid int) error { return unix.Kill(pid, unix.SIGSEGV) })
+	f, err := format.Open(ck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mod *format.Module
+	for i, m := range f.Checkpoint.Header.Modules {
+		if m.Name == lib {
+			mod = &f.Checkpoint.Header.Modules[i]
+		}
+	}
+	f.Close()
+	if mod == nil || mod.TLSModID == 0 || mod.StaticTLS() {
+		t.Fatalf("the checkpoint does not list %s with a dynamic thread-local block: %+v", lib, mod)
+	}
+	script := "break count\ncontinue\n" +
+		"echo @@before\\n\np counted\nfinish\n" +
+		"echo @@after\\n\np counted\n"
+	out := runGDB(t, prog, "| "+filepath.Join(tools(t), "tpreplay")+" --gdb-stdio "+ck, script)
+	sec := sections(out)
+	v := regexp.MustCompile(`\$\d+ = (\d+)\n`)
+	b, a := v.FindStringSubmatch(sec["before"]), v.FindStringSubmatch(sec["after"])
+	if b == nil || a == nil {
+		t.Fatalf("gdb did not print the thread-local count before and after a call:\n%s", out)
+	}
+	before, _ := strconv.Atoi(b[1])
+	after, _ := strconv.Atoi(a[1])
+	if before < 1 || after != before+1 {
+		t.Errorf("thread-local count %d, then %d after one more call; want one more:\n%s", before, after, out)
+	}
+	t.Logf("dynamic thread-local count %d -> %d (module id %d)", before, after, mod.TLSModID)
 }
