@@ -154,6 +154,8 @@ func (c *Checkpoint) BoundaryDigests(u int, pages PageSource) ([]PageRef, error)
 		return nil, fmt.Errorf("interval %d: its start is not stored", iv.Index)
 	}
 	state := c.StartState(u)
+	// Once, not per page: it scans the whole syscall log.
+	rseqs := c.RseqAreas()
 	var out []PageRef
 	for _, a := range EndDigestPages(t.Regs.Rsp, c.Intervals[u-1].Written) {
 		h, ok := state[a]
@@ -167,7 +169,7 @@ func (c *Checkpoint) BoundaryDigests(u int, pages PageSource) ([]PageRef, error)
 		if err != nil {
 			return nil, fmt.Errorf("page %#x at the start of interval %d: %w", a, iv.Index, err)
 		}
-		out = append(out, PageRef{Addr: a, Hash: DigestPage(a, data, c.RseqAreas(), t.Regs.Rsp)})
+		out = append(out, PageRef{Addr: a, Hash: DigestPage(a, data, rseqs, t.Regs.Rsp)})
 	}
 	return out, nil
 }

@@ -51,10 +51,13 @@ func (s *session) dump(end format.EndState, reason string) error {
 	clk.log(s, "dump")
 	work := func() {
 		src.pid = live
+		fclk := newStepClock()
 		err := assemble()
+		fclk.mark("assemble")
 		if err == nil {
-			err = s.finish(path, c, src, t0, held)
+			err = s.finish(path, c, src, t0, held, fclk)
 		}
+		fclk.log(s, "dump in the background")
 		if err != nil {
 			s.errorf("checkpoint not written: %v", err)
 			s.mu.Lock()
@@ -231,7 +234,7 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 
 // finish reads the end digests, minimizes the checkpoint (unless
 // --full-pages), reads the final content of the pages kept, and writes it.
-func (s *session) finish(path string, c *format.Checkpoint, src *liveSource, t0 time.Time, held time.Duration) error {
+func (s *session) finish(path string, c *format.Checkpoint, src *liveSource, t0 time.Time, held time.Duration, clk *stepClock) error {
 	var err error
 	if c.End.Digests, err = digests(c.End.Digests, src, c.RseqAreas(), c.End.Regs.Rsp); err != nil {
 		return err
@@ -244,6 +247,7 @@ func (s *session) finish(path string, c *format.Checkpoint, src *liveSource, t0 
 			s.logf("interval %d: no boundary digests: %v", c.Intervals[i].Index, err)
 		}
 	}
+	clk.mark("digests")
 	// The loader's list of objects, for a debugger's thread-local lookups
 	// in the replay (its own records are seldom among the kept pages).
 	if maps, err := proc.ReadMaps(src.pid); err == nil {
@@ -251,16 +255,20 @@ func (s *session) finish(path string, c *format.Checkpoint, src *liveSource, t0 
 			s.logf("no list of loaded objects: %v", err)
 		}
 	}
+	clk.mark("loaded objects")
 	candidates := len(c.Final)
 	if !s.o.FullPages {
 		minimize(c, src, !s.o.AllStarts, s.logf)
+		clk.mark("trial replay")
 	}
 	if c.Final, err = src.resolve(c.Final); err != nil {
 		return err
 	}
+	clk.mark("final pages")
 	if path, err = s.write(path, c, src.store); err != nil {
 		return err
 	}
+	clk.mark("write")
 	var size int64
 	if st, err := os.Stat(path); err == nil {
 		size = st.Size()
