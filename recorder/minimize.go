@@ -174,8 +174,6 @@ func storeOneStart(c *format.Checkpoint, k int) {
 	c.Final = final
 }
 
-// trialReplay replays the window in at most n pieces at once and returns
-// the first piece's result with the pages every piece served.
 // runTrial runs one replay of the trial. A panic in the replayer, a bug,
 // fails the trial like a divergence (the checkpoint then keeps every page)
 // instead of killing the recorder before it writes anything.
@@ -188,6 +186,8 @@ func runTrial(ctx context.Context, c *format.Checkpoint, store format.PageSource
 	return replayer.Run(ctx, c, store, o)
 }
 
+// trialReplay replays the window in at most n pieces at once and returns
+// the first piece's result with the pages every piece served.
 func trialReplay(c *format.Checkpoint, store format.PageSource, n int) (*replayer.Result, error) {
 	starts := trialPieces(c, n)
 	if len(starts) <= 1 {
