@@ -708,6 +708,14 @@ func TestThreadedTargetUnharmedWhenTprecKilled(t *testing.T) {
 	rec.cmd.Process.Kill()
 	rec.wait(t, 10*time.Second)
 	time.Sleep(200 * time.Millisecond)
+	select {
+	case err := <-done:
+		// The loop runs for seconds more: an end now is a death. A kill
+		// inside a boundary's injected clone does this (README, "Current
+		// limits").
+		t.Fatalf("python3 ended right after tprec was killed: %v", err)
+	default:
+	}
 	for _, tid := range threads {
 		if tr := tracerOf(t, tid); tr != "0" && tr != "" {
 			t.Errorf("thread %d is still traced by %s", tid, tr)
