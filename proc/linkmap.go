@@ -110,7 +110,7 @@ func findSymbols(pid int, maps []format.Mapping, names []string, want func(forma
 			continue
 		}
 		syms, _ := f.DynamicSymbols()
-		bias := m.Start - firstLoad(f)
+		bias := m.Start - FirstLoad(f)
 		f.Close()
 		out := map[string]uint64{}
 		for _, s := range syms {
@@ -125,9 +125,10 @@ func findSymbols(pid int, maps []format.Mapping, names []string, want func(forma
 	return nil
 }
 
-// firstLoad is the page-aligned address of f's lowest loadable segment: what
-// its mapping of file offset 0 starts at, before the load bias.
-func firstLoad(f *elf.File) uint64 {
+// FirstLoad is the page-aligned address of f's lowest loadable segment: what
+// its mapping of file offset 0 starts at, before the load bias (0 for a file
+// without one).
+func FirstLoad(f *elf.File) uint64 {
 	low := uint64(0)
 	found := false
 	for _, p := range f.Progs {

@@ -130,14 +130,21 @@ func (e *engine) instructionBytes(rip uint64) ([]byte, error) {
 func unfinished(code []byte) bool {
 	for _, b := range code {
 		switch {
-		case b == 0xf3 || b == 0xf2 || b == 0x66 || b == 0x67 || b == 0x2e || b == 0x3e || b == 0x26 ||
-			b == 0x64 || b == 0x65 || b == 0x36 || b == 0xf0 || b == 0x0f || (b >= 0x40 && b <= 0x4f):
+		case b == 0xf3 || b == 0xf2 || b == 0x66 || b == 0xf0 || b == 0x0f || segmentOrAddrPrefix(b) || rex(b):
 		default:
 			return false
 		}
 	}
 	return true
 }
+
+// segmentOrAddrPrefix reports a segment override or the address-size prefix.
+func segmentOrAddrPrefix(b byte) bool {
+	return b == 0x67 || b == 0x2e || b == 0x3e || b == 0x26 || b == 0x64 || b == 0x65 || b == 0x36
+}
+
+// rex reports a REX prefix (0x40-0x4f).
+func rex(b byte) bool { return b >= 0x40 && b <= 0x4f }
 
 // searchSignals goes on from a point where every signal the recording
 // delivered after the last syscall where a syscall returns is delivered: a
@@ -319,9 +326,9 @@ func decodeRepString(code []byte) repString {
 		case b == 0x66:
 			opsize = true
 			continue
-		case b == 0x67 || b == 0x2e || b == 0x3e || b == 0x26 || b == 0x64 || b == 0x65 || b == 0x36:
+		case segmentOrAddrPrefix(b):
 			continue
-		case b >= 0x40 && b <= 0x4f: // REX, last before the opcode
+		case rex(b): // last before the opcode
 			w = b&8 != 0
 			continue
 		}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/tprec/tprec/format"
+	"github.com/tprec/tprec/proc"
 )
 
 // library is one shared object of the replayed process, as GDB's SVR4
@@ -60,15 +61,7 @@ func placeLibrary(path string, start uint64) library {
 		return lib
 	}
 	defer f.Close()
-	var first *elf.Prog
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_LOAD && (first == nil || p.Vaddr < first.Vaddr) {
-			first = p
-		}
-	}
-	if first != nil {
-		lib.lAddr = start - (first.Vaddr &^ (format.PageSize - 1))
-	}
+	lib.lAddr = start - proc.FirstLoad(f)
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_DYNAMIC {
 			lib.lLD = lib.lAddr + p.Vaddr
