@@ -13,6 +13,9 @@ import (
 type Injection struct {
 	Ret   int64
 	Child int // pid reported by a PTRACE_EVENT_CLONE/FORK during the call, else 0
+	// Requeued says the signal the thread was stopped for went back to
+	// its queue (Call.Signal): it is delivered when the thread next runs.
+	Requeued bool
 }
 
 // ErrExiting reports a tracee that stopped on its way out

@@ -189,13 +189,3 @@ func GetRseq(tid int) (addr uint64, length, sig uint32, err error) {
 	}
 	return uint64(le32(0)) | uint64(le32(4))<<32, le32(8), le32(12), nil
 }
-
-// SetSiginfo replaces the siginfo of the signal a tracee is stopped for (or
-// that a restart will deliver).
-func SetSiginfo(tid int, info []byte) error {
-	if len(info) < 128 {
-		return fmt.Errorf("set siginfo: %d bytes", len(info))
-	}
-	b := append([]byte(nil), info[:128]...)
-	return ptrace(unix.PTRACE_SETSIGINFO, tid, 0, uintptr(unsafe.Pointer(&b[0])))
-}

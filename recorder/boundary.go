@@ -68,24 +68,6 @@ func (c *stepClock) log(s *session, what string) {
 	}
 }
 
-// withSignalsBlocked runs fn (which injects syscalls) with every signal of the
-// target blocked, so nothing is delivered in the middle of an injection;
-// signals that arrive meanwhile stay pending and are delivered afterwards.
-func (s *session) withSignalsBlocked(fn func() error) error {
-	mask, err := proc.GetSigmask(s.ctl)
-	if err != nil {
-		return err
-	}
-	if err := proc.SetSigmask(s.ctl, ^uint64(0)); err != nil {
-		return err
-	}
-	ferr := fn()
-	if err := proc.SetSigmask(s.ctl, mask); err != nil && ferr == nil {
-		ferr = err
-	}
-	return ferr
-}
-
 // openInterval records the state at the interval start and creates its shadow.
 func (s *session) openInterval(now time.Time) error {
 	return s.openIntervalFrom(now, nil)
@@ -139,20 +121,14 @@ func (s *session) openIntervalFrom(now time.Time, snap *pageSnapshot) error {
 		}
 	}
 	s.nextIndex++
-	err = s.withSignalsBlocked(func() error {
-		s.reapZombie(false)
-		clk.mark("reap")
-		sh, err := s.createShadow()
-		if err != nil {
-			return err
-		}
-		clk.mark("clone")
-		s.shadow = sh
-		return nil
-	})
+	s.reapZombie(false)
+	clk.mark("reap")
+	sh, err := s.createShadow()
 	if err != nil {
 		return err
 	}
+	clk.mark("clone")
+	s.shadow = sh
 	s.cur = iv
 	err = s.src.opened(s)
 	clk.mark("opened")

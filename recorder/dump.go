@@ -35,10 +35,7 @@ func (s *session) dump(end format.EndState, reason string) error {
 	live := s.pid
 	var dsh *shadow
 	if reason != format.EndExit {
-		if err = s.withSignalsBlocked(func() error {
-			dsh, err = s.createShadow()
-			return err
-		}); err != nil {
+		if dsh, err = s.createShadow(); err != nil {
 			return fmt.Errorf("fork the dump shadow: %w", err)
 		}
 		live = dsh.pid

@@ -81,6 +81,10 @@ type session struct {
 	holdRetry time.Time
 	crashed   int // signal of the last crash checkpoint
 	crashTid  int // the thread it stopped, until recording starts afresh
+	// heldSignal is the fatal signal s.ctl is stopped in the delivery of
+	// while its checkpoint is taken; 0 once the dump shadow's injection
+	// has queued it again (proc.Call.Signal).
+	heldSignal int
 	// restarts are, per thread, the call interrupted with
 	// ERESTART_RESTARTBLOCK that restart_syscall will finish.
 	restarts map[int]*proc.SyscallInfo
@@ -787,27 +791,28 @@ func (s *session) crash(t *thread, sig int) error {
 		}
 		return err
 	}
-	s.ctl = t.tid
+	s.ctl, s.heldSignal = t.tid, sig
 	end := format.EndState{Kind: format.EndSignal, Tid: t.tid, Signo: sig, Siginfo: info, Regs: regs}
 	if err := s.dump(end, format.EndSignal); err != nil {
 		s.logf("dump at %v: %v", unix.SignalName(unix.Signal(sig)), err)
 	}
-	s.ctl = s.pid
+	requeued := s.heldSignal == 0
+	s.ctl, s.heldSignal = s.pid, 0
 	// If a handler survives the signal, recording starts afresh.
 	s.state = stateStarting
 	s.ring.reset()
-	// The dump shadow's injection left the thread in a stop of its own:
-	// deliver the signal with its original siginfo, as if nothing had
-	// happened in between. The other threads go on whatever happens.
-	err = proc.SetSiginfo(t.tid, info)
-	if proc.Gone(err) {
-		err = nil // not stopped: resumeFatal sends the signal again
-	}
-	if rerr := s.releaseOthers(); err == nil {
-		err = rerr
-	}
-	if err != nil {
+	// The other threads go on whatever happens.
+	if err := s.releaseOthers(); err != nil {
 		return err
+	}
+	if requeued {
+		// The dump shadow's injection gave the signal back to the kernel,
+		// with its siginfo: the thread takes it as soon as it runs, as if
+		// nothing had happened in between.
+		if err := s.resume(t.tid, 0); err != nil && !proc.Gone(err) {
+			return err
+		}
+		return nil
 	}
 	return s.resumeFatal(t.tid, sig)
 }
@@ -1300,6 +1305,9 @@ func (s *session) waitLeader() (proc.Stop, error) {
 }
 
 func (s *session) fail(err error) error {
+	if debugStops {
+		s.logf("failing: %v", err)
+	}
 	s.killShadow()
 	if !s.gone {
 		if derr := s.detach("error"); derr != nil {

@@ -19,12 +19,18 @@ type shadow struct {
 // past its first stack access even if it were ever let go before EXITKILL.
 const badStack = 0x1000
 
-// createShadow injects clone() into the stopped target. The caller has blocked
-// the target's signals; the shadow inherits that fully blocked mask, so a fault
-// in it kills it (the kernel forces a blocked fatal signal to its default).
+// createShadow injects clone() into the stopped target through the
+// trampoline, which blocks the target's signals for the call: the shadow
+// inherits that fully blocked mask, so a fault in it kills it (the kernel
+// forces a blocked fatal signal to its default). A thread stopped in the
+// delivery of a fatal signal (s.heldSignal) keeps it: the injection queues it
+// again and it is delivered when the thread runs.
 func (s *session) createShadow() (*shadow, error) {
 	flags := uint64(unix.CLONE_FILES) // low byte 0: no exit signal
-	res, err := proc.Inject(s.ctl, s.vdso.insn, unix.SYS_CLONE, flags, badStack, 0, 0, 0)
+	res, err := s.inject(proc.Call{Nr: unix.SYS_CLONE, Args: []uint64{flags, badStack, 0, 0, 0}, Clone: true, Signal: s.heldSignal})
+	if res.Requeued {
+		s.heldSignal = 0
+	}
 	if err != nil {
 		if res.Child > 0 {
 			unix.Kill(res.Child, unix.SIGKILL)
@@ -180,6 +186,13 @@ func (s *session) reap(pid int) bool {
 	if s.vdso == nil {
 		return false
 	}
-	res, err := proc.Inject(s.ctl, s.vdso.insn, unix.SYS_WAIT4, uint64(pid), 0, unix.WNOHANG|unix.WALL, 0)
+	res, err := s.inject(proc.Call{Nr: unix.SYS_WAIT4, Args: []uint64{uint64(pid), 0, unix.WNOHANG | unix.WALL, 0}})
 	return err == nil && res.Ret == int64(pid)
+}
+
+// inject has the target's thread s.ctl make a call through the vDSO's
+// trampoline, which leaves the target whole whatever instant tprec dies at
+// (proc.Trampoline).
+func (s *session) inject(c proc.Call) (proc.Injection, error) {
+	return s.vdso.tramp.Inject(s.mem, s.ctl, c)
 }

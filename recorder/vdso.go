@@ -24,6 +24,11 @@ type vdsoPatch struct {
 	sites      []vdsoSite
 	insn       uint64 // address of a patched `syscall` instruction
 	start, end uint64 // the [vdso] mapping
+	// tramp is the code the target's own threads make the recorder's
+	// calls through (proc.Trampoline), in bytes of the vDSO no code uses;
+	// trampSite puts them back at the end.
+	tramp     *proc.Trampoline
+	trampSite vdsoSite
 }
 
 type vdsoSite struct {
@@ -72,6 +77,11 @@ func patchVDSO(mem *proc.Mem, maps []format.Mapping, rips []uint64) (*vdsoPatch,
 			return nil, fmt.Errorf("patch vdso: %w", err)
 		}
 	}
+	if err := mem.WriteAt(p.trampSite.stub, p.trampSite.addr); err != nil {
+		p.trampSite = vdsoSite{}
+		p.undo(mem)
+		return nil, fmt.Errorf("patch vdso: write the trampoline: %w", err)
+	}
 	return p, nil
 }
 
@@ -106,8 +116,10 @@ func planVDSO(mem *proc.Mem, maps []format.Mapping) (*vdsoPatch, error) {
 		return nil, fmt.Errorf("patch vdso: symbols: %w", err)
 	}
 	addrOf := map[string]uint64{}
+	sizeOf := map[string]uint64{}
 	for _, s := range syms {
 		addrOf[s.Name] = vm.Start + s.Value - loadVaddr
+		sizeOf[s.Name] = s.Size
 	}
 	p := &vdsoPatch{start: vm.Start, end: vm.End}
 	for _, r := range vdsoRedirects {
@@ -128,7 +140,57 @@ func planVDSO(mem *proc.Mem, maps []format.Mapping) (*vdsoPatch, error) {
 	if p.insn == 0 {
 		return nil, fmt.Errorf("patch vdso: no known time function in the vDSO")
 	}
+	var bodies []vdsoRange
+	for _, r := range vdsoRedirects {
+		if a, ok := addrOf[r.sym]; ok {
+			bodies = append(bodies, vdsoRange{a + uint64(len(vdsoStub(r.nr))), a + sizeOf[r.sym]})
+		}
+	}
+	at, err := trampolineSite(img, vm.Start, bodies, uint64(proc.TrampolineSize()))
+	if err != nil {
+		return nil, err
+	}
+	p.tramp = proc.NewTrampoline(at)
+	img0 := p.tramp.Image()
+	p.trampSite = vdsoSite{addr: at, orig: append([]byte(nil), img[at-vm.Start:at-vm.Start+uint64(len(img0))]...), stub: img0}
 	return p, nil
+}
+
+type vdsoRange struct{ start, end uint64 }
+
+// trampolineSite chooses where the trampoline goes: in the padding after
+// the end of the vDSO's ELF image (its sections and section headers), which
+// nothing reads, when the page has room; else in the body of a patched
+// function past its stub, which no thread can enter any more (bodies). The
+// vDSO mapping starts at base; the address is 16-byte aligned.
+func trampolineSite(img []byte, base uint64, bodies []vdsoRange, size uint64) (uint64, error) {
+	if len(img) < 64 {
+		return 0, fmt.Errorf("patch vdso: image of %d bytes", len(img))
+	}
+	// e_shoff, e_shentsize, e_shnum of the ELF64 header.
+	end := binary.LittleEndian.Uint64(img[0x28:]) + uint64(binary.LittleEndian.Uint16(img[0x3a:]))*uint64(binary.LittleEndian.Uint16(img[0x3c:]))
+	if f, err := elf.NewFile(bytes.NewReader(img)); err == nil {
+		for _, s := range f.Sections {
+			if s.Type != elf.SHT_NOBITS && s.Offset+s.FileSize > end {
+				end = s.Offset + s.FileSize
+			}
+		}
+		for _, p := range f.Progs {
+			if p.Off+p.Filesz > end {
+				end = p.Off + p.Filesz
+			}
+		}
+	}
+	align := func(a uint64) uint64 { return (a + 15) &^ 15 }
+	if end = align(end); end+size <= uint64(len(img)) {
+		return base + end, nil
+	}
+	for _, b := range bodies {
+		if s := align(b.start); s+size <= b.end {
+			return s, nil
+		}
+	}
+	return 0, fmt.Errorf("patch vdso: no room for the recorder's %d-byte trampoline (%d bytes after the image, none in the patched functions)", size, uint64(len(img))-min(end, uint64(len(img))))
 }
 
 // leave moves a stopped thread out of the stubs, so that undo cannot leave
@@ -160,11 +222,14 @@ func (p *vdsoPatch) leave(regs *format.Regs, mem *proc.Mem) (bool, error) {
 // undo writes the original bytes back.
 func (p *vdsoPatch) undo(mem *proc.Mem) error {
 	var first error
-	for _, s := range p.sites {
+	for _, s := range append(p.sites, p.trampSite) {
+		if s.addr == 0 {
+			continue
+		}
 		if err := mem.WriteAt(s.orig, s.addr); err != nil && first == nil {
 			first = err
 		}
 	}
-	p.sites = nil
+	p.sites, p.trampSite = nil, vdsoSite{}
 	return first
 }

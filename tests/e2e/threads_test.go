@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -843,4 +844,62 @@ func runningAtEnd(t *testing.T, prog, backend string) {
 		return
 	}
 	t.Fatal("in 4 recordings the worker was never running where the recording ended")
+}
+
+// pythonHashChain is a single-threaded python3 loop that both computes and
+// sleeps, so a boundary finds its thread in either.
+const pythonHashChain = `
+import hashlib, time
+h = b""
+for i in range(1500000):
+    h = hashlib.sha256(h).digest()
+    if i % 15000 == 0:
+        time.sleep(0.001)
+print(h.hex())
+`
+
+// TestTargetUnharmedWhenTprecKilledAtRandom kills tprec with SIGKILL at
+// random moments while it records python3 at 10 ms intervals, so that many
+// kills land inside a boundary, in the clone or wait4 tprec has the target
+// make (before those went through the vDSO trampoline, 12 such kills in 100
+// killed the target with SIGTRAP). Every run must end as an unrecorded one
+// does, with no shadow left running.
+func TestTargetUnharmedWhenTprecKilledAtRandom(t *testing.T) {
+	requireRoot(t)
+	py := "/usr/bin/python3"
+	ref, err := exec.Command(py, "-S", "-c", pythonHashChain).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	for run := range 15 {
+		target, out, done := startTarget(t, py, "-S", "-c", pythonHashChain)
+		pid := target.Process.Pid
+		rec := startTprec(t, "--pid", fmt.Sprint(pid), "--output", t.TempDir(), "--interval", "10ms")
+		rec.waitRecording(t)
+		time.Sleep(time.Duration(rng.IntN(800)) * time.Millisecond)
+		shadows := childrenOf(pid)
+		if target.ProcessState != nil || procState(pid) == "Z" || len(shadows) == 0 {
+			t.Fatalf("run %d: python3 ended (state %q), or had no shadow (%v), before tprec was killed: the run would prove nothing", run, procState(pid), shadows)
+		}
+		rec.cmd.Process.Kill()
+		rec.wait(t, 10*time.Second)
+		time.Sleep(50 * time.Millisecond)
+		for _, s := range append(shadows, childrenOf(pid)...) {
+			if st := procState(s); st != "" && st != "Z" && st != "X" {
+				t.Errorf("run %d: child %d of the target is alive after tprec was killed (state %s)", run, s, st)
+			}
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("run %d: python3 failed after tprec was killed: %v", run, err)
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatalf("run %d: python3 did not finish after tprec was killed", run)
+		}
+		if got := out.String(); got != string(ref) {
+			t.Fatalf("run %d: output %q, an unrecorded run printed %q", run, got, ref)
+		}
+	}
 }

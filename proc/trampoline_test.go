@@ -1,0 +1,332 @@
+package proc
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// waitSleeping waits until process pid sits in clock_nanosleep or
+// nanosleep, so that a test sees it past its loader (219: restart_syscall, the sleep
+// resumed after a stop).
+func waitSleeping(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/syscall", pid))
+		if f := strings.Fields(string(b)); len(f) > 0 && (f[0] == "230" || f[0] == "35" || f[0] == "219") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d did not reach its sleep: %q", pid, b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// placeTrampoline writes a trampoline into the last bytes of the vDSO
+// mapping, which are padding after its ELF image on the kernels this runs on
+// (the recorder chooses its place with more care: recorder/vdso.go).
+func placeTrampoline(pid int, mem *Mem) (*Trampoline, error) {
+	maps, err := ReadMaps(pid)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range maps {
+		if m.Path != "[vdso]" {
+			continue
+		}
+		at := (m.End - uint64(TrampolineSize())) &^ 15
+		old := make([]byte, m.End-at)
+		if err := mem.ReadAt(old, at); err != nil {
+			return nil, err
+		}
+		if !bytes.Equal(old, make([]byte, len(old))) {
+			return nil, fmt.Errorf("the end of the vDSO at %#x is not padding on this kernel", at)
+		}
+		tr := NewTrampoline(at)
+		return tr, mem.WriteAt(tr.Image(), at)
+	}
+	return nil, fmt.Errorf("no [vdso] in process %d", pid)
+}
+
+// TestTrampolineInject injects a call into Debian's sleep, stopped in its
+// clock_nanosleep, and checks the result and that registers and signal mask
+// come back unchanged, the sleep still to be restarted by the kernel.
+func TestTrampolineInject(t *testing.T) {
+	cmd := exec.Command("/bin/sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	pid := cmd.Process.Pid
+	waitSleeping(t, pid)
+	tracer := NewTracer()
+	defer tracer.Close()
+	err := tracer.Do(func() error {
+		if err := Seize(pid, unix.PTRACE_O_TRACESYSGOOD|unix.PTRACE_O_TRACECLONE); err != nil {
+			return err
+		}
+		if err := Interrupt(pid); err != nil {
+			return err
+		}
+		if _, err := Wait(pid); err != nil {
+			return err
+		}
+		mem, err := OpenMem(pid)
+		if err != nil {
+			return err
+		}
+		defer mem.Close()
+		tr, err := placeTrampoline(pid, mem)
+		if err != nil {
+			return err
+		}
+		before, err := GetRegs(pid)
+		if err != nil {
+			return err
+		}
+		if int64(before.Rax) != -516 || before.OrigRax != unix.SYS_CLOCK_NANOSLEEP {
+			t.Errorf("sleep stopped with rax %d, orig_rax %d: not in its interrupted clock_nanosleep", int64(before.Rax), before.OrigRax)
+		}
+		mask, _ := GetSigmask(pid)
+		res, err := tr.Inject(mem, pid, Call{Nr: unix.SYS_GETPID})
+		if err != nil {
+			return err
+		}
+		if res.Ret != int64(pid) {
+			t.Errorf("getpid returned %d, want %d", res.Ret, pid)
+		}
+		after, _ := GetRegs(pid)
+		if after != before {
+			t.Errorf("registers changed:\n%+v\n%+v", before, after)
+		}
+		if m, _ := GetSigmask(pid); m != mask {
+			t.Errorf("mask %#x, was %#x", m, mask)
+		}
+		return Detach(pid, 0)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitSleeping(t, pid)
+}
+
+// The tracer-death test runs the test binary again as the tracer
+// (trampolineHelper), so that it can be killed.
+const helperEnv = "TPREC_TRAMPOLINE_HELPER"
+
+func TestMain(m *testing.M) {
+	if out := os.Getenv(helperEnv); out != "" {
+		if err := trampolineHelper(out); err != nil {
+			fmt.Fprintln(os.Stderr, "helper:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// hashLoop is the target: Debian's python3 on a sha256 chain, with short
+// sleeps, writing the last digest to the file named by its argument.
+const hashLoop = `import hashlib, sys, time
+h = b''
+for i in range(150000):
+    h = hashlib.sha256(h).digest()
+    if i % 1500 == 0:
+        time.sleep(0.0005)
+open(sys.argv[1] + '.tmp', 'w').write(h.hex())
+import os
+os.rename(sys.argv[1] + '.tmp', sys.argv[1])
+`
+
+// trampolineHelper starts the target, prints its pid and injects calls into
+// it without end, as the recorder does at its boundaries: a clone (a shadow,
+// killed at once, then reaped by an injected wait4) and a few getpid, the
+// target running a little in between. The test kills it at a random moment.
+func trampolineHelper(out string) error {
+	runtime.LockOSThread()
+	cmd := exec.Command("/usr/bin/python3", "-S", "-c", hashLoop, out)
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	pid := cmd.Process.Pid
+	if err := Seize(pid, unix.PTRACE_O_TRACESYSGOOD|unix.PTRACE_O_TRACECLONE); err != nil {
+		return err
+	}
+	time.Sleep(50 * time.Millisecond)
+	mem, err := OpenMem(pid)
+	if err != nil {
+		return err
+	}
+	var tr *Trampoline
+	fmt.Println(pid)
+	for {
+		if err := Interrupt(pid); err != nil {
+			return err
+		}
+		st, err := Wait(pid)
+		if err != nil || st.Exited() {
+			return err
+		}
+		if sig := st.Signal(); sig != 0 {
+			if err := Resume(unix.PTRACE_CONT, pid, sig); err != nil {
+				return err
+			}
+			continue
+		}
+		if tr == nil {
+			if tr, err = placeTrampoline(pid, mem); err != nil {
+				return err
+			}
+		}
+		res, err := tr.Inject(mem, pid, Call{Nr: unix.SYS_CLONE, Args: []uint64{unix.CLONE_FILES, 0x1000}, Clone: true})
+		if err != nil {
+			return err
+		}
+		if res.Child > 0 {
+			if _, err := Wait(res.Child); err != nil {
+				return err
+			}
+			if err := SetOptions(res.Child, unix.PTRACE_O_EXITKILL); err != nil {
+				return err
+			}
+			unix.Kill(res.Child, unix.SIGKILL)
+			for {
+				st, err := Wait(res.Child)
+				if err != nil || st.Exited() {
+					break
+				}
+			}
+			if _, err := tr.Inject(mem, pid, Call{Nr: unix.SYS_WAIT4, Args: []uint64{uint64(res.Child), 0, unix.WNOHANG | unix.WALL}}); err != nil {
+				return err
+			}
+		}
+		for range 3 {
+			if _, err := tr.Inject(mem, pid, Call{Nr: unix.SYS_GETPID}); err != nil {
+				return err
+			}
+		}
+		if err := Resume(unix.PTRACE_CONT, pid, 0); err != nil {
+			return err
+		}
+		time.Sleep(time.Duration(rand.Intn(300)) * time.Microsecond)
+	}
+}
+
+// TestTrampolineSurvivesTracerDeath kills the tracer (SIGKILL, nothing of it
+// runs after) at random moments while it injects calls back to back into
+// python3, and checks each time that the target finishes with the digest an
+// untraced run computes, and that no child the injected clones made is left
+// running. Single-stepped injections (proc.Inject) fail this in a few runs
+// of twenty: the target dies of SIGTRAP.
+func TestTrampolineSurvivesTracerDeath(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("needs Debian's python3")
+	}
+	dir := t.TempDir()
+	ref := filepath.Join(dir, "ref")
+	if b, err := exec.Command("/usr/bin/python3", "-S", "-c", hashLoop, ref).CombinedOutput(); err != nil {
+		t.Fatalf("untraced run: %v\n%s", err, b)
+	}
+	want, _ := os.ReadFile(ref)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for run := range 20 {
+		out := filepath.Join(dir, strconv.Itoa(run))
+		helper := exec.Command(self)
+		helper.Env = append(os.Environ(), helperEnv+"="+out)
+		var stdout, stderr bytes.Buffer
+		helper.Stdout, helper.Stderr = &stdout, &stderr
+		if err := helper.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var pid int
+		for deadline := time.Now().Add(5 * time.Second); pid == 0; time.Sleep(time.Millisecond) {
+			pid, _ = strconv.Atoi(strings.TrimSpace(stdout.String()))
+			if time.Now().After(deadline) {
+				helper.Process.Kill()
+				helper.Wait()
+				t.Fatalf("run %d: the helper gave no pid: %s", run, stderr.String())
+			}
+		}
+		time.Sleep(time.Duration(20+rand.Intn(200)) * time.Millisecond)
+		helper.Process.Kill()
+		helper.Wait()
+		if strings.Contains(stderr.String(), "helper:") {
+			t.Fatalf("run %d: the helper failed before it was killed: %s", run, stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+		if left := liveChildren(pid); len(left) > 0 {
+			t.Errorf("run %d: children of the target still running after the tracer died: %v", run, left)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			got, err := os.ReadFile(out)
+			if err == nil {
+				if !bytes.Equal(got, want) {
+					t.Fatalf("run %d: digest %s, an untraced run computed %s", run, got, want)
+				}
+				break
+			}
+			if _, serr := os.Stat(fmt.Sprintf("/proc/%d", pid)); serr != nil || procState(pid) == "Z" {
+				t.Fatalf("run %d: python3 (pid %d) ended without writing its digest: killed by the tracer's death", run, pid)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("run %d: python3 (pid %d) did not finish (state %s)", run, pid, procState(pid))
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+// procState is the state letter of process pid, "" when it is gone.
+func procState(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2 : i+3]
+	}
+	return ""
+}
+
+// liveChildren lists the children of pid that are not zombies.
+func liveChildren(pid int) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		c, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+2:])
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) && f[0] != "Z" && f[0] != "X" {
+			out = append(out, c)
+		}
+	}
+	return out
+}
