@@ -18,8 +18,9 @@ import (
 // the log captures. Each entry point becomes `mov eax, NR; syscall; ret`: the
 // arguments are already in the syscall argument registers (the C calling
 // convention and the syscall convention agree on rdi, rsi, rdx). The patched
-// clock_gettime also gives the recorder a `syscall` instruction followed by
-// `ret` to inject through (see shadow.go for why the `ret` matters).
+// clock_gettime also gives the recorder a `syscall` instruction to inject
+// through into a shadow (dropFiles); calls into the target go through the
+// trampoline placed with the patch.
 type vdsoPatch struct {
 	sites      []vdsoSite
 	insn       uint64 // address of a patched `syscall` instruction
