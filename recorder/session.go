@@ -85,6 +85,10 @@ type session struct {
 	// while its checkpoint is taken; 0 once the dump shadow's injection
 	// has queued it again (proc.Call.Signal).
 	heldSignal int
+	// requeuedTid is the thread whose crash signal (crashed) went back to
+	// the kernel's queue, until its delivery stop: that stop delivers it,
+	// and recording does not start afresh before (start).
+	requeuedTid int
 	// restarts are, per thread, the call interrupted with
 	// ERESTART_RESTARTBLOCK that restart_syscall will finish.
 	restarts map[int]*proc.SyscallInfo
@@ -459,6 +463,9 @@ func (s *session) handle(st proc.Stop) error {
 		return nil
 	}
 	if st.Exited() {
+		if t.tid == s.requeuedTid {
+			s.requeuedTid = 0
+		}
 		if t.tid != s.pid {
 			delete(s.threads, t.tid)
 			return nil
@@ -715,6 +722,13 @@ func (s *session) suppressed(t *thread, sig int) bool {
 }
 
 func (s *session) onSignal(t *thread, sig int) error {
+	if s.requeuedTid != 0 && sig == s.crashed {
+		// The crash's own signal, queued again by the dump: delivered as
+		// it would have been without tprec (a signal sent to the process
+		// may go to another of its threads).
+		s.requeuedTid = 0
+		return s.resume(t.tid, sig)
+	}
 	if sig == 0 || s.suppressed(t, sig) {
 		return s.resume(t.tid, 0)
 	}
@@ -808,7 +822,8 @@ func (s *session) crash(t *thread, sig int) error {
 	if requeued {
 		// The dump shadow's injection gave the signal back to the kernel,
 		// with its siginfo: the thread takes it as soon as it runs, as if
-		// nothing had happened in between.
+		// nothing had happened in between (onSignal).
+		s.requeuedTid = t.tid
 		if err := s.resume(t.tid, 0); err != nil && !proc.Gone(err) {
 			return err
 		}
@@ -1077,6 +1092,11 @@ func (s *session) releaseOthers() error {
 
 // start sets recording up at the first stop: header, vDSO patch, interval 0.
 func (s *session) start() error {
+	if s.requeuedTid != 0 {
+		// A crash's signal waits for its delivery (onSignal): a handler
+		// that survives it is recorded afresh from a stop after that.
+		return nil
+	}
 	if s.crashed != 0 && s.crashTid != 0 {
 		if _, caught := disposition(s.pid, s.crashed); !caught {
 			// Not yet: the process is most likely dying of its signal,
