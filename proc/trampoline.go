@@ -278,10 +278,11 @@ func (t *Trampoline) dataArea(c Call, mask uint64, regs Regs) []byte {
 // which must be in its memory (Image at Addr), and puts it back as it was. The
 // thread must be in a stop it can be resumed from into user code (an event,
 // signal-delivery or syscall-exit stop) and traced with
-// PTRACE_O_TRACESYSGOOD. It ends in a PTRACE_EVENT_STOP with its own
-// registers and mask: a call it was stopped in is then restarted, or not, by
-// the kernel on the way out of that stop, exactly as it would have been on
-// the way out of the stop it was in.
+// PTRACE_O_TRACESYSGOOD. It ends at the call's syscall-exit stop with its
+// own registers and mask, or, when it was stopped in a call the kernel is to
+// restart, in a PTRACE_EVENT_STOP after it: the call is then restarted, or
+// not, by the kernel on the way out of that stop, exactly as it would have
+// been on the way out of the stop it was in.
 func (t *Trampoline) Inject(mem MemWriter, tid int, c Call) (Injection, error) {
 	if len(c.Args) > 6 {
 		return Injection{}, fmt.Errorf("inject syscall %d: %d arguments", c.Nr, len(c.Args))
@@ -322,37 +323,40 @@ func (t *Trampoline) Inject(mem MemWriter, tid int, c Call) (Injection, error) {
 		return res.Injection, err
 	}
 	// At the call's exit stop: mask, then registers (a tracer gone in
-	// between leaves the trampoline's restore to do the same), then a trap
-	// on the way out, so the thread stops where the kernel's
-	// signal-and-restart path runs for its own registers.
+	// between leaves the trampoline's restore to do the same).
 	if err := SetSigmask(tid, mask); err != nil {
 		return res.Injection, fmt.Errorf("inject syscall %d: restore the signal mask: %w", c.Nr, err)
 	}
 	if err := SetRegs(tid, saved); err != nil {
 		return res.Injection, fmt.Errorf("inject syscall %d: restore registers: %w", c.Nr, err)
 	}
+	if resumedRegs(saved) == saved {
+		return res.Injection, nil
+	}
+	// The thread was stopped in a call the kernel restarts on the way out
+	// of the stop, in the signal path, which a syscall-exit stop does not
+	// pass through unless a signal is pending: a trap on the way out stops
+	// the thread once more where that path runs for its own registers (a
+	// handler delivered there turns the call into EINTR, as it would have).
 	if err := Interrupt(tid); err != nil {
 		return res.Injection, fmt.Errorf("inject syscall %d: %w", c.Nr, err)
 	}
 	if err := Resume(unix.PTRACE_SYSCALL, tid, 0); err != nil {
 		return res.Injection, fmt.Errorf("inject syscall %d: %w", c.Nr, err)
 	}
-	for {
-		st, err := Wait(tid)
-		if err != nil {
-			return res.Injection, err
-		}
-		if st.Exited() {
-			return res.Injection, fmt.Errorf("inject syscall %d: %v", c.Nr, st)
-		}
-		switch st.Event() {
-		case unix.PTRACE_EVENT_STOP:
-			return res.Injection, nil
-		case unix.PTRACE_EVENT_EXIT:
-			return res.Injection, fmt.Errorf("inject syscall %d: %w", c.Nr, ErrExiting)
-		}
-		return res.Injection, fmt.Errorf("inject syscall %d: unexpected stop %v on the way out", c.Nr, st)
+	st, err := Wait(tid)
+	if err != nil {
+		return res.Injection, err
 	}
+	switch {
+	case st.Exited():
+		return res.Injection, fmt.Errorf("inject syscall %d: %v", c.Nr, st)
+	case st.Event() == unix.PTRACE_EVENT_STOP:
+		return res.Injection, nil
+	case st.Event() == unix.PTRACE_EVENT_EXIT:
+		return res.Injection, fmt.Errorf("inject syscall %d: %w", c.Nr, ErrExiting)
+	}
+	return res.Injection, fmt.Errorf("inject syscall %d: unexpected stop %v on the way out%s", c.Nr, st, stopDetail(tid))
 }
 
 type trampRun struct {

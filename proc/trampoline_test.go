@@ -330,3 +330,60 @@ func liveChildren(pid int) []int {
 	}
 	return out
 }
+
+// BenchmarkInjectGetpid compares one injected getpid through the trampoline
+// (three stops: the call's entry and exit, and the trap after it) with the
+// single-stepped injection (one stop) it replaced for the target.
+func BenchmarkInjectGetpid(b *testing.B) {
+	cmd := exec.Command("/bin/sleep", "300")
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	pid := cmd.Process.Pid
+	time.Sleep(100 * time.Millisecond)
+	tracer := NewTracer()
+	defer tracer.Close()
+	var mem *Mem
+	var tr *Trampoline
+	err := tracer.Do(func() error {
+		if err := Seize(pid, unix.PTRACE_O_TRACESYSGOOD|unix.PTRACE_O_TRACECLONE); err != nil {
+			return err
+		}
+		if err := Interrupt(pid); err != nil {
+			return err
+		}
+		if _, err := Wait(pid); err != nil {
+			return err
+		}
+		var err error
+		if mem, err = OpenMem(pid); err != nil {
+			return err
+		}
+		tr, err = placeTrampoline(pid, mem)
+		return err
+	})
+	if err != nil {
+		b.Skipf("cannot trace: %v", err)
+	}
+	b.Run("trampoline", func(b *testing.B) {
+		tracer.Do(func() error {
+			for b.Loop() {
+				if _, err := tr.Inject(mem, pid, Call{Nr: unix.SYS_GETPID}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			return nil
+		})
+	})
+	b.Run("single-step", func(b *testing.B) {
+		tracer.Do(func() error {
+			for b.Loop() {
+				if _, err := Inject(pid, tr.t2-2, unix.SYS_GETPID); err != nil {
+					b.Fatal(err)
+				}
+			}
+			return nil
+		})
+	})
+}
