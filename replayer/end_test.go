@@ -101,3 +101,27 @@ func TestInstructionBytesAtPageEnd(t *testing.T) {
 		t.Errorf("inside a page: %x, %v", code, err)
 	}
 }
+
+// A divergence past a signal the recording had delivered by the last
+// completed call, and the replay had not, names it and where it came.
+func TestPendingSignalHint(t *testing.T) {
+	e := &engine{
+		c:   &format.Checkpoint{Intervals: []format.Interval{{FirstSeq: 930}}},
+		log: []format.Syscall{{Seq: 935}, {Seq: 936}, {Seq: 937}},
+		sigs: []format.SignalEvent{{Seq: 936, Signo: 14, Interval: 4,
+			Regs: format.Regs{OrigRax: ^uint64(0), Rip: 0x7f0000000503}}},
+	}
+	e.next = 1 // #935 done
+	if h := e.pendingSignalHint(); h != "" {
+		t.Errorf("not due yet: hint %q", h)
+	}
+	e.next = 2 // #936 done: due
+	h := e.pendingSignalHint()
+	if !strings.Contains(h, "SIGALRM after syscall #936, in user code at rip 0x7f0000000503, in interval 4") {
+		t.Errorf("hint %q", h)
+	}
+	e.nextSig = 1
+	if h := e.pendingSignalHint(); h != "" {
+		t.Errorf("delivered: hint %q", h)
+	}
+}

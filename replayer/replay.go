@@ -174,6 +174,9 @@ func Run(ctx context.Context, c *format.Checkpoint, pages format.PageSource, opt
 			if d.Signal = e.sigSearch; d.Signal != nil && d.Hint == "" {
 				d.Hint = fmt.Sprintf("looking for where %s was delivered in user code after syscall #%d", signalName(d.Signal.Signo), d.Signal.Seq)
 			}
+			if d.Hint == "" {
+				d.Hint = e.pendingSignalHint()
+			}
 			if d.Hint == "" && e.multi() {
 				d.Hint = e.threadsHint()
 			}
@@ -183,6 +186,30 @@ func Run(ctx context.Context, c *format.Checkpoint, pages format.PageSource, opt
 	res.Duration = time.Since(start)
 	res.Symbol = Symbolize(c, res.Rip)
 	return res, nil
+}
+
+// pendingSignalHint names, for a divergence, a signal the recording had
+// delivered to the current thread by its last completed call which this
+// replay has not delivered: the first thing to look at when a replay goes
+// its own way around a handler.
+func (e *engine) pendingSignalHint() string {
+	if e.nextSig >= len(e.sigs) {
+		return ""
+	}
+	ev := &e.sigs[e.nextSig]
+	if ev.Seq > e.ownLastSeq() {
+		return ""
+	}
+	var where string
+	switch {
+	case ev.Interrupted():
+		where = fmt.Sprintf("interrupting syscall %d (rax %d, rip %#x)", int64(ev.Regs.OrigRax), int64(ev.Regs.Rax), ev.Regs.Rip)
+	case ev.AtSyscallExit():
+		where = fmt.Sprintf("on the way out of syscall %d", int64(ev.Regs.OrigRax))
+	default:
+		where = fmt.Sprintf("in user code at rip %#x", ev.Regs.Rip)
+	}
+	return fmt.Sprintf("the recording delivered %s after syscall #%d, %s, in interval %d; this replay has not delivered it", signalName(ev.Signo), ev.Seq, where, ev.Interval)
 }
 
 // testHookReady, set by tests only, sees the stub once it is rebuilt.
