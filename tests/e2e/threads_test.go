@@ -847,23 +847,32 @@ func runningAtEnd(t *testing.T, prog, backend string) {
 }
 
 // pythonHashChain is a single-threaded python3 loop that both computes and
-// sleeps, so a boundary finds its thread in either.
+// sleeps, so a boundary finds its thread in either, and takes a timer
+// signal every 5 ms, which tprec delivers itself (a single step into the
+// handler) while it records.
 const pythonHashChain = `
-import hashlib, time
+import hashlib, signal, time
+ticks = 0
+def tick(sig, frame):
+    global ticks
+    ticks += 1
+signal.signal(signal.SIGALRM, tick)
+signal.setitimer(signal.ITIMER_REAL, 0.005, 0.005)
 h = b""
-for i in range(1500000):
+for i in range(3000000):
     h = hashlib.sha256(h).digest()
-    if i % 15000 == 0:
+    if i % 30000 == 0:
         time.sleep(0.001)
-print(h.hex())
+signal.setitimer(signal.ITIMER_REAL, 0)
+print(h.hex(), ticks > 0)
 `
 
 // TestTargetUnharmedWhenTprecKilledAtRandom kills tprec with SIGKILL at
 // random moments while it records python3 at 10 ms intervals, so that many
 // kills land inside a boundary, in the clone or wait4 tprec has the target
 // make (before those went through the vDSO trampoline, 12 such kills in 100
-// killed the target with SIGTRAP). Every run must end as an unrecorded one
-// does, with no shadow left running.
+// killed the target with SIGTRAP), some in the delivery of a timer signal.
+// Every run must end as an unrecorded one does, with no shadow left running.
 func TestTargetUnharmedWhenTprecKilledAtRandom(t *testing.T) {
 	requireRoot(t)
 	py := "/usr/bin/python3"
