@@ -309,7 +309,11 @@ func (t *Trampoline) Inject(mem MemWriter, tid int, c Call) (Injection, error) {
 	}
 	res, err := t.run(tid, c, r)
 	if err != nil && res.stage == 0 {
-		// Nothing ran: put the registers back as they were.
+		// Nothing ran: put the mask (which run may have blocked), then the
+		// registers back as they were.
+		if rerr := SetSigmask(tid, mask); rerr != nil {
+			err = fmt.Errorf("%w (and restoring its signal mask: %v)", err, rerr)
+		}
 		if rerr := SetRegs(tid, saved); rerr != nil {
 			err = fmt.Errorf("%w (and restoring its registers: %v)", err, rerr)
 		}
