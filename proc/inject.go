@@ -66,22 +66,10 @@ func injectWith(tid int, base Regs, insn uint64, nr int, args []uint64) (Injecti
 		if st.Exited() {
 			return res, fmt.Errorf("inject syscall %d: %v", nr, st)
 		}
-		switch ev := st.Event(); ev {
-		case unix.PTRACE_EVENT_EXIT:
-			// The process is going away (a fatal signal, another
-			// thread's exit_group): resumed, the thread would end, and
-			// the end of a first thread is not reported while others
-			// live. It stays in this stop for the caller.
-			return res, fmt.Errorf("inject syscall %d: %w", nr, ErrExiting)
-		case unix.PTRACE_EVENT_CLONE, unix.PTRACE_EVENT_FORK, unix.PTRACE_EVENT_VFORK:
-			msg, err := EventMsg(tid)
+		if event, err := injectionEvent(tid, nr, st, &res); event || err != nil {
 			if err != nil {
 				return res, err
 			}
-			res.Child = int(msg)
-			continue
-		case 0:
-		default:
 			continue
 		}
 		if st.Status.StopSignal() != unix.SIGTRAP {
@@ -97,6 +85,31 @@ func injectWith(tid int, base Regs, insn uint64, nr int, args []uint64) (Injecti
 		res.Ret = int64(cur.Rax)
 		return res, nil
 	}
+}
+
+// injectionEvent handles an event stop st of thread tid during an injected
+// syscall nr: a PTRACE_EVENT_CLONE/FORK/VFORK notes the child in res, any
+// other event but the thread's exit is passed over (a trap asked for before
+// the injection). It reports whether st was an event; the exit is the error
+// ErrExiting.
+func injectionEvent(tid, nr int, st Stop, res *Injection) (bool, error) {
+	switch st.Event() {
+	case 0:
+		return false, nil
+	case unix.PTRACE_EVENT_EXIT:
+		// The process is going away (a fatal signal, another thread's
+		// exit_group): resumed, the thread would end, and the end of a
+		// first thread is not reported while others live. It stays in
+		// this stop for the caller.
+		return true, fmt.Errorf("inject syscall %d: %w", nr, ErrExiting)
+	case unix.PTRACE_EVENT_CLONE, unix.PTRACE_EVENT_FORK, unix.PTRACE_EVENT_VFORK:
+		msg, err := EventMsg(tid)
+		if err != nil {
+			return true, err
+		}
+		res.Child = int(msg)
+	}
+	return true, nil
 }
 
 // Regs is format.Regs, named here for brevity.

@@ -397,20 +397,14 @@ func (t *Trampoline) run(tid int, c Call, r Regs) (trampRun, error) {
 			return res, fmt.Errorf("inject syscall %d: %v", c.Nr, st)
 		}
 		if !st.SyscallStop() {
-			switch st.Event() {
-			case unix.PTRACE_EVENT_EXIT:
-				return res, fmt.Errorf("inject syscall %d: %w", c.Nr, ErrExiting)
-			case unix.PTRACE_EVENT_CLONE, unix.PTRACE_EVENT_FORK, unix.PTRACE_EVENT_VFORK:
-				msg, err := EventMsg(tid)
-				if err != nil {
-					return res, err
-				}
-				res.Child = int(msg)
-				continue
-			case 0:
+			event, err := injectionEvent(tid, c.Nr, st, &res.Injection)
+			if err != nil {
+				return res, err
+			}
+			if !event {
 				return res, fmt.Errorf("inject syscall %d: unexpected stop %v%s", c.Nr, st, stopDetail(tid))
 			}
-			continue // a trap asked for before the injection (PTRACE_INTERRUPT)
+			continue
 		}
 		si, err := GetSyscallInfo(tid)
 		if err != nil {

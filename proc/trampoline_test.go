@@ -17,10 +17,10 @@ import (
 )
 
 // waitSleeping waits until process pid sits in clock_nanosleep or
-// nanosleep, so that a test sees it past its loader (219: restart_syscall, the sleep
-// resumed after a stop).
-func waitSleeping(t *testing.T, pid int) {
-	t.Helper()
+// nanosleep, so that a test sees it past its loader (or in restart_syscall:
+// its sleep resumed after a stop).
+func waitSleeping(tb testing.TB, pid int) {
+	tb.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/syscall", pid))
@@ -28,10 +28,38 @@ func waitSleeping(t *testing.T, pid int) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("process %d did not reach its sleep: %q", pid, b)
+			tb.Fatalf("process %d did not reach its sleep: %q", pid, b)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// startSleeper starts Debian's sleep, killed when the test ends, and waits
+// until it sleeps.
+func startSleeper(tb testing.TB) int {
+	tb.Helper()
+	cmd := exec.Command("/bin/sleep", "300")
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	waitSleeping(tb, cmd.Process.Pid)
+	return cmd.Process.Pid
+}
+
+// seizeStopped seizes process pid, stops it and opens its memory; it runs
+// on the tracer thread.
+func seizeStopped(pid int) (*Mem, error) {
+	if err := Seize(pid, unix.PTRACE_O_TRACESYSGOOD|unix.PTRACE_O_TRACECLONE); err != nil {
+		return nil, err
+	}
+	if err := Interrupt(pid); err != nil {
+		return nil, err
+	}
+	if _, err := Wait(pid); err != nil {
+		return nil, err
+	}
+	return OpenMem(pid)
 }
 
 // placeTrampoline writes a trampoline into the last bytes of the vDSO
@@ -64,26 +92,11 @@ func placeTrampoline(pid int, mem *Mem) (*Trampoline, error) {
 // clock_nanosleep, and checks the result and that registers and signal mask
 // come back unchanged, the sleep still to be restarted by the kernel.
 func TestTrampolineInject(t *testing.T) {
-	cmd := exec.Command("/bin/sleep", "30")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	pid := cmd.Process.Pid
-	waitSleeping(t, pid)
+	pid := startSleeper(t)
 	tracer := NewTracer()
 	defer tracer.Close()
 	err := tracer.Do(func() error {
-		if err := Seize(pid, unix.PTRACE_O_TRACESYSGOOD|unix.PTRACE_O_TRACECLONE); err != nil {
-			return err
-		}
-		if err := Interrupt(pid); err != nil {
-			return err
-		}
-		if _, err := Wait(pid); err != nil {
-			return err
-		}
-		mem, err := OpenMem(pid)
+		mem, err := seizeStopped(pid)
 		if err != nil {
 			return err
 		}
@@ -335,29 +348,14 @@ func liveChildren(pid int) []int {
 // (three stops: the call's entry and exit, and the trap after it) with the
 // single-stepped injection (one stop) it replaced for the target.
 func BenchmarkInjectGetpid(b *testing.B) {
-	cmd := exec.Command("/bin/sleep", "300")
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	pid := cmd.Process.Pid
-	time.Sleep(100 * time.Millisecond)
+	pid := startSleeper(b)
 	tracer := NewTracer()
 	defer tracer.Close()
 	var mem *Mem
 	var tr *Trampoline
 	err := tracer.Do(func() error {
-		if err := Seize(pid, unix.PTRACE_O_TRACESYSGOOD|unix.PTRACE_O_TRACECLONE); err != nil {
-			return err
-		}
-		if err := Interrupt(pid); err != nil {
-			return err
-		}
-		if _, err := Wait(pid); err != nil {
-			return err
-		}
 		var err error
-		if mem, err = OpenMem(pid); err != nil {
+		if mem, err = seizeStopped(pid); err != nil {
 			return err
 		}
 		tr, err = placeTrampoline(pid, mem)
