@@ -368,7 +368,7 @@ func TestSyscallLogTimeDeltas(t *testing.T) {
 	for i := uint64(0); i < 1000; i++ { // a clock read every 3 µs
 		add(228, ts(24856, 126_000_000+3000*i+i%7))
 	}
-	raw := encodeSyscallsRaw(calls)
+	raw := encodeSyscallsRaw(len(calls), slicePointers(calls))
 	got, err := UnpackSyscalls(PackSyscalls(calls))
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package format
 
 import (
 	"encoding/binary"
+	"iter"
 )
 
 // The syscall log (SYSCL) of version 2 is a stream of varints (FORMAT.md,
@@ -192,6 +193,13 @@ func decodeSyscallsV2(d *dec, major uint16) []Syscall {
 // reverses it.
 func PackSyscalls(calls []Syscall) []byte {
 	return encodeSyscalls(&codec{}, calls)
+}
+
+// PackSyscallSeq is PackSyscalls for the n records calls yields, which
+// must not move while it runs: the recorder packs its blocks of records in
+// place, without copying a quarter second of a server's calls first.
+func PackSyscallSeq(n int, calls iter.Seq[*Syscall]) []byte {
+	return packed(&codec{}, encodeSyscallsRaw(n, calls))
 }
 
 // UnpackSyscalls decodes what PackSyscalls encoded.

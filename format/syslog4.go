@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"fmt"
+	"iter"
 	"slices"
 )
 
@@ -68,43 +69,61 @@ const (
 
 // logModel finds the records a record is compared with: the previous one
 // with its number, and the previous one with its number and first argument.
+// It holds pointers, so the records may live anywhere (the recorder's
+// blocks, the decoder's slice) as long as they do not move.
 type logModel struct {
-	calls []Syscall
-	byNr  map[int]int      // index of the last record with this number
-	byKey map[[2]int64]int // ... with this number and first argument
+	low   [modelLowNr]*Syscall // the last record with this number, for small numbers
+	byNr  map[int]*Syscall     // ... for the others
+	byKey map[int64]*Syscall   // ... with this number and first argument (modelKey)
 }
+
+// modelLowNr bounds the syscall numbers the model looks up in an array
+// rather than a map (x86-64 numbers are below 512).
+const modelLowNr = 1024
+
+// modelKey packs a number and a first argument below keyedArg into one key.
+func modelKey(nr int, a0 uint64) int64 { return int64(nr)<<16 | int64(a0) }
 
 var zeroSyscall Syscall
 
-func newLogModel(calls []Syscall) *logModel {
-	return &logModel{calls: calls, byNr: map[int]int{}, byKey: map[[2]int64]int{}}
+func newLogModel() *logModel {
+	return &logModel{byNr: map[int]*Syscall{}, byKey: map[int64]*Syscall{}}
 }
 
 // byNumber is the previous record with number nr (the zero record if none).
 func (m *logModel) byNumber(nr int) *Syscall {
-	if i, ok := m.byNr[nr]; ok {
-		return &m.calls[i]
+	var p *Syscall
+	if uint(nr) < modelLowNr {
+		p = m.low[nr]
+	} else {
+		p = m.byNr[nr]
 	}
-	return &zeroSyscall
+	if p == nil {
+		return &zeroSyscall
+	}
+	return p
 }
 
 // keyed is the previous record with number nr and first argument a0, else
 // the previous record with number nr.
 func (m *logModel) keyed(nr int, a0 uint64) *Syscall {
 	if a0 < keyedArg {
-		if i, ok := m.byKey[[2]int64{int64(nr), int64(a0)}]; ok {
-			return &m.calls[i]
+		if p, ok := m.byKey[modelKey(nr, a0)]; ok {
+			return p
 		}
 	}
 	return m.byNumber(nr)
 }
 
-// note makes record i the one later records are compared with.
-func (m *logModel) note(i int) {
-	s := &m.calls[i]
-	m.byNr[s.Nr] = i
+// note makes s the record later records are compared with.
+func (m *logModel) note(s *Syscall) {
+	if uint(s.Nr) < modelLowNr {
+		m.low[s.Nr] = s
+	} else {
+		m.byNr[s.Nr] = s
+	}
 	if s.Args[0] < keyedArg {
-		m.byKey[[2]int64{int64(s.Nr), int64(s.Args[0])}] = i
+		m.byKey[modelKey(s.Nr, s.Args[0])] = s
 	}
 }
 
@@ -116,11 +135,23 @@ func timeWords(p *Syscall, j, n int) bool {
 }
 
 func encodeSyscalls(z *codec, calls []Syscall) []byte {
-	return packed(z, encodeSyscallsRaw(calls))
+	return packed(z, encodeSyscallsRaw(len(calls), slicePointers(calls)))
 }
 
-// encodeSyscallsRaw is the log before compression.
-func encodeSyscallsRaw(calls []Syscall) []byte {
+// slicePointers yields a pointer to each record of calls, in order.
+func slicePointers(calls []Syscall) iter.Seq[*Syscall] {
+	return func(yield func(*Syscall) bool) {
+		for i := range calls {
+			if !yield(&calls[i]) {
+				return
+			}
+		}
+	}
+}
+
+// encodeSyscallsRaw is the log before compression: the n records calls
+// yields, which must not move while it runs.
+func encodeSyscallsRaw(n int, calls iter.Seq[*Syscall]) []byte {
 	streams := map[streamID]*enc{}
 	st := func(kind uint64, key int64) *enc {
 		id := streamID{kind, key}
@@ -134,7 +165,7 @@ func encodeSyscallsRaw(calls []Syscall) []byte {
 	// The streams every record may use, looked up once; the per-number ones
 	// once per record with outputs.
 	head, out, pages := st(streamHead, 0), st(streamOutput, 0), st(streamPages, 0)
-	head.b = make([]byte, 0, 8*len(calls))
+	head.b = make([]byte, 0, 8*n)
 	var values [8]*enc
 	for k := range values {
 		values[k] = st(streamValue, int64(k))
@@ -151,10 +182,11 @@ func encodeSyscallsRaw(calls []Syscall) []byte {
 		data  *dataStream
 	}
 	byNr := map[int]perNr{}
-	m := newLogModel(calls)
+	m := newLogModel()
 	var seq, tid uint64
-	for i := range calls {
-		s := &calls[i]
+	count := 0
+	for s := range calls {
+		count++
 		head.uvarint(s.Seq - seq)
 		head.svarint(uint64(s.Tid) - tid)
 		head.svarint(uint64(s.Nr))
@@ -205,7 +237,10 @@ func encodeSyscallsRaw(calls []Syscall) []byte {
 			pages.u64(pg.Addr)
 			pages.hash(pg.Hash)
 		}
-		m.note(i)
+		m.note(s)
+	}
+	if count != n {
+		panic(fmt.Sprintf("encode syscall log: %d records yielded, %d announced", count, n))
 	}
 	length := map[streamID]int{}
 	for id, e := range streams {
@@ -226,7 +261,7 @@ func encodeSyscallsRaw(calls []Syscall) []byte {
 		return cmp.Or(cmp.Compare(a.kind, b.kind), cmp.Compare(a.key, b.key))
 	})
 	raw := enc{b: make([]byte, 0, size+16)}
-	raw.uvarint(uint64(len(calls)))
+	raw.uvarint(uint64(n))
 	raw.uvarint(uint64(len(ids)))
 	for _, id := range ids {
 		raw.uvarint(id.kind)
@@ -314,7 +349,7 @@ func decodeSyscalls(d *dec) []Syscall {
 		return nil
 	}
 	out := make([]Syscall, n)
-	m := newLogModel(out)
+	m := newLogModel()
 	var seq, tid uint64
 	fail := func() bool {
 		for _, id := range ids {
@@ -398,7 +433,7 @@ func decodeSyscalls(d *dec) []Syscall {
 		if i%4096 == 0 && fail() {
 			return nil
 		}
-		m.note(i)
+		m.note(s)
 	}
 	if fail() {
 		return nil

@@ -186,15 +186,12 @@ func (r *ring) pack(iv *interval) {
 	if iv.logBytes > r.maxBytes || incompressible(iv) {
 		return
 	}
-	calls := make([]format.Syscall, 0, iv.syscalls.len())
-	for c := range iv.syscalls.all() {
-		calls = append(calls, *c)
-	}
-	b := format.PackSyscalls(calls)
+	n := iv.syscalls.len()
+	b := format.PackSyscallSeq(n, iv.syscalls.all())
 	if int64(len(b)) >= iv.logBytes {
 		return
 	}
-	iv.packed, iv.ncalls = b, len(calls)
+	iv.packed, iv.ncalls = b, n
 	iv.syscalls = callLog{}
 	r.bytes += int64(len(b)) - iv.logBytes
 	iv.logBytes = int64(len(b))
