@@ -11,13 +11,18 @@
 #   nice       recorded by a tprec at nice 19
 #   rec1s      recorded with --interval 1s --keep 2
 #   rec5s      recorded with --interval 5s --keep 2
+# For the recorded modes it also prints the CPU time tprec used (user and
+# system, from /proc) for the whole run: a figure that, unlike the
+# throughput, the noise of a shared machine hardly moves. BIN names the
+# directory of the tprec to run (default: ./bin), so two builds can take
+# turns.
 # Usage: ROUNDS=3 MODES="none rec rec1s" bash scripts/bench/redis-split.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROUNDS=${ROUNDS:-3}
 MODES=${MODES:-none novdso rec nice rec1s rec5s}
 PORT=${PORT:-6413}
-BIN=$PWD/bin
+BIN=${BIN:-$PWD/bin}
 WORK=$(mktemp -d)
 trap 'pkill -f "redis-server \*:$PORT" 2>/dev/null || true; rm -rf "$WORK"' EXIT
 [ -x "$BIN/tprec" ] || make -s build
@@ -52,10 +57,15 @@ one() {
 	local v
 	v=$(redis-benchmark -p "$PORT" -n 300000 -c 10 -r 100000 -t set,get -q 2>/dev/null | tr '\r' '\n' |
 		awk '/requests per second/ {s += $2; n++} END {printf "%.0f", s / n}')
-	if [ -n "$r" ]; then kill -INT "$r"; wait "$r" 2>/dev/null || true; fi
+	local cpu=
+	if [ -n "$r" ]; then
+		cpu=" tprec-cpu-s $(awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f", ($14 + $15) / hz}' "/proc/$r/stat")"
+		kill -INT "$r"
+		wait "$r" 2>/dev/null || true
+	fi
 	kill "$s"
 	wait "$s" 2>/dev/null || true
-	echo "$mode $v"
+	echo "$mode $v$cpu"
 }
 
 for round in $(seq "$ROUNDS"); do
