@@ -70,9 +70,18 @@ func (s *session) dump(end format.EndState, reason string) error {
 		return nil
 	}
 	s.pending.Add(1)
+	s.mu.Lock()
+	if s.dumping == 0 {
+		s.dumpingSince = t0
+	}
+	s.dumping++
+	s.mu.Unlock()
 	go func() {
 		defer s.pending.Done()
 		work()
+		s.mu.Lock()
+		s.dumping--
+		s.mu.Unlock()
 	}()
 	return nil
 }
@@ -255,7 +264,7 @@ func (s *session) finish(path string, c *format.Checkpoint, src *liveSource, t0 
 	clk.mark("loaded objects")
 	candidates := len(c.Final)
 	if !s.o.FullPages {
-		minimize(c, src, !s.o.AllStarts, s.logf)
+		minimize(s.hurry, c, src, !s.o.AllStarts, s.logf)
 		clk.mark("trial replay")
 	}
 	if c.Final, err = src.resolve(c.Final); err != nil {

@@ -35,10 +35,13 @@ import (
 //
 // With oneStart, the file then stores the memory of one interval start, the
 // first piece's (storeOneStart).
-func minimize(c *format.Checkpoint, store format.PageSource, oneStart bool, logf func(string, ...any)) {
+//
+// Once ctx ends (a second interrupt of tprec), the trial stops and every
+// present page is kept, as for a failed trial.
+func minimize(ctx context.Context, c *format.Checkpoint, store format.PageSource, oneStart bool, logf func(string, ...any)) {
 	t0 := time.Now()
 	pieces := runtime.NumCPU()
-	res, err := trialReplay(c, store, pieces)
+	res, err := trialReplay(ctx, c, store, pieces)
 	var d *replayer.Divergence
 	if errors.As(err, &d) && d.Threads > 1 && pieces > 1 && len(trialPieces(c, pieces)) > 1 {
 		// A piece ends at an interval start, where the other threads
@@ -47,13 +50,19 @@ func minimize(c *format.Checkpoint, store format.PageSource, oneStart bool, logf
 		// recorded end, which may be in reach.
 		logf("a piece of the trial replay of %d threads diverged (%v): trying the window in one piece", d.Threads, err)
 		pieces = 1
-		res, err = trialReplay(c, store, pieces)
+		res, err = trialReplay(ctx, c, store, pieces)
 	}
 	for tries := 0; err != nil && tries < len(c.Intervals); tries++ {
 		if !cutDiverged(c, err, logf) {
 			break
 		}
-		res, err = trialReplay(c, store, pieces)
+		res, err = trialReplay(ctx, c, store, pieces)
+	}
+	if err != nil && ctx.Err() != nil {
+		c.Header.FullPages = true
+		c.Header.PageSetNote = fmt.Sprintf("every present page kept: the trial replay was stopped by an interrupt after %v", time.Since(t0).Round(time.Millisecond))
+		logf("trial replay stopped by an interrupt, keeping every present page")
+		return
 	}
 	if err != nil {
 		c.Header.FullPages = true
@@ -188,12 +197,12 @@ func runTrial(ctx context.Context, c *format.Checkpoint, store format.PageSource
 
 // trialReplay replays the window in at most n pieces at once and returns
 // the first piece's result with the pages every piece served.
-func trialReplay(c *format.Checkpoint, store format.PageSource, n int) (*replayer.Result, error) {
+func trialReplay(ctx context.Context, c *format.Checkpoint, store format.PageSource, n int) (*replayer.Result, error) {
 	starts := trialPieces(c, n)
 	if len(starts) <= 1 {
-		return runTrial(context.Background(), c, store, replayer.Options{From: -1, Lazy: true})
+		return runTrial(ctx, c, store, replayer.Options{From: -1, Lazy: true})
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	results := make([]*replayer.Result, len(starts))
 	errs := make([]error, len(starts))

@@ -32,6 +32,10 @@ type Options struct {
 	FallbackDirs []string
 	// Dumped, if set, is called with the path of every checkpoint written.
 	Dumped func(path string)
+	// Hurry, once closed, stops the trial replay of a checkpoint still
+	// being written: it is written at once with every present page
+	// (tprec closes it at a second interrupt).
+	Hurry <-chan struct{}
 }
 
 func (o *Options) defaults() {

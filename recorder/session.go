@@ -115,6 +115,13 @@ type session struct {
 	mu          sync.Mutex     // guards dumps and deadShadows (checkpoints finish in the background)
 	deadShadows []int          // killed dump shadows to collect
 	pending     sync.WaitGroup // checkpoints being finished
+	// hurry ends when Options.Hurry is closed: the trial replays of the
+	// checkpoints being finished stop (minimize).
+	hurry context.Context
+	// dumping counts the checkpoints being finished, and since when the
+	// oldest of them is (guarded by mu), for the notice at an interrupt.
+	dumping      int
+	dumpingSince time.Time
 }
 
 // thread is one thread of the target.
@@ -141,6 +148,24 @@ func Record(ctx context.Context, o Options, requests <-chan struct{}) error {
 	s := &session{o: o, tr: proc.NewTracer(), ring: newRing(o.Keep, o.MaxMemory),
 		threads: map[int]*thread{}, restarts: map[int]*proc.SyscallInfo{}, restartOrig: map[int]*proc.SyscallInfo{}, waiters: newWaiters()}
 	defer s.tr.Close()
+	hurry, hurried := context.WithCancel(context.Background())
+	defer hurried()
+	s.hurry = hurry
+	if o.Hurry != nil {
+		go func() {
+			select {
+			case <-o.Hurry:
+				s.mu.Lock()
+				n := s.dumping
+				s.mu.Unlock()
+				if n > 0 {
+					s.errorf("stopping the trial replay: writing the checkpoint(s) with every present page")
+				}
+				hurried()
+			case <-hurry.Done():
+			}
+		}()
+	}
 	var launched *exec.Cmd
 	var release func() error
 	err := s.tr.Do(func() error {
@@ -171,7 +196,7 @@ func Record(ctx context.Context, o Options, requests <-chan struct{}) error {
 	ticker := time.NewTicker(o.Interval)
 	defer ticker.Stop()
 	err = s.tr.Do(func() error { return s.loop(ctx, ticker.C, requests) })
-	s.pending.Wait() // checkpoints still being minimized and written
+	s.awaitDumps(ctx)
 	if launched != nil {
 		// The launched command is our child: collect it so it does not linger.
 		launched.Wait()
@@ -180,6 +205,31 @@ func Record(ctx context.Context, o Options, requests <-chan struct{}) error {
 		err = fmt.Errorf("%w: %d checkpoint(s) could not be written (see above)", ErrNotWritten, s.lostDumps)
 	}
 	return err
+}
+
+// awaitDumps waits for the checkpoints still being minimized and written.
+// An interrupt (ctx), whether it ended the recording or comes while tprec
+// waits, gets a notice: tprec is not stuck, and a second interrupt
+// (Options.Hurry) makes it write them with every page instead.
+func (s *session) awaitDumps(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		s.pending.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	n, since := s.dumping, s.dumpingSince
+	s.mu.Unlock()
+	if n > 0 && s.hurry.Err() == nil {
+		s.errorf("still writing %d checkpoint(s), for %.1f s so far: a trial replay finds the pages the window touched; interrupt again to stop it and write every present page instead",
+			n, time.Since(since).Seconds())
+	}
+	<-done
 }
 
 // attach seizes a running process, every thread of it, and asks it to stop.

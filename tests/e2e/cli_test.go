@@ -564,3 +564,65 @@ func TestMemoryWithinBudget(t *testing.T) {
 		t.Errorf("no status line:\n%s", rec.stderr)
 	}
 }
+
+// An operator who interrupts tprec while it is still writing a crash's
+// checkpoint (the trial replay that finds the touched pages takes seconds
+// for a busy window) is told what it is doing instead of being ignored, and
+// a second interrupt has it stop the trial and write the checkpoint at once
+// with every present page. The file says why and replays to the crash.
+func TestInterruptWhileWritingCheckpoint(t *testing.T) {
+	requireRoot(t)
+	// Debian's python3 reading the clock as fast as it can: recorded, every
+	// read is a call, and the trial replay of its window takes several
+	// times the window.
+	prog := pythonScript(t, "clock.py", "import time\nprint('ready', flush=True)\nwhile True:\n    time.time()\n")
+	target, out, done := startTarget(t, "/usr/bin/python3", "-S", prog)
+	for i := 0; i < 200 && !strings.Contains(out.String(), "ready"); i++ {
+		time.Sleep(20 * time.Millisecond)
+	}
+	pid := target.Process.Pid
+	dir := t.TempDir()
+	rec := startTprec(t, "--pid", fmt.Sprint(pid), "--output", dir)
+	rec.waitRecording(t)
+	time.Sleep(2500 * time.Millisecond)
+	if err := syscall.Kill(pid, syscall.SIGSEGV); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("python3 did not die:\n%s", rec.quit())
+	}
+	waitFor := func(what string, d time.Duration) bool {
+		for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if strings.Contains(rec.stderr.String(), what) {
+				return true
+			}
+		}
+		return false
+	}
+	if !waitFor("writing checkpoint", 10*time.Second) {
+		t.Fatalf("tprec did not start a checkpoint:\n%s", rec.stderr)
+	}
+	rec.cmd.Process.Signal(os.Interrupt)
+	if !waitFor("still writing 1 checkpoint(s)", 5*time.Second) {
+		t.Fatalf("no notice after the first interrupt (a trial replay this short does not test it?):\n%s", rec.stderr)
+	}
+	if len(checkpoints(t, dir)) != 0 {
+		t.Fatalf("the checkpoint was already written at the first interrupt:\n%s", rec.stderr)
+	}
+	rec.cmd.Process.Signal(os.Interrupt)
+	if err := rec.wait(t, 60*time.Second); err != nil {
+		t.Fatalf("tprec: %v\n%s", err, rec.stderr)
+	}
+	t.Logf("tprec:\n%s", rec.stderr)
+	cks := checkpoints(t, dir)
+	if len(cks) != 1 {
+		t.Fatalf("want one checkpoint, got %v", cks)
+	}
+	info, code := runTool(t, "tpinspect", cks[0])
+	if code != 0 || !strings.Contains(info, "every present page kept: the trial replay was stopped by an interrupt") {
+		t.Fatalf("the checkpoint does not say its trial was stopped:\n%s", info)
+	}
+	replay(t, cks[0])
+}

@@ -99,8 +99,27 @@ func record(c *cli.Context) error {
 	if (o.Pid == 0) == (len(o.Cmd) == 0) {
 		return cli.Exit("tprec: give either --pid PID or -- COMMAND [ARGS...]", 2)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	// The first interrupt ends the recording (tprec detaches, or finishes
+	// the checkpoints it is writing); a second one stops the trial replay
+	// of those checkpoints, which are then written with every page.
+	ctx, interrupted := context.WithCancel(context.Background())
+	defer interrupted()
+	hurry := make(chan struct{})
+	o.Hurry = hurry
+	intr := make(chan os.Signal, 4)
+	signal.Notify(intr, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(intr)
+	go func() {
+		n := 0
+		for range intr {
+			switch n++; n {
+			case 1:
+				interrupted()
+			case 2:
+				close(hurry)
+			}
+		}
+	}()
 	usr2 := make(chan os.Signal, 4)
 	signal.Notify(usr2, syscall.SIGUSR2)
 	requests := make(chan struct{}, 4)
