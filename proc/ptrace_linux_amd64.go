@@ -3,6 +3,7 @@ package proc
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"syscall"
 	"unsafe"
 
@@ -46,17 +47,29 @@ func SetOptions(pid int, options int) error {
 	return ptrace(unix.PTRACE_SETOPTIONS, pid, 0, uintptr(options))
 }
 
+// regsBufs holds the heap buffers GetRegs and SetRegs pass the kernel. A
+// buffer of their own frame would be moved to the heap at every call
+// (go:uintptrescapes on ptrace): two allocations of 216 bytes for each call
+// a replay emulates, which under a trial replay of half a million calls
+// kept the garbage collector marking the recorder's large heap for a third
+// of its CPU time.
+var regsBufs = sync.Pool{New: func() any { return new(format.Regs) }}
+
 // GetRegs reads the general registers of a stopped tracee.
 func GetRegs(tid int) (format.Regs, error) {
-	var r format.Regs
+	b := regsBufs.Get().(*format.Regs)
+	defer regsBufs.Put(b)
 	// format.Regs has the layout of struct user_regs_struct.
-	err := ptrace(unix.PTRACE_GETREGS, tid, 0, uintptr(unsafe.Pointer(&r)))
-	return r, err
+	err := ptrace(unix.PTRACE_GETREGS, tid, 0, uintptr(unsafe.Pointer(b)))
+	return *b, err
 }
 
 // SetRegs writes the general registers of a stopped tracee.
 func SetRegs(tid int, r format.Regs) error {
-	return ptrace(unix.PTRACE_SETREGS, tid, 0, uintptr(unsafe.Pointer(&r)))
+	b := regsBufs.Get().(*format.Regs)
+	defer regsBufs.Put(b)
+	*b = r
+	return ptrace(unix.PTRACE_SETREGS, tid, 0, uintptr(unsafe.Pointer(b)))
 }
 
 // GetXState reads the XSAVE image (x87, SSE, AVX...) of a stopped tracee.

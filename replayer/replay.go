@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -396,10 +397,14 @@ func prepare(c *format.Checkpoint, pages format.PageSource, opts Options) (*engi
 		}
 		e.sigs = append(e.sigs, s) // whose threads planThreads checks
 	}
-	for _, s := range c.Syscalls {
-		if s.Seq >= iv.FirstSeq && s.Seq <= end.LastSeq {
-			e.log = append(e.log, s)
-		}
+	// The log is sorted by sequence number (format.checkModel): the
+	// window's calls are one stretch of it, which the replay reads but
+	// never changes, so it is used in place (a trial piece of a busy
+	// server's window used to copy half a million records).
+	lo := sort.Search(len(c.Syscalls), func(i int) bool { return c.Syscalls[i].Seq >= iv.FirstSeq })
+	hi := sort.Search(len(c.Syscalls), func(i int) bool { return c.Syscalls[i].Seq > end.LastSeq })
+	if lo < hi {
+		e.log = c.Syscalls[lo:hi:hi]
 	}
 	for i, s := range e.log {
 		if s.Seq != iv.FirstSeq+uint64(i) {
@@ -835,7 +840,10 @@ func (e *engine) onEntry(regs proc.Regs, nr int, args [6]uint64) (*Result, error
 	if err := e.out.capture(e.mem, rec); err != nil {
 		return nil, err
 	}
-	p := &pending{rec: rec, desc: d}
+	// On a value: the common case completes the call right here (SYSEMU)
+	// and a heap copy is made only for a call that stays pending.
+	pv := pending{rec: rec, desc: d}
+	p := &pv
 	switch d.Kind {
 	case syscalls.Emulate:
 	case syscalls.Process:
@@ -877,7 +885,8 @@ func (e *engine) onEntry(regs proc.Regs, nr int, args [6]uint64) (*Result, error
 			return nil, fmt.Errorf("syscall #%d: set registers: %w", rec.Seq, err)
 		}
 	}
-	e.pend = p
+	e.pend = new(pending)
+	*e.pend = pv
 	return nil, nil
 }
 

@@ -1,6 +1,9 @@
 package replayer
 
-import "sort"
+import (
+	"slices"
+	"sort"
+)
 
 // guard is a range the replayer made PROT_NONE although the program expects
 // it accessible: the checkpoint lacks its content. prot is what the program
@@ -29,26 +32,35 @@ func (s *guardSet) add(n guard) {
 	s.g[i] = n
 }
 
-// remove forgets [start, end), splitting guards that straddle it.
+// remove forgets [start, end), splitting guards that straddle it. The
+// guards it touches are neighbours in the sorted list, found by binary
+// search and replaced in place: a lazy replay removes one page for every
+// page it serves, thousands of them among thousands of guards.
 func (s *guardSet) remove(start, end uint64) {
-	var out []guard
-	for _, g := range s.g {
-		if g.end <= start || g.start >= end {
-			out = append(out, g)
-			continue
-		}
-		if g.start < start {
-			l := g
-			l.end = start
-			out = append(out, l)
-		}
-		if g.end > end {
-			r := g
-			r.start = end
-			out = append(out, r)
-		}
+	if start >= end {
+		return
 	}
-	s.g = out
+	i := sort.Search(len(s.g), func(i int) bool { return s.g[i].end > start })
+	j := i
+	for j < len(s.g) && s.g[j].start < end {
+		j++
+	}
+	if i == j {
+		return
+	}
+	var keep [2]guard
+	n := 0
+	if l := s.g[i]; l.start < start {
+		l.end = start
+		keep[n] = l
+		n++
+	}
+	if r := s.g[j-1]; r.end > end {
+		r.start = end
+		keep[n] = r
+		n++
+	}
+	s.g = slices.Replace(s.g, i, j, keep[:n]...)
 }
 
 // within returns the parts of guards inside [start, end).
