@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tprec/tprec/format"
@@ -47,6 +50,7 @@ func (s *session) dump(end format.EndState, reason string) error {
 	clk.mark("dump shadow")
 	clk.log(s, "dump")
 	work := func() {
+		defer dumpMemory(src.heapBytes)()
 		src.pid = live
 		fclk := newStepClock()
 		err := assemble()
@@ -84,6 +88,39 @@ func (s *session) dump(end format.EndState, reason string) error {
 		s.mu.Unlock()
 	}()
 	return nil
+}
+
+// memLimit is the Go memory limit tprec runs under (main sets it from
+// --max-memory), and what the checkpoints being finished add to it.
+var memLimit struct {
+	sync.Mutex
+	base, extra int64
+}
+
+// dumpMemory raises the Go memory limit, if one is set, by n bytes while a
+// checkpoint is finished, and returns what puts it back. The limit bounds
+// the ring; a dump holds a copy of the window besides it (a redis window:
+// 500,000 records and 2,500 pages), and at the unraised limit the
+// collector ran back to back, marking 150 MB a dozen times a second, a
+// third of the CPU the trial replay needed.
+func dumpMemory(n int64) (restore func()) {
+	memLimit.Lock()
+	defer memLimit.Unlock()
+	cur := debug.SetMemoryLimit(-1)
+	if memLimit.extra == 0 {
+		if cur == math.MaxInt64 {
+			return func() {}
+		}
+		memLimit.base = cur
+	}
+	memLimit.extra += n
+	debug.SetMemoryLimit(memLimit.base + memLimit.extra)
+	return func() {
+		memLimit.Lock()
+		defer memLimit.Unlock()
+		memLimit.extra -= n
+		debug.SetMemoryLimit(memLimit.base + memLimit.extra)
+	}
 }
 
 // collect gathers, while the target is stopped, what only the stopped target
@@ -235,7 +272,10 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 	c.Header.DumpTime = time.Now()
 	c.Header.Reason = reason
 	c.Header.FullPages = true
-	return c, &liveSource{store: store, shared: shared}, assemble, nil
+	// A record takes about 136 bytes, its list of outputs and their bytes
+	// more; 200 a call is about what a server's calls take.
+	heap := int64(len(saved))*format.PageSize + int64(n)*200
+	return c, &liveSource{store: store, shared: shared, heapBytes: heap}, assemble, nil
 }
 
 // finish reads the end digests, minimizes the checkpoint (unless

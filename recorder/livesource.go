@@ -37,6 +37,9 @@ type liveSource struct {
 	pid    int
 	store  *format.MemStore
 	shared *sharedPages
+	// heapBytes estimates the memory the assembled checkpoint takes
+	// besides the ring: its records and its saved pages (dumpMemory).
+	heapBytes int64
 }
 
 func (l *liveSource) read(addr uint64) ([]byte, error) {
