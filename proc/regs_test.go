@@ -9,15 +9,7 @@ import (
 // million times in a process whose heap holds the whole window. They also
 // round-trip: the registers set are the registers read.
 func TestRegsDoNotAllocate(t *testing.T) {
-	pid := startSleeper(t)
-	tracer := NewTracer()
-	defer tracer.Close()
-	err := tracer.Do(func() error {
-		mem, err := seizeStopped(pid)
-		if err != nil {
-			return err
-		}
-		defer mem.Close()
+	onStoppedSleeper(t, func(pid int, _ *Mem) error {
 		regs, err := GetRegs(pid)
 		if err != nil {
 			return err
@@ -49,9 +41,6 @@ func TestRegsDoNotAllocate(t *testing.T) {
 		if allocs != 0 {
 			t.Errorf("GetRegs and SetRegs allocate %.1f times a pair", allocs)
 		}
-		return Detach(pid, 0)
+		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }

@@ -92,15 +92,7 @@ func placeTrampoline(pid int, mem *Mem) (*Trampoline, error) {
 // clock_nanosleep, and checks the result and that registers and signal mask
 // come back unchanged, the sleep still to be restarted by the kernel.
 func TestTrampolineInject(t *testing.T) {
-	pid := startSleeper(t)
-	tracer := NewTracer()
-	defer tracer.Close()
-	err := tracer.Do(func() error {
-		mem, err := seizeStopped(pid)
-		if err != nil {
-			return err
-		}
-		defer mem.Close()
+	pid := onStoppedSleeper(t, func(pid int, mem *Mem) error {
 		tr, err := placeTrampoline(pid, mem)
 		if err != nil {
 			return err
@@ -127,12 +119,33 @@ func TestTrampolineInject(t *testing.T) {
 		if m, _ := GetSigmask(pid); m != mask {
 			t.Errorf("mask %#x, was %#x", m, mask)
 		}
+		return nil
+	})
+	waitSleeping(t, pid)
+}
+
+// onStoppedSleeper starts sleep, seizes and stops it on a tracer thread,
+// runs body there with its memory open, detaches, and returns its pid.
+func onStoppedSleeper(t *testing.T, body func(pid int, mem *Mem) error) int {
+	t.Helper()
+	pid := startSleeper(t)
+	tracer := NewTracer()
+	defer tracer.Close()
+	err := tracer.Do(func() error {
+		mem, err := seizeStopped(pid)
+		if err != nil {
+			return err
+		}
+		defer mem.Close()
+		if err := body(pid, mem); err != nil {
+			return err
+		}
 		return Detach(pid, 0)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitSleeping(t, pid)
+	return pid
 }
 
 // The tracer-death test runs the test binary again as the tracer
