@@ -247,6 +247,7 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 	s.shadow = nil
 	finish := func() {
 		s.ring.push(iv, later) // a dump's close (not later) keeps the whole ring for the dump
+		s.noteMemoryDrops(time.Now())
 		clk.mark("push")
 		if sh != nil {
 			s.retire(sh)

@@ -2,12 +2,14 @@ package recorder
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -179,6 +181,7 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 		clk.mark("maps+present")
 	}
 	now := snap.present()
+	clk.mark("present")
 	// The live source forked from the target shares its shared writable
 	// pages, which other processes may go on writing: their final content
 	// is the one they had now.
@@ -195,6 +198,7 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 	for i, a := range live {
 		final[i] = format.PageRef{Addr: a, Hash: liveHash(a)}
 	}
+	clk.mark("unions")
 	c := &format.Checkpoint{Header: s.hdr, Final: final, End: end}
 	c.Header.ThreadNames = proc.ThreadNames(s.pid)
 	saved := map[format.Hash]*blob{}
@@ -422,21 +426,20 @@ func clearUnusedArgs(rec *format.Syscall) {
 	}
 }
 
-// unionPages returns the sorted page addresses in either list of runs.
+// unionPages returns the sorted page addresses in either list of runs. It
+// merges the runs rather than the pages: it runs while the target is held,
+// and a set of the pages of a 512 MB python3 took 90-150 ms there.
 func unionPages(a, b []pageRun) []uint64 {
-	set := map[uint64]struct{}{}
-	for _, runs := range [][]pageRun{a, b} {
-		for _, r := range runs {
-			for p := r.start; p < r.end; p += format.PageSize {
-				set[p] = struct{}{}
-			}
+	runs := slices.Concat(a, b)
+	slices.SortFunc(runs, func(x, y pageRun) int { return cmp.Compare(x.start, y.start) })
+	var out []uint64
+	var next uint64 // the first page not yet in out
+	for _, r := range runs {
+		for p := max(r.start, next); p < r.end; p += format.PageSize {
+			out = append(out, p)
 		}
+		next = max(next, r.end)
 	}
-	out := make([]uint64, 0, len(set))
-	for p := range set {
-		out = append(out, p)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out
 }
 

@@ -20,6 +20,7 @@ type interval struct {
 	packed    []byte
 	ncalls    int
 	packTried bool
+	gone      bool // dropped from the ring (a pack under way is then discarded)
 	signals   []format.SignalEvent
 	logBytes  int64                  // memory held by the syscall log
 	files     map[uint64]*mappedFile // by seq: files mapped during the interval
@@ -50,6 +51,12 @@ type ring struct {
 	pages     map[format.Hash]*blob
 	bytes     int64
 	dropped   int
+	// busy is the pack under way (startPack), done where it ends.
+	busy *packJob
+	done chan *packJob
+	// memDropped counts the intervals dropped to stay within maxBytes
+	// (not for keep): history the user asked for and did not get.
+	memDropped int
 	// scratch is reused for every page. Pages are compressed with s2
 	// (klauspost/compress, the module zstd comes from): on the heap pages
 	// of a redis checkpoint it took 5.9 us a page against lz4's 9.6 us (a
@@ -128,6 +135,7 @@ func (b *blob) page() ([]byte, error) {
 // (reading 40 MB of incompressible data in a quarter second) would otherwise
 // lose all its history to the few milliseconds before its crash.
 func (r *ring) push(iv *interval, budget bool) {
+	r.collect(false)
 	for s := range iv.syscalls.all() {
 		iv.logBytes += callBytes(s)
 	}
@@ -136,23 +144,106 @@ func (r *ring) push(iv *interval, budget bool) {
 	for len(r.intervals) > 1 && len(r.intervals) > r.keep {
 		r.drop()
 	}
-	if !budget {
-		return
+	if budget {
+		r.budget()
 	}
-	// Over the memory budget, older logs are packed before any interval is
-	// dropped: the buffers that read(2) returned are most of a log and
-	// usually compress several times (a program reading text files can
-	// keep several times more history).
+}
+
+// budget brings the ring within maxBytes. Older logs are packed before any
+// interval is dropped: the buffers that read(2) returned are most of a log
+// and usually compress several times (a program reading text files can keep
+// several times more history). Packing runs on its own goroutine, one log at
+// a time: a python3 loop reading a small file logs 40-75 MB a quarter second,
+// which took 100-560 ms to pack, and on the tracer's goroutine that held every
+// ptrace stop of the target (a signal's delivery, a clone) as long. While a
+// pack is under way that could bring the ring within budget, the ring may
+// hold up to twice its budget; otherwise it waits for it. Only what packing
+// cannot bring down is dropped.
+func (r *ring) budget() {
 	for r.bytes > r.maxBytes {
-		if old := r.unpacked(); old != nil {
-			r.pack(old)
+		if r.busy == nil {
+			if old := r.unpacked(); old != nil {
+				r.startPack(old)
+				continue
+			}
+		} else if r.bytes-r.busy.iv.logBytes <= r.maxBytes && r.bytes <= 2*r.maxBytes {
+			return // the pack under way can bring the ring within budget
+		} else {
+			r.collect(true)
 			continue
 		}
 		if len(r.intervals) <= 1 {
-			break
+			return
 		}
 		r.drop()
+		r.memDropped++
 	}
+}
+
+// settle waits for the packs under way and applies the budget after each.
+func (r *ring) settle() {
+	for r.busy != nil {
+		r.collect(true)
+		r.budget()
+	}
+}
+
+// packJob is one log packed off the tracer's goroutine: it reads only its
+// own copy of the log's block list, which nothing changes once the interval
+// is in the ring.
+type packJob struct {
+	iv     *interval
+	log    callLog
+	packed []byte
+}
+
+// startPack marks iv's log as tried and, when packing it can pay, packs it
+// on another goroutine (collect applies the result). A log larger than four
+// times the budget is left alone: packing it would take seconds (700 MB a
+// quarter second from a loop reading a 20 KB file) for an interval the ring
+// could not keep anyway.
+func (r *ring) startPack(iv *interval) {
+	iv.packTried = true
+	if iv.logBytes > 4*r.maxBytes || incompressible(iv) {
+		return
+	}
+	j := &packJob{iv: iv, log: iv.syscalls}
+	if r.done == nil {
+		r.done = make(chan *packJob, 1)
+	}
+	r.busy = j
+	go func() {
+		j.packed = format.PackSyscallSeq(j.log.len(), j.log.all())
+		r.done <- j
+	}()
+}
+
+// collect applies a finished pack: the log is replaced by its packed form
+// when that is smaller and the interval is still in the ring. With wait it
+// waits for the pack under way, if any.
+func (r *ring) collect(wait bool) {
+	if r.busy == nil {
+		return
+	}
+	var j *packJob
+	if wait {
+		j = <-r.done
+	} else {
+		select {
+		case j = <-r.done:
+		default:
+			return
+		}
+	}
+	r.busy = nil
+	iv := j.iv
+	if iv.gone || int64(len(j.packed)) >= iv.logBytes {
+		return
+	}
+	iv.packed, iv.ncalls = j.packed, j.log.len()
+	iv.syscalls = callLog{}
+	r.bytes += int64(len(j.packed)) - iv.logBytes
+	iv.logBytes = int64(len(j.packed))
 }
 
 // callBytes is the memory one logged call holds: its record, its output
@@ -175,26 +266,6 @@ func (r *ring) unpacked() *interval {
 		}
 	}
 	return nil
-}
-
-// pack replaces iv's log by its packed form when that is smaller. A log
-// larger than the whole budget is left alone: packing it would take the
-// session seconds (700 MB a quarter second from a loop reading a 20 KB file)
-// for an interval the ring could not keep anyway.
-func (r *ring) pack(iv *interval) {
-	iv.packTried = true
-	if iv.logBytes > r.maxBytes || incompressible(iv) {
-		return
-	}
-	n := iv.syscalls.len()
-	b := format.PackSyscallSeq(n, iv.syscalls.all())
-	if int64(len(b)) >= iv.logBytes {
-		return
-	}
-	iv.packed, iv.ncalls = b, n
-	iv.syscalls = callLog{}
-	r.bytes += int64(len(b)) - iv.logBytes
-	iv.logBytes = int64(len(b))
 }
 
 // incompressible reports whether an interval's log is mostly output bytes
@@ -262,6 +333,7 @@ func (r *ring) drop() {
 	iv := r.intervals[0]
 	r.intervals = r.intervals[1:]
 	r.dropped++
+	iv.gone = true
 	iv.closeFiles()
 	r.bytes -= iv.logBytes
 	for _, p := range iv.meta.Written {
@@ -280,6 +352,7 @@ func (r *ring) drop() {
 func (r *ring) reset() {
 	for _, iv := range r.intervals {
 		iv.closeFiles()
+		iv.gone = true
 	}
 	r.intervals = nil
 	r.pages = map[format.Hash]*blob{}

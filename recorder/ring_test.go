@@ -3,7 +3,9 @@ package recorder
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"math/rand"
+	"slices"
 	"testing"
 
 	"github.com/tprec/tprec/format"
@@ -116,13 +118,31 @@ func TestSameFrame(t *testing.T) {
 
 func TestUnionPages(t *testing.T) {
 	got := unionPages([]pageRun{{0x1000, 0x3000}}, []pageRun{{0x2000, 0x4000}, {0x8000, 0x9000}})
-	want := []uint64{0x1000, 0x2000, 0x3000, 0x8000}
-	if len(got) != len(want) {
-		t.Fatalf("got %x", got)
+	if want := []uint64{0x1000, 0x2000, 0x3000, 0x8000}; !slices.Equal(got, want) {
+		t.Fatalf("got %x, want %x", got, want)
 	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("got %x", got)
+	// Against the definition, on runs that overlap, nest, touch and come in
+	// any order.
+	rnd := rand.New(rand.NewSource(1))
+	runs := func() []pageRun {
+		var rs []pageRun
+		for range rnd.Intn(6) {
+			a := uint64(rnd.Intn(40)) * format.PageSize
+			rs = append(rs, pageRun{a, a + uint64(1+rnd.Intn(8))*format.PageSize})
+		}
+		return rs
+	}
+	for range 2000 {
+		a, b := runs(), runs()
+		set := map[uint64]bool{}
+		for _, r := range slices.Concat(a, b) {
+			for p := r.start; p < r.end; p += format.PageSize {
+				set[p] = true
+			}
+		}
+		want := slices.Sorted(maps.Keys(set))
+		if got := unionPages(a, b); !slices.Equal(got, want) {
+			t.Fatalf("unionPages(%x, %x) = %x, want %x", a, b, got, want)
 		}
 	}
 }
@@ -186,7 +206,11 @@ func TestRingPacksLogsBeforeDropping(t *testing.T) {
 	r := newRing(100, 900<<10)
 	for i := 0; i < 6; i++ {
 		r.push(mk(i), true)
+		if r.bytes > 2*r.maxBytes {
+			t.Fatalf("after push %d the ring holds %d bytes, over twice its budget %d", i, r.bytes, r.maxBytes)
+		}
 	}
+	r.settle()
 	if len(r.intervals) != 6 {
 		t.Fatalf("ring dropped intervals instead of packing their logs: %d left", len(r.intervals))
 	}
@@ -289,5 +313,39 @@ func TestRingIncompressibleLogAndDumpPush(t *testing.T) {
 	r.push(readLog(4, 40, random), true)
 	if len(r.intervals) != 2 || r.intervals[0].meta.Index != 3 {
 		t.Fatalf("the next push left %d intervals, first %d; want 3 and 4", len(r.intervals), r.intervals[0].meta.Index)
+	}
+}
+
+// An interval whose log alone is over the budget but compresses (a loop
+// reading a small text file at full speed) is packed, not made the reason
+// to drop every interval before it; and the packing leaves push at once.
+func TestRingPacksIntervalOverBudget(t *testing.T) {
+	text := func(i int) []byte {
+		return bytes.Repeat([]byte(fmt.Sprintf("line %d of a config file\n", i%7)), 32<<10/16)[:32<<10]
+	}
+	r := newRing(8, 2<<20)
+	r.push(readLog(1, 24, text), true)  // 0.75 MiB
+	r.push(readLog(2, 24, text), true)  // 1.5 MiB
+	r.push(readLog(3, 160, text), true) // 5 MiB: over the budget by itself
+	if r.busy == nil && r.memDropped == 0 && r.bytes > r.maxBytes {
+		t.Fatal("over budget with no pack under way and nothing dropped")
+	}
+	r.settle()
+	if r.memDropped != 0 || len(r.intervals) != 3 {
+		t.Fatalf("%d intervals dropped for memory, %d left; want none dropped", r.memDropped, len(r.intervals))
+	}
+	if r.bytes > r.maxBytes {
+		t.Fatalf("ring holds %d bytes, budget %d", r.bytes, r.maxBytes)
+	}
+	for _, iv := range r.intervals {
+		n := 0
+		if err := iv.view().each(func(s *format.Syscall) {
+			if !bytes.Equal(s.Out[0].Data, text(n)) {
+				t.Fatalf("interval %d call %d: wrong bytes", iv.meta.Index, n)
+			}
+			n++
+		}); err != nil || n != iv.calls() {
+			t.Fatalf("interval %d: %d calls read back of %d, %v", iv.meta.Index, n, iv.calls(), err)
+		}
 	}
 }

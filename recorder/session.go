@@ -48,13 +48,16 @@ const (
 
 // session is one recording. Every method runs on the tracer thread.
 type session struct {
-	o     Options
-	pid   int
-	tr    *proc.Tracer
-	mem   *proc.Mem
-	pm    *proc.Pagemap
-	vdso  *vdsoPatch
-	entry uint64 // the entry point breakpoint after an exec (entry.go), 0 when none
+	o   Options
+	pid int
+	// dropNote: how many of the ring's memory drops were told, and when.
+	dropNoted int
+	dropNote  time.Time
+	tr        *proc.Tracer
+	mem       *proc.Mem
+	pm        *proc.Pagemap
+	vdso      *vdsoPatch
+	entry     uint64 // the entry point breakpoint after an exec (entry.go), 0 when none
 	// entryInt3: that breakpoint is an int3 over entryOrig, not DR0.
 	entryInt3 bool
 	entryOrig byte
@@ -1514,6 +1517,28 @@ var debugStops = os.Getenv("TPREC_DEBUG") != ""
 
 func le32(b []byte) uint32 {
 	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+}
+
+// noteMemoryDrops tells the user, at most every 10 s, that the ring dropped
+// intervals to stay within --max-memory: history asked for by --keep and
+// not kept, which the checkpoint's window will lack.
+func (s *session) noteMemoryDrops(now time.Time) {
+	n := s.ring.memDropped - s.dropNoted
+	if n == 0 || now.Sub(s.dropNote) < 10*time.Second {
+		return
+	}
+	s.dropNoted, s.dropNote = s.ring.memDropped, now
+	history := 0.0
+	if len(s.ring.intervals) > 0 {
+		history = now.Sub(s.ring.intervals[0].meta.Start).Seconds()
+	}
+	newest := ""
+	if k := len(s.ring.intervals); k > 0 {
+		iv := s.ring.intervals[k-1]
+		newest = fmt.Sprintf("; the newest logged %d calls in %.1f MiB", iv.calls(), float64(iv.logBytes)/(1<<20))
+	}
+	s.logf("pid %d: the ring dropped %d older interval(s) to stay within --max-memory %.0f MiB: %.1f s of history in %d intervals kept%s",
+		s.pid, n, float64(s.o.MaxMemory)/(1<<20), history, len(s.ring.intervals), newest)
 }
 
 // statusLine says how much history the ring holds and what it costs.
