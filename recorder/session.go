@@ -1537,7 +1537,7 @@ func (s *session) noteMemoryDrops(now time.Time) {
 		iv := s.ring.intervals[k-1]
 		newest = fmt.Sprintf("; the newest logged %d calls in %.1f MiB", iv.calls(), float64(iv.logBytes)/(1<<20))
 	}
-	s.logf("pid %d: the ring dropped %d older interval(s) to stay within --max-memory %.0f MiB: %.1f s of history in %d intervals kept%s",
+	s.logf("pid %d: the ring dropped %d older interval(s) to stay within --max-memory %.0f MiB: %.1f s of history in %d interval(s) kept%s",
 		s.pid, n, float64(s.o.MaxMemory)/(1<<20), history, len(s.ring.intervals), newest)
 }
 

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -85,5 +86,56 @@ func waitFile(t *testing.T, path string, size int64) {
 			t.Fatalf("%s was not written", path)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A python3 loop reading a small text file logs tens of MB a quarter second:
+// more than a small --max-memory holds unpacked, but its reads pack many
+// times over. The ring packs such an interval instead of dropping every
+// older one for it, and keeps the history --keep asks for. A loop reading
+// random bytes packs to nothing smaller: there the ring has to drop older
+// intervals, and tprec says so while it records.
+func TestRingHistoryUnderMemoryBound(t *testing.T) {
+	requireRoot(t)
+	const script = `
+import os, sys, time
+path = os.path.join(sys.argv[1], "input.txt")
+with open(path, "w") as f:
+    f.write("some input line\n" * 100)
+print("ready", flush=True)
+if sys.argv[2] == "random":
+    fd = os.open("/dev/urandom", os.O_RDONLY)
+    while True:
+        os.read(fd, 1 << 16)
+while True:
+    with open(path) as f:
+        f.read()
+    time.time()
+`
+	for _, kind := range []string{"text", "random"} {
+		t.Run(kind, func(t *testing.T) {
+			dir := t.TempDir()
+			prog := pythonScript(t, "loop.py", script)
+			target, out, done := startTarget(t, "/usr/bin/python3", "-S", prog, dir, kind)
+			for i := 0; i < 250 && !strings.Contains(out.String(), "ready"); i++ {
+				time.Sleep(20 * time.Millisecond)
+			}
+			const keep = 6
+			ck, stderr := crashWith(t, target, done, 2500*time.Millisecond, func(pid int) error { return syscall.Kill(pid, syscall.SIGSEGV) },
+				"--interval", "250ms", "--keep", fmt.Sprint(keep), "--max-memory", "24M", "--full-pages")
+			ivs := intervalsIn(t, ck)
+			dropped := strings.Contains(stderr, "older interval(s) to stay within --max-memory")
+			switch kind {
+			case "text":
+				if len(ivs) != keep || dropped {
+					t.Fatalf("the checkpoint holds %d intervals, want %d (--keep); tprec:\n%s", len(ivs), keep, stderr)
+				}
+				replay(t, ck)
+			case "random":
+				if !dropped || len(ivs) >= keep {
+					t.Fatalf("%d intervals kept of %d reading random bytes into a 24 MiB ring, and tprec told of dropped intervals: %v:\n%s", len(ivs), keep, dropped, stderr)
+				}
+			}
+		})
 	}
 }
