@@ -149,6 +149,7 @@ func (l *openLog) add(q uint64, rec format.Syscall, problem string) {
 		if l.early == nil {
 			l.early = map[uint64]earlyCall{}
 		}
+		rec.Out = ownOutputs(rec.Out) // they alias the builder's buffers
 		l.early[q] = earlyCall{rec, problem}
 		return
 	}
@@ -161,6 +162,18 @@ func (l *openLog) add(q uint64, rec format.Syscall, problem string) {
 		delete(l.early, l.nextQ)
 		l.push(c.rec, c.problem)
 	}
+}
+
+// ownOutputs returns a copy of outs and of their bytes.
+func ownOutputs(outs []format.OutBuf) []format.OutBuf {
+	if len(outs) == 0 {
+		return nil
+	}
+	own := make([]format.OutBuf, len(outs))
+	for i, o := range outs {
+		own[i] = format.OutBuf{Addr: o.Addr, Data: bytes.Clone(o.Data)}
+	}
+	return own
 }
 
 // earlyCall is a call that reached the ring before one numbered before it.
@@ -628,27 +641,12 @@ func (e *ebpfSource) sync(s *session) error {
 // calls write a few hundred bytes, and one allocation per call is most of
 // the reader's cost at a million calls a second.
 type builder struct {
-	mem  capturedMem
-	slab []byte
-}
-
-// slabSize is the size of the blocks outputs are copied into. A block lives
-// as long as one of its outputs does, and outputs of neighbouring calls
-// leave the ring together.
-const slabSize = 256 << 10
-
-// keep copies b (which may alias the reader's buffer) for the log.
-func (bd *builder) keep(b []byte) []byte {
-	if len(b) > slabSize/8 {
-		return bytes.Clone(b)
-	}
-	if len(b) > len(bd.slab) {
-		bd.slab = make([]byte, slabSize)
-	}
-	d := bd.slab[:len(b):len(b)]
-	copy(d, b)
-	bd.slab = bd.slab[len(b):]
-	return d
+	mem capturedMem
+	// outs is the output list of the record build returns, reused: the
+	// record's outputs alias it and the captured bytes until the log copies
+	// them (callLog.append), or add takes its own copy of a call that came
+	// early.
+	outs []format.OutBuf
 }
 
 func (bd *builder) build(c *pendingCall) (format.Syscall, string) {
@@ -675,16 +673,19 @@ func (bd *builder) build(c *pendingCall) (format.Syscall, string) {
 	if err != nil {
 		return rec, fmt.Sprintf("outputs: %v", err)
 	}
-	if len(ranges) > 0 {
-		rec.Out = make([]format.OutBuf, 0, len(ranges))
+	if len(ranges) == 0 {
+		return rec, ""
 	}
+	rec.Out = bd.outs[:0]
 	for _, r := range ranges {
 		b, err := mem.read(r.Addr, r.Len)
 		if err != nil {
+			rec.Out = nil
 			return rec, err.Error()
 		}
-		rec.Out = append(rec.Out, format.OutBuf{Addr: r.Addr, Data: bd.keep(b)})
+		rec.Out = append(rec.Out, format.OutBuf{Addr: r.Addr, Data: b})
 	}
+	bd.outs = rec.Out[:0]
 	return rec, ""
 }
 

@@ -213,3 +213,17 @@ func TestOpenLog(t *testing.T) {
 		t.Errorf("restart_syscall: %+v %+v", c0, c1)
 	}
 }
+
+// A call that reaches the ring before its turn waits with its own copy of
+// its outputs: the builder's buffers and the ring buffer's memory it aliased
+// are reused by the calls read after it.
+func TestOpenLogEarlyCallOwnsOutputs(t *testing.T) {
+	l := &openLog{firstQ: 1, nextQ: 1}
+	buf := []byte("request one")
+	l.add(2, format.Syscall{Nr: unix.SYS_READ, Ret: int64(len(buf)), Out: []format.OutBuf{{Addr: 0x1000, Data: buf}}}, "")
+	copy(buf, "XXXXXXXXXXX")
+	l.add(1, format.Syscall{Nr: unix.SYS_GETPID}, "")
+	if l.calls.len() != 2 || string(l.calls.at(1).Out[0].Data) != "request one" {
+		t.Fatalf("the early call's output reads %q", l.calls.at(1).Out[0].Data)
+	}
+}

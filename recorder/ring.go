@@ -2,7 +2,6 @@ package recorder
 
 import (
 	"fmt"
-	"unsafe"
 
 	"github.com/klauspost/compress/s2"
 	"github.com/pierrec/lz4/v4"
@@ -136,9 +135,7 @@ func (b *blob) page() ([]byte, error) {
 // lose all its history to the few milliseconds before its crash.
 func (r *ring) push(iv *interval, budget bool) {
 	r.collect(false)
-	for s := range iv.syscalls.all() {
-		iv.logBytes += callBytes(s)
-	}
+	iv.logBytes += iv.syscalls.bytes
 	r.bytes += iv.logBytes
 	r.intervals = append(r.intervals, iv)
 	for len(r.intervals) > 1 && len(r.intervals) > r.keep {
@@ -246,18 +243,6 @@ func (r *ring) collect(wait bool) {
 	iv.logBytes = int64(len(j.packed))
 }
 
-// callBytes is the memory one logged call holds: its record, its output
-// list and the output bytes (copied into blocks the log owns), its mapped
-// file pages. (Counting 96 bytes a record and the output bytes alone let a
-// recorder of redis-server hold twice its --max-memory.)
-func callBytes(s *format.Syscall) int64 {
-	n := int64(unsafe.Sizeof(*s)) + int64(cap(s.Out))*int64(unsafe.Sizeof(format.OutBuf{})) + int64(cap(s.Pages))*int64(unsafe.Sizeof(format.PageRef{}))
-	for _, o := range s.Out {
-		n += int64(len(o.Data))
-	}
-	return n
-}
-
 // unpacked returns the oldest interval whose log was not packed yet.
 func (r *ring) unpacked() *interval {
 	for _, iv := range r.intervals {
@@ -277,12 +262,10 @@ func incompressible(iv *interval) bool {
 	const sampleMax, piece = 256 << 10, 16 << 10
 	var out int64
 	var sample []byte
-	for c := range iv.syscalls.all() {
-		for _, o := range c.Out {
-			out += int64(len(o.Data))
-			if len(sample) < sampleMax {
-				sample = append(sample, o.Data[:min(len(o.Data), piece)]...)
-			}
+	for d := range iv.syscalls.outputs() {
+		out += int64(len(d))
+		if len(sample) < sampleMax {
+			sample = append(sample, d[:min(len(d), piece)]...)
 		}
 	}
 	if out*2 < iv.logBytes || len(sample) < 64<<10 {

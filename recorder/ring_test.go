@@ -7,6 +7,7 @@ import (
 	"math/rand"
 	"slices"
 	"testing"
+	"unsafe"
 
 	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/proc"
@@ -347,5 +348,72 @@ func TestRingPacksIntervalOverBudget(t *testing.T) {
 		}); err != nil || n != iv.calls() {
 			t.Fatalf("interval %d: %d calls read back of %d, %v", iv.meta.Index, n, iv.calls(), err)
 		}
+	}
+}
+
+// A call log gives back every call as it was appended, whatever the sizes
+// of its outputs (none, small ones sharing slabs, ones over a slab's eighth
+// with slabs of their own), after the callers' buffers were reused; the
+// records all yields may be kept; and it counts the memory it holds.
+func TestCallLogRoundTrip(t *testing.T) {
+	rnd := rand.New(rand.NewSource(2))
+	var want []format.Syscall
+	var l callLog
+	buf := make([]byte, 100<<10) // reused for every call's outputs, as the reader's
+	for i := 0; i < 3*logBlock+17; i++ {
+		rec := format.Syscall{Seq: uint64(i + 1), Tid: 1 + rnd.Intn(3), Nr: rnd.Intn(450), Ret: rnd.Int63() - 1<<62, Rip: rnd.Uint64()}
+		for k := range rec.Args {
+			rec.Args[k] = rnd.Uint64()
+		}
+		var own []format.OutBuf
+		off := 0
+		for range rnd.Intn(4) {
+			n := []int{0, 1, 8, 4000, logSlab/8 + 1, 90 << 10}[rnd.Intn(6)]
+			if rnd.Intn(8) != 0 {
+				n %= 5000 // big ones are rare
+			}
+			if off+n > len(buf) {
+				break
+			}
+			d := buf[off : off+n : off+n]
+			off += n
+			rnd.Read(d)
+			addr := rnd.Uint64()
+			rec.Out = append(rec.Out, format.OutBuf{Addr: addr, Data: d})
+			own = append(own, format.OutBuf{Addr: addr, Data: bytes.Clone(d)})
+		}
+		l.append(rec)
+		rnd.Read(buf) // what the reader's next record puts there
+		rec.Out = own
+		want = append(want, rec)
+	}
+	if l.len() != len(want) {
+		t.Fatalf("len %d, want %d", l.len(), len(want))
+	}
+	var kept []*format.Syscall
+	for c := range l.all() {
+		kept = append(kept, c)
+	}
+	for i := range want {
+		for _, got := range []*format.Syscall{kept[i], l.at(i)} {
+			w := want[i]
+			if got.Seq != w.Seq || got.Tid != w.Tid || got.Nr != w.Nr || got.Args != w.Args || got.Ret != w.Ret || got.Rip != w.Rip || len(got.Out) != len(w.Out) {
+				t.Fatalf("call %d: got %+v, want %+v", i, *got, w)
+			}
+			for k := range w.Out {
+				if got.Out[k].Addr != w.Out[k].Addr || !bytes.Equal(got.Out[k].Data, w.Out[k].Data) {
+					t.Fatalf("call %d output %d differs", i, k)
+				}
+			}
+		}
+	}
+	var outBytes int64
+	for _, w := range want {
+		for _, o := range w.Out {
+			outBytes += int64(len(o.Data))
+		}
+	}
+	if l.bytes < outBytes+int64(len(want))*int64(unsafe.Sizeof(logRec{})) {
+		t.Fatalf("the log counts %d bytes, less than its calls and outputs hold", l.bytes)
 	}
 }

@@ -1,8 +1,11 @@
 package recorder
 
 import (
+	"bytes"
 	"fmt"
+	"iter"
 	"time"
+	"unsafe"
 
 	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/proc"
@@ -119,39 +122,145 @@ func (v *vforkCaptures) replayProblem(rec *format.Syscall, problem string) strin
 	return ""
 }
 
-// callLog is an interval's syscall log, kept in blocks of logBlock calls:
-// appending never moves a call, so a log of a million calls (a quarter
-// second of a syscall-heavy program) grows without copying what it holds,
-// and one allocation serves thousands of calls.
+// callLog is an interval's syscall log. Its calls are kept without
+// pointers, their outputs' bytes in slabs the log owns, so the garbage
+// collector has nothing to scan in it: the hundreds of thousands of calls a
+// busy interval logs (a quarter second of redis under load: 120,000), as
+// format.Syscall records with their output lists, were most of what its
+// background marking went through, a quarter of the recorder's CPU.
+// Appending never moves a call, and one allocation serves thousands of
+// calls. A call comes back out as a format.Syscall whose outputs alias the
+// slabs: a log is never changed once its interval is closed.
 type callLog struct {
-	blocks [][]format.Syscall
-	n      int
+	recs  [][]logRec // blocks of logBlock calls
+	outs  [][]outRef // blocks of logBlock outputs
+	nouts int
+	slabs [][]byte // output bytes
+	fill  int      // the slab being filled
+	n     int
+	bytes int64 // memory held: blocks and slabs
 }
 
-const logBlock = 4096
+// logRec is one call of a callLog; its outputs are outs [out, out+nout).
+type logRec struct {
+	Seq       uint64
+	Args      [6]uint64
+	Ret       int64
+	Rip       uint64
+	Tid, Nr   int32
+	out, nout uint32
+}
+
+// outRef is one output of a call: n bytes at off in slab.
+type outRef struct {
+	Addr         uint64
+	slab, off, n uint32
+}
+
+const (
+	logBlock = 4096
+	// logSlab is the size of the slabs output bytes are copied into; an
+	// output over an eighth of it gets a slab of its own.
+	logSlab = 256 << 10
+)
 
 func (l *callLog) append(rec format.Syscall) {
-	if k := len(l.blocks); k == 0 || len(l.blocks[k-1]) == logBlock {
-		l.blocks = append(l.blocks, make([]format.Syscall, 0, logBlock))
+	if k := len(l.recs); k == 0 || len(l.recs[k-1]) == logBlock {
+		l.recs = append(l.recs, make([]logRec, 0, logBlock))
+		l.bytes += logBlock * int64(unsafe.Sizeof(logRec{}))
 	}
-	b := &l.blocks[len(l.blocks)-1]
-	*b = append(*b, rec)
+	r := logRec{Seq: rec.Seq, Args: rec.Args, Ret: rec.Ret, Rip: rec.Rip, Tid: int32(rec.Tid), Nr: int32(rec.Nr),
+		out: uint32(l.nouts), nout: uint32(len(rec.Out))}
+	for _, o := range rec.Out {
+		l.addOut(o)
+	}
+	b := &l.recs[len(l.recs)-1]
+	*b = append(*b, r)
 	l.n++
+}
+
+// addOut copies one output into the log.
+func (l *callLog) addOut(o format.OutBuf) {
+	if k := len(l.outs); k == 0 || len(l.outs[k-1]) == logBlock {
+		l.outs = append(l.outs, make([]outRef, 0, logBlock))
+		l.bytes += logBlock * int64(unsafe.Sizeof(outRef{}))
+	}
+	ref := outRef{Addr: o.Addr, n: uint32(len(o.Data))}
+	if len(o.Data) > logSlab/8 {
+		ref.slab = uint32(len(l.slabs))
+		l.slabs = append(l.slabs, bytes.Clone(o.Data))
+		l.bytes += int64(len(o.Data))
+	} else {
+		if l.slabs == nil || cap(l.slabs[l.fill])-len(l.slabs[l.fill]) < len(o.Data) {
+			l.fill = len(l.slabs)
+			l.slabs = append(l.slabs, make([]byte, 0, logSlab))
+			l.bytes += logSlab
+		}
+		ref.slab, ref.off = uint32(l.fill), uint32(len(l.slabs[l.fill]))
+		l.slabs[l.fill] = append(l.slabs[l.fill], o.Data...)
+	}
+	b := &l.outs[len(l.outs)-1]
+	*b = append(*b, ref)
+	l.nouts++
 }
 
 func (l *callLog) len() int { return l.n }
 
-// at returns the i-th call.
-func (l *callLog) at(i int) *format.Syscall { return &l.blocks[i/logBlock][i%logBlock] }
+// out returns output i, aliasing its slab.
+func (l *callLog) out(i uint32) format.OutBuf {
+	r := l.outs[i/logBlock][i%logBlock]
+	return format.OutBuf{Addr: r.Addr, Data: l.slabs[r.slab][r.off : r.off+r.n : r.off+r.n]}
+}
 
-// all yields the calls in order.
-func (l *callLog) all() func(yield func(*format.Syscall) bool) {
+// record returns call r as a format.Syscall whose outputs are appended to
+// outs, which must have room for them (they are a slice of it).
+func (l *callLog) record(r *logRec, outs []format.OutBuf) (format.Syscall, []format.OutBuf) {
+	rec := format.Syscall{Seq: r.Seq, Tid: int(r.Tid), Nr: int(r.Nr), Args: r.Args, Ret: r.Ret, Rip: r.Rip}
+	if r.nout > 0 {
+		start := len(outs)
+		for i := r.out; i < r.out+r.nout; i++ {
+			outs = append(outs, l.out(i))
+		}
+		rec.Out = outs[start:len(outs):len(outs)]
+	}
+	return rec, outs
+}
+
+// at returns the i-th call.
+func (l *callLog) at(i int) *format.Syscall {
+	r := &l.recs[i/logBlock][i%logBlock]
+	rec, _ := l.record(r, make([]format.OutBuf, 0, r.nout))
+	return &rec
+}
+
+// all yields the calls in order. Their records are made a block at a time
+// and never reused, so a caller may keep them (the log model keeps the last
+// call of each kind while it packs).
+func (l *callLog) all() iter.Seq[*format.Syscall] {
 	return func(yield func(*format.Syscall) bool) {
-		for _, b := range l.blocks {
+		for _, b := range l.recs {
+			n := 0
 			for i := range b {
-				if !yield(&b[i]) {
+				n += int(b[i].nout)
+			}
+			recs := make([]format.Syscall, len(b))
+			outs := make([]format.OutBuf, 0, n)
+			for i := range b {
+				recs[i], outs = l.record(&b[i], outs)
+				if !yield(&recs[i]) {
 					return
 				}
+			}
+		}
+	}
+}
+
+// outputs yields the bytes of every output, in order.
+func (l *callLog) outputs() iter.Seq[[]byte] {
+	return func(yield func([]byte) bool) {
+		for i := 0; i < l.nouts; i++ {
+			if !yield(l.out(uint32(i)).Data) {
+				return
 			}
 		}
 	}
