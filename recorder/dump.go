@@ -246,17 +246,17 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 		}
 		c.Syscalls = make([]format.Syscall, 0, n)
 		for _, v := range views {
-			err := v.each(func(r *format.Syscall) {
-				rec := *r
-				if p, ok := filePages[rec.Seq]; ok {
-					rec.Pages = p
-				}
-				clearUnusedArgs(&rec)
-				c.Syscalls = append(c.Syscalls, rec)
-			})
-			if err != nil {
+			var err error
+			if c.Syscalls, err = v.appendTo(c.Syscalls); err != nil {
 				return err // a bug: better no checkpoint than a wrong one
 			}
+		}
+		for i := range c.Syscalls {
+			rec := &c.Syscalls[i]
+			if p, ok := filePages[rec.Seq]; ok {
+				rec.Pages = p
+			}
+			clearUnusedArgs(rec)
 		}
 		return nil
 	}

@@ -294,22 +294,16 @@ type logView struct {
 
 func (iv *interval) view() logView { return logView{iv.syscalls, iv.packed} }
 
-// each calls fn with every call of the log, in order.
-func (v logView) each(fn func(*format.Syscall)) error {
+// appendTo appends the log's calls to dst, in order.
+func (v logView) appendTo(dst []format.Syscall) ([]format.Syscall, error) {
 	if v.packed != nil {
 		calls, err := format.UnpackSyscalls(v.packed)
 		if err != nil {
-			return fmt.Errorf("unpack a syscall log of the ring: %w", err)
+			return dst, fmt.Errorf("unpack a syscall log of the ring: %w", err)
 		}
-		for i := range calls {
-			fn(&calls[i])
-		}
-		return nil
+		return append(dst, calls...), nil
 	}
-	for c := range v.calls.all() {
-		fn(c)
-	}
-	return nil
+	return v.calls.appendTo(dst), nil
 }
 
 func (r *ring) drop() {

@@ -223,15 +223,14 @@ func TestRingPacksLogsBeforeDropping(t *testing.T) {
 		if iv.packed != nil {
 			packed++
 		}
-		n := 0
-		err := iv.view().each(func(s *format.Syscall) {
+		calls, err := iv.view().appendTo(nil)
+		for n, s := range calls {
 			if s.Seq != iv.meta.FirstSeq+uint64(n) || !bytes.Equal(s.Out[0].Data, text) {
 				t.Fatalf("interval %d call %d: %+v", iv.meta.Index, n, s.Seq)
 			}
-			n++
-		})
-		if err != nil || n != 100 || iv.calls() != 100 {
-			t.Fatalf("interval %d: %d calls read back, %v", iv.meta.Index, n, err)
+		}
+		if err != nil || len(calls) != 100 || iv.calls() != 100 {
+			t.Fatalf("interval %d: %d calls read back, %v", iv.meta.Index, len(calls), err)
 		}
 	}
 	if packed == 0 {
@@ -339,14 +338,14 @@ func TestRingPacksIntervalOverBudget(t *testing.T) {
 		t.Fatalf("ring holds %d bytes, budget %d", r.bytes, r.maxBytes)
 	}
 	for _, iv := range r.intervals {
-		n := 0
-		if err := iv.view().each(func(s *format.Syscall) {
+		calls, err := iv.view().appendTo(nil)
+		for n, s := range calls {
 			if !bytes.Equal(s.Out[0].Data, text(n)) {
 				t.Fatalf("interval %d call %d: wrong bytes", iv.meta.Index, n)
 			}
-			n++
-		}); err != nil || n != iv.calls() {
-			t.Fatalf("interval %d: %d calls read back of %d, %v", iv.meta.Index, n, iv.calls(), err)
+		}
+		if err != nil || len(calls) != iv.calls() {
+			t.Fatalf("interval %d: %d calls read back of %d, %v", iv.meta.Index, len(calls), iv.calls(), err)
 		}
 	}
 }
@@ -394,8 +393,12 @@ func TestCallLogRoundTrip(t *testing.T) {
 	for c := range l.all() {
 		kept = append(kept, c)
 	}
+	copied := l.appendTo(make([]format.Syscall, 1)) // after what dst holds
+	if len(copied) != len(want)+1 {
+		t.Fatalf("appendTo gave %d calls, want %d", len(copied)-1, len(want))
+	}
 	for i := range want {
-		for _, got := range []*format.Syscall{kept[i], l.at(i)} {
+		for _, got := range []*format.Syscall{kept[i], l.at(i), &copied[i+1]} {
 			w := want[i]
 			if got.Seq != w.Seq || got.Tid != w.Tid || got.Nr != w.Nr || got.Args != w.Args || got.Ret != w.Ret || got.Rip != w.Rip || len(got.Out) != len(w.Out) {
 				t.Fatalf("call %d: got %+v, want %+v", i, *got, w)
