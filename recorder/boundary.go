@@ -246,6 +246,7 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 	sh := s.shadow
 	s.shadow = nil
 	finish := func() {
+		recordingMemory(iv.syscalls.bytes) // before push: a pack may take the log
 		s.ring.push(iv, later) // a dump's close (not later) keeps the whole ring for the dump
 		s.noteMemoryDrops(time.Now())
 		clk.mark("push")
