@@ -247,7 +247,7 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 	s.shadow = nil
 	finish := func() {
 		recordingMemory(iv.syscalls.bytes) // before push: a pack may take the log
-		s.ring.push(iv, later) // a dump's close (not later) keeps the whole ring for the dump
+		s.ring.push(iv, later)             // a dump's close (not later) keeps the whole ring for the dump
 		s.noteMemoryDrops(time.Now())
 		clk.mark("push")
 		if sh != nil {
