@@ -2,6 +2,7 @@ package recorder
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/klauspost/compress/s2"
 	"github.com/pierrec/lz4/v4"
@@ -19,7 +20,6 @@ type interval struct {
 	packed    []byte
 	ncalls    int
 	packTried bool
-	gone      bool // dropped from the ring (a pack under way is then discarded)
 	signals   []format.SignalEvent
 	logBytes  int64                  // memory held by the syscall log
 	files     map[uint64]*mappedFile // by seq: files mapped during the interval
@@ -49,7 +49,6 @@ type ring struct {
 	intervals []*interval // oldest first
 	pages     map[format.Hash]*blob
 	bytes     int64
-	dropped   int
 	// busy is the pack under way (startPack), done where it ends.
 	busy *packJob
 	done chan *packJob
@@ -65,7 +64,7 @@ type ring struct {
 }
 
 func newRing(keep int, maxBytes int64) *ring {
-	return &ring{keep: keep, maxBytes: maxBytes, pages: map[format.Hash]*blob{}}
+	return &ring{keep: keep, maxBytes: maxBytes, pages: map[format.Hash]*blob{}, done: make(chan *packJob, 1)}
 }
 
 // addPage stores one original page for iv and returns its reference.
@@ -205,9 +204,6 @@ func (r *ring) startPack(iv *interval) {
 		return
 	}
 	j := &packJob{iv: iv, log: iv.syscalls}
-	if r.done == nil {
-		r.done = make(chan *packJob, 1)
-	}
 	r.busy = j
 	go func() {
 		j.packed = format.PackSyscallSeq(j.log.len(), j.log.all())
@@ -234,7 +230,8 @@ func (r *ring) collect(wait bool) {
 	}
 	r.busy = nil
 	iv := j.iv
-	if iv.gone || int64(len(j.packed)) >= iv.logBytes {
+	if !slices.Contains(r.intervals, iv) || int64(len(j.packed)) >= iv.logBytes {
+		// Dropped meanwhile, or not worth it.
 		return
 	}
 	iv.packed, iv.ncalls = j.packed, j.log.len()
@@ -309,8 +306,6 @@ func (v logView) appendTo(dst []format.Syscall) ([]format.Syscall, error) {
 func (r *ring) drop() {
 	iv := r.intervals[0]
 	r.intervals = r.intervals[1:]
-	r.dropped++
-	iv.gone = true
 	iv.closeFiles()
 	r.bytes -= iv.logBytes
 	for _, p := range iv.meta.Written {
@@ -329,7 +324,6 @@ func (r *ring) drop() {
 func (r *ring) reset() {
 	for _, iv := range r.intervals {
 		iv.closeFiles()
-		iv.gone = true
 	}
 	r.intervals = nil
 	r.pages = map[format.Hash]*blob{}

@@ -48,16 +48,16 @@ const (
 
 // session is one recording. Every method runs on the tracer thread.
 type session struct {
-	o   Options
-	pid int
+	o     Options
+	pid   int
+	tr    *proc.Tracer
+	mem   *proc.Mem
+	pm    *proc.Pagemap
+	vdso  *vdsoPatch
+	entry uint64 // the entry point breakpoint after an exec (entry.go), 0 when none
 	// dropNote: how many of the ring's memory drops were told, and when.
 	dropNoted int
 	dropNote  time.Time
-	tr        *proc.Tracer
-	mem       *proc.Mem
-	pm        *proc.Pagemap
-	vdso      *vdsoPatch
-	entry     uint64 // the entry point breakpoint after an exec (entry.go), 0 when none
 	// entryInt3: that breakpoint is an int3 over entryOrig, not DR0.
 	entryInt3 bool
 	entryOrig byte
@@ -1528,33 +1528,35 @@ func (s *session) noteMemoryDrops(now time.Time) {
 		return
 	}
 	s.dropNoted, s.dropNote = s.ring.memDropped, now
-	history := 0.0
-	if len(s.ring.intervals) > 0 {
-		history = now.Sub(s.ring.intervals[0].meta.Start).Seconds()
-	}
 	newest := ""
 	if k := len(s.ring.intervals); k > 0 {
 		iv := s.ring.intervals[k-1]
 		newest = fmt.Sprintf("; the newest logged %d calls in %.1f MiB", iv.calls(), float64(iv.logBytes)/(1<<20))
 	}
 	s.logf("pid %d: the ring dropped %d older interval(s) to stay within --max-memory %.0f MiB: %.1f s of history in %d interval(s) kept%s",
-		s.pid, n, float64(s.o.MaxMemory)/(1<<20), history, len(s.ring.intervals), newest)
+		s.pid, n, float64(s.o.MaxMemory)/(1<<20), s.history(now).Seconds(), len(s.ring.intervals), newest)
+}
+
+// history is how far back the ring reaches: to the start of its oldest
+// interval, or of the interval being recorded when it holds none.
+func (s *session) history(now time.Time) time.Duration {
+	if len(s.ring.intervals) > 0 {
+		return now.Sub(s.ring.intervals[0].meta.Start)
+	}
+	if s.cur != nil {
+		return now.Sub(s.cur.meta.Start)
+	}
+	return 0
 }
 
 // statusLine says how much history the ring holds and what it costs.
 func (s *session) statusLine(now time.Time) string {
-	history := time.Duration(0)
-	if n := len(s.ring.intervals); n > 0 {
-		history = now.Sub(s.ring.intervals[0].meta.Start)
-	} else if s.cur != nil {
-		history = now.Sub(s.cur.meta.Start)
-	}
 	var lost uint64
 	for _, iv := range s.ring.intervals {
 		lost += iv.lost
 	}
 	line := fmt.Sprintf("pid %d: %.1f s of history in %d intervals, ring %.1f of %.0f MiB (tprec resident %.0f MiB), %d syscalls logged, %d events lost",
-		s.pid, history.Seconds(), len(s.ring.intervals)+1, float64(s.ring.bytes)/(1<<20), float64(s.o.MaxMemory)/(1<<20), float64(residentBytes())/(1<<20), s.seq, lost)
+		s.pid, s.history(now).Seconds(), len(s.ring.intervals)+1, float64(s.ring.bytes)/(1<<20), float64(s.o.MaxMemory)/(1<<20), float64(residentBytes())/(1<<20), s.seq, lost)
 	if n, d := s.src.heldFor(); n > 0 {
 		line += fmt.Sprintf(", held %d times (%v in all) for the eBPF reader to catch up", n, d.Round(time.Millisecond))
 	}
