@@ -21,8 +21,11 @@ const (
 	// of one interval start instead of every one (Interval.StartOmitted, with
 	// boundary digests for the others) and stores short outputs as
 	// differences (syslog.go): a version 2 reader would replay from a start
-	// the file does not hold. This reader reads versions 1 to 3.
-	VersionMajor = 4
+	// the file does not hold. Version 4 lays the syscall log out in streams
+	// and version 5 marks outputs that repeat the compared record's
+	// (syslog4.go): an older reader would misread the log. This reader reads
+	// versions 1 to 5.
+	VersionMajor = 5
 	// VersionMinor changes when fields are appended at the end of a section
 	// payload or new sections appear; older readers skip what they do not know.
 	// Version 2.1 compressed with zstd (FlagZstd), as every later one does.
@@ -30,8 +33,9 @@ const (
 	// (SignalEvent.Handler), which replay needs to deliver it.
 	// Version 4.1 appends to ENDST the state of the other threads at the
 	// end (EndState.Threads). Version 4.2 appends to HEADR the dynamic
-	// loader's list of objects (Header.Modules).
-	VersionMinor = 2
+	// loader's list of objects (Header.Modules). Version 5.0 has all of
+	// them.
+	VersionMinor = 0
 
 	fileHeaderSize    = 16
 	sectionHeaderSize = 16

@@ -229,6 +229,28 @@ func smallCheckpointV3() (*Checkpoint, *MemStore) {
 	return c, store
 }
 
+// smallCheckpointV5 is smallCheckpointV3 with outputs that repeat the
+// compared record's (version 5): every fourth record reads the same 40
+// bytes from descriptor 5, and every eighth from descriptor 6 (so the two
+// alternate with a read of the other in between).
+func smallCheckpointV5() (*Checkpoint, *MemStore) {
+	c, store := smallCheckpointV3()
+	same := bytes.Repeat([]byte("same line\n"), 4)
+	for i := range c.Syscalls {
+		if i%4 != 1 {
+			continue
+		}
+		s := &c.Syscalls[i]
+		s.Nr, s.Ret, s.Pages = 0, int64(len(same)), nil
+		s.Args = [6]uint64{5, 0x5555_0000_1000, 4096}
+		if i%8 == 5 {
+			s.Args[0] = 6
+		}
+		s.Out = []OutBuf{{Addr: 0x5555_0000_1000, Data: same}}
+	}
+	return c, store
+}
+
 // legacy is what a file written before version 3 decodes to for model c:
 // every interval's start is stored, and there are no boundary digests.
 func legacy(c *Checkpoint) *Checkpoint {

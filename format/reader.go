@@ -445,7 +445,7 @@ func Decode(r io.ReaderAt, size int64) (*File, error) {
 				case 2, 3:
 					c.Syscalls = decodeSyscallsV2(d2, f.major)
 				default:
-					c.Syscalls = decodeSyscalls(d2)
+					c.Syscalls = decodeSyscalls(d2, f.major)
 				}
 			})
 		}},

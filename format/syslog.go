@@ -195,9 +195,10 @@ func PackSyscalls(calls []Syscall) []byte {
 	return encodeSyscalls(&codec{}, calls)
 }
 
-// PackSyscallSeq is PackSyscalls for the n records calls yields, which
-// must not move while it runs: the recorder packs its blocks of records in
-// place, without copying a quarter second of a server's calls first.
+// PackSyscallSeq is PackSyscalls for the n records calls yields, which may
+// be one variable reused for every record (the encoder keeps copies of what
+// it compares with; output bytes must not change): the recorder packs its
+// logs without making a record per call.
 func PackSyscallSeq(n int, calls iter.Seq[*Syscall]) []byte {
 	return packed(&codec{}, encodeSyscallsRaw(n, calls))
 }
@@ -211,7 +212,7 @@ func UnpackSyscalls(b []byte) ([]Syscall, error) {
 		return nil, d.fail
 	}
 	d2 := &dec{b: raw, base: -1, sec: "SYSCL"}
-	calls := decodeSyscalls(d2)
+	calls := decodeSyscalls(d2, VersionMajor)
 	d2.end(true)
 	if d2.fail != nil {
 		return nil, d2.fail

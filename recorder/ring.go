@@ -206,7 +206,7 @@ func (r *ring) startPack(iv *interval) {
 	j := &packJob{iv: iv, log: iv.syscalls}
 	r.busy = j
 	go func() {
-		j.packed = format.PackSyscallSeq(j.log.len(), j.log.all())
+		j.packed = format.PackSyscallSeq(j.log.len(), j.log.each())
 		r.done <- j
 	}()
 }

@@ -352,8 +352,8 @@ func TestRingPacksIntervalOverBudget(t *testing.T) {
 
 // A call log gives back every call as it was appended, whatever the sizes
 // of its outputs (none, small ones sharing slabs, ones over a slab's eighth
-// with slabs of their own), after the callers' buffers were reused; the
-// records all yields may be kept; and it counts the memory it holds.
+// with slabs of their own), after the callers' buffers were reused, by
+// index, by each and copied out; and it counts the memory it holds.
 func TestCallLogRoundTrip(t *testing.T) {
 	rnd := rand.New(rand.NewSource(2))
 	var want []format.Syscall
@@ -389,16 +389,18 @@ func TestCallLogRoundTrip(t *testing.T) {
 	if l.len() != len(want) {
 		t.Fatalf("len %d, want %d", l.len(), len(want))
 	}
-	var kept []*format.Syscall
-	for c := range l.all() {
-		kept = append(kept, c)
+	var each []format.Syscall
+	for c := range l.each() {
+		// Each call as it comes: the next one overwrites the variable.
+		each = append(each, *c)
+		each[len(each)-1].Out = slices.Clone(c.Out)
 	}
 	copied := l.appendTo(make([]format.Syscall, 1)) // after what dst holds
-	if len(copied) != len(want)+1 {
-		t.Fatalf("appendTo gave %d calls, want %d", len(copied)-1, len(want))
+	if len(copied) != len(want)+1 || len(each) != len(want) {
+		t.Fatalf("appendTo gave %d calls, each %d, want %d", len(copied)-1, len(each), len(want))
 	}
 	for i := range want {
-		for _, got := range []*format.Syscall{kept[i], l.at(i), &copied[i+1]} {
+		for _, got := range []*format.Syscall{&each[i], l.at(i), &copied[i+1]} {
 			w := want[i]
 			if got.Seq != w.Seq || got.Tid != w.Tid || got.Nr != w.Nr || got.Args != w.Args || got.Ret != w.Ret || got.Rip != w.Rip || len(got.Out) != len(w.Out) {
 				t.Fatalf("call %d: got %+v, want %+v", i, *got, w)
@@ -418,5 +420,42 @@ func TestCallLogRoundTrip(t *testing.T) {
 	}
 	if l.bytes < outBytes+int64(len(want))*int64(unsafe.Sizeof(logRec{})) {
 		t.Fatalf("the log counts %d bytes, less than its calls and outputs hold", l.bytes)
+	}
+}
+
+// TestCallLogSharesRepeatedOutputs: an output with the bytes of the last
+// output of its kind (number, first argument, position) is not copied
+// again, whatever other calls come in between, and every call still reads
+// back its own bytes when the content changes.
+func TestCallLogSharesRepeatedOutputs(t *testing.T) {
+	var l callLog
+	zeros := make([]byte, 512)
+	text := bytes.Repeat([]byte("a line of text\n"), 100)
+	buf := make([]byte, 1500)
+	var want [][]byte
+	for i := range 20000 {
+		data := zeros
+		fd := uint64(3)
+		switch {
+		case i%2 == 1:
+			data, fd = text, 5
+		case i%1000 == 0:
+			data = bytes.Repeat([]byte{byte(i / 1000)}, 512) // a change
+		}
+		copy(buf, data) // the reader's buffer, scribbled over after each call
+		l.append(format.Syscall{Seq: uint64(i + 1), Nr: 0, Args: [6]uint64{fd, 0x5000, 4096}, Ret: int64(len(data)),
+			Out: []format.OutBuf{{Addr: 0x5000, Data: buf[:len(data)]}}})
+		rand.Read(buf)
+		want = append(want, data)
+	}
+	for i := range want {
+		if got := l.at(i).Out[0].Data; !bytes.Equal(got, want[i]) {
+			t.Fatalf("call %d: %d bytes differ from the %d logged", i, len(got), len(want[i]))
+		}
+	}
+	// 20,000 outputs of 512 and 1,500 bytes: 20 MB copied. Shared: one
+	// slab and the blocks of records and outputs (2.5 MB).
+	if l.bytes > 4<<20 {
+		t.Errorf("log holds %d bytes, want under 4 MiB", l.bytes)
 	}
 }

@@ -138,6 +138,7 @@ type callLog struct {
 	nouts int
 	slabs [][]byte // output bytes
 	fill  int      // the slab being filled
+	seen  *repeatCache
 	n     int
 	bytes int64 // memory held: blocks and slabs
 }
@@ -172,21 +173,55 @@ func (l *callLog) append(rec format.Syscall) {
 	}
 	r := logRec{Seq: rec.Seq, Args: rec.Args, Ret: rec.Ret, Rip: rec.Rip, Tid: int32(rec.Tid), Nr: int32(rec.Nr),
 		out: uint32(l.nouts), nout: uint32(len(rec.Out))}
-	for _, o := range rec.Out {
-		l.addOut(o)
+	for j, o := range rec.Out {
+		l.addOut(o, uint64(rec.Nr)<<40^rec.Args[0]<<8^uint64(j))
 	}
 	b := &l.recs[len(l.recs)-1]
 	*b = append(*b, r)
 	l.n++
 }
 
-// addOut copies one output into the log.
-func (l *callLog) addOut(o format.OutBuf) {
+// repeatCache remembers where the last output of a kind of call is (kind:
+// its number, first argument and position), so that an output with the
+// same bytes shares them: dd reading /dev/zero copied 512 zero bytes a call
+// into its log, 50 MB a quarter second, which made its log outgrow the
+// ring's budget every interval and the ring wait for a pack of it at every
+// boundary, with dd stopped. A file read over and over, or epoll_wait
+// reporting the same events, repeat the same way. One entry per slot of a
+// small table, replaced by the kind that comes last: a miss only costs a
+// copy, as before.
+type repeatCache [256]repeatEntry
+
+type repeatEntry struct {
+	kind uint64
+	ref  outRef
+	set  bool
+}
+
+// repeatMin is the smallest output worth looking up: shorter ones cost
+// less to copy than a slab reference.
+const repeatMin = 64
+
+// addOut copies one output into the log, unless it repeats the bytes of the
+// last output of its kind.
+func (l *callLog) addOut(o format.OutBuf, kind uint64) {
 	if k := len(l.outs); k == 0 || len(l.outs[k-1]) == logBlock {
 		l.outs = append(l.outs, make([]outRef, 0, logBlock))
 		l.bytes += logBlock * int64(unsafe.Sizeof(outRef{}))
 	}
 	ref := outRef{Addr: o.Addr, n: uint32(len(o.Data))}
+	var last *repeatEntry
+	if len(o.Data) >= repeatMin {
+		if l.seen == nil {
+			l.seen = new(repeatCache)
+		}
+		last = &l.seen[(kind*0x9e3779b97f4a7c15)>>56]
+		if last.set && last.kind == kind && last.ref.n == ref.n && bytes.Equal(l.data(last.ref), o.Data) {
+			ref.slab, ref.off = last.ref.slab, last.ref.off
+			l.addRef(ref)
+			return
+		}
+	}
 	if len(o.Data) > logSlab/8 {
 		ref.slab = uint32(len(l.slabs))
 		l.slabs = append(l.slabs, bytes.Clone(o.Data))
@@ -200,9 +235,21 @@ func (l *callLog) addOut(o format.OutBuf) {
 		ref.slab, ref.off = uint32(l.fill), uint32(len(l.slabs[l.fill]))
 		l.slabs[l.fill] = append(l.slabs[l.fill], o.Data...)
 	}
+	if last != nil {
+		last.kind, last.ref, last.set = kind, ref, true
+	}
+	l.addRef(ref)
+}
+
+func (l *callLog) addRef(ref outRef) {
 	b := &l.outs[len(l.outs)-1]
 	*b = append(*b, ref)
 	l.nouts++
+}
+
+// data returns the bytes of an output, aliasing its slab.
+func (l *callLog) data(r outRef) []byte {
+	return l.slabs[r.slab][r.off : r.off+r.n : r.off+r.n]
 }
 
 func (l *callLog) len() int { return l.n }
@@ -210,7 +257,7 @@ func (l *callLog) len() int { return l.n }
 // out returns output i, aliasing its slab.
 func (l *callLog) out(i uint32) format.OutBuf {
 	r := l.outs[i/logBlock][i%logBlock]
-	return format.OutBuf{Addr: r.Addr, Data: l.slabs[r.slab][r.off : r.off+r.n : r.off+r.n]}
+	return format.OutBuf{Addr: r.Addr, Data: l.data(r)}
 }
 
 // record returns call r as a format.Syscall whose outputs are appended to
@@ -234,21 +281,18 @@ func (l *callLog) at(i int) *format.Syscall {
 	return &rec
 }
 
-// all yields the calls in order. Their records are made a block at a time
-// and never reused, so a caller may keep them (the log model keeps the last
-// call of each kind while it packs).
-func (l *callLog) all() iter.Seq[*format.Syscall] {
+// each yields the calls in order, every one in the same variable, which the
+// next call overwrites: packing a log needs no record per call (making them a
+// block at a time, then clearing and collecting them, was a third of what
+// packing a quarter second of dd cost).
+func (l *callLog) each() iter.Seq[*format.Syscall] {
 	return func(yield func(*format.Syscall) bool) {
+		var rec format.Syscall
+		var outs []format.OutBuf
 		for _, b := range l.recs {
-			n := 0
 			for i := range b {
-				n += int(b[i].nout)
-			}
-			recs := make([]format.Syscall, len(b))
-			outs := make([]format.OutBuf, 0, n)
-			for i := range b {
-				recs[i], outs = l.record(&b[i], outs)
-				if !yield(&recs[i]) {
+				rec, outs = l.record(&b[i], outs[:0])
+				if !yield(&rec) {
 					return
 				}
 			}
