@@ -72,6 +72,16 @@ func SetRegs(tid int, r format.Regs) error {
 	return ptrace(unix.PTRACE_SETREGS, tid, 0, uintptr(unsafe.Pointer(b)))
 }
 
+// raxOffset is rax's offset in struct user_regs_struct (format.Regs).
+const raxOffset = 10 * 8
+
+// SetRax writes rax alone (PTRACE_POKEUSER): a replay that gives an
+// emulated call its result changes nothing else, and the kernel then
+// checks one register instead of the 27 PTRACE_SETREGS writes.
+func SetRax(tid int, v uint64) error {
+	return ptrace(unix.PTRACE_POKEUSR, tid, raxOffset, uintptr(v))
+}
+
 // GetXState reads the XSAVE image (x87, SSE, AVX...) of a stopped tracee.
 func GetXState(tid int) ([]byte, error) {
 	buf := make([]byte, xstateMax)

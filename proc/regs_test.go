@@ -7,7 +7,8 @@ import (
 // GetRegs and SetRegs allocate nothing: a replay makes both for every call
 // it emulates, and a trial replay of a busy window makes them half a
 // million times in a process whose heap holds the whole window. They also
-// round-trip: the registers set are the registers read.
+// round-trip: the registers set are the registers read, and SetRax sets
+// rax alone.
 func TestRegsDoNotAllocate(t *testing.T) {
 	onStoppedSleeper(t, func(pid int, _ *Mem) error {
 		regs, err := GetRegs(pid)
@@ -21,6 +22,14 @@ func TestRegsDoNotAllocate(t *testing.T) {
 		}
 		if got, _ := GetRegs(pid); got != changed {
 			t.Errorf("read back %+v after setting %+v", got, changed)
+		}
+		// SetRax changes rax and nothing else.
+		changed.Rax = 0xfeed_f00d_1234
+		if err := SetRax(pid, changed.Rax); err != nil {
+			return err
+		}
+		if got, _ := GetRegs(pid); got != changed {
+			t.Errorf("read back %+v after SetRax(%#x) on %+v", got, changed.Rax, changed)
 		}
 		if err := SetRegs(pid, regs); err != nil {
 			return err

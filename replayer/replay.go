@@ -917,11 +917,15 @@ func (e *engine) complete(p *pending, regs proc.Regs) (*Result, error) {
 	}
 	if rec.Nr != unix.SYS_RT_SIGRETURN {
 		regs.Rax = uint64(rec.Ret)
+		var err error
 		if p.rewrote {
 			regs.Rdi, regs.Rsi, regs.Rdx, regs.R10, regs.R8, regs.R9 = p.args[0], p.args[1], p.args[2], p.args[3], p.args[4], p.args[5]
 			regs.OrigRax = uint64(rec.Nr)
+			err = proc.SetRegs(e.stub.tid, regs)
+		} else {
+			err = proc.SetRax(e.stub.tid, regs.Rax)
 		}
-		if err := proc.SetRegs(e.stub.tid, regs); err != nil {
+		if err != nil {
 			return nil, fmt.Errorf("syscall #%d: set result: %w", rec.Seq, err)
 		}
 	}
