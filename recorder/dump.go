@@ -95,9 +95,10 @@ func (s *session) dump(end format.EndState, reason string) error {
 // the window, and which retained intervals and saved pages the checkpoint
 // covers. The final content of those pages is not read here: their references
 // name the live source (liveHash) until finish reads what is kept. The
-// returned assemble copies the syscall log and decompresses the saved pages
-// into the checkpoint; it needs no process and runs after the target is
-// released (hundreds of milliseconds for a few hundred thousand calls), and
+// returned assemble copies the syscall log into the checkpoint (the saved
+// pages are decompressed when read, liveSource.saved); it needs no process
+// and runs after the target is released (hundreds of milliseconds for a few
+// hundred thousand calls), and
 // may run while the session goes on recording: it reads only intervals and
 // pages that are no longer changed, by pointer, so the ring dropping them
 // meanwhile does not matter.
@@ -199,15 +200,6 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 		views[i] = iv.view()
 	}
 	assemble := func() error {
-		for h, b := range saved {
-			data, err := b.page()
-			if err != nil {
-				// Left out: the writer then names the missing page.
-				s.logf("saved page %x: %v", h, err)
-				continue
-			}
-			store.PutHashed(h, data)
-		}
 		c.Syscalls = make([]format.Syscall, 0, n)
 		for _, v := range views {
 			var err error
@@ -243,7 +235,7 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 	// A record takes about 136 bytes, its list of outputs and their bytes
 	// more; 200 a call is about what a server's calls take.
 	heap := int64(len(saved))*format.PageSize + int64(n)*200
-	return c, &liveSource{store: store, shared: shared, heapBytes: heap}, assemble, nil
+	return c, &liveSource{store: store, saved: saved, shared: shared, heapBytes: heap}, assemble, nil
 }
 
 // finish reads the end digests, minimizes the checkpoint (unless
@@ -279,7 +271,7 @@ func (s *session) finish(path string, c *format.Checkpoint, src *liveSource, t0 
 		return err
 	}
 	clk.mark("final pages")
-	if path, err = s.write(path, c, src.store); err != nil {
+	if path, err = s.write(path, c, src); err != nil {
 		return err
 	}
 	clk.mark("write")
