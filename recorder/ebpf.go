@@ -646,7 +646,9 @@ type builder struct {
 	// record's outputs alias it and the captured bytes until the log copies
 	// them (callLog.append), or add takes its own copy of a call that came
 	// early.
-	outs []format.OutBuf
+	outs   []format.OutBuf
+	ranges []syscalls.Range                         // AppendOutputs's list, reused
+	read   func(addr uint64, n int) ([]byte, error) // mem.read, made once (a builder is never copied)
 }
 
 func (bd *builder) build(c *pendingCall) (format.Syscall, string) {
@@ -669,7 +671,11 @@ func (bd *builder) build(c *pendingCall) (format.Syscall, string) {
 	}
 	mem := &bd.mem
 	mem.reset(c.items)
-	ranges, err := syscalls.Outputs(d, rec.Args, rec.Ret, mem.read)
+	if bd.read == nil {
+		bd.read = mem.read // one closure for every call: Outputs keeps it
+	}
+	ranges, err := syscalls.AppendOutputs(bd.ranges[:0], d, rec.Args, rec.Ret, bd.read)
+	bd.ranges = ranges
 	if err != nil {
 		return rec, fmt.Sprintf("outputs: %v", err)
 	}
