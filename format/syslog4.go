@@ -255,11 +255,11 @@ func encodeSyscallsRaw(n int, calls iter.Seq[*Syscall]) []byte {
 					ref = pk.Out[j].Addr
 				}
 				out.svarint(o.Addr - ref)
-				same := sameOutput(pk, j, o.Data)
-				out.uvarint(uint64(len(o.Data))<<1 | b2u(same))
-				if same {
+				if sameOutput(pk, j, o.Data) {
+					out.uvarint(uint64(len(o.Data))<<1 | 1)
 					continue
 				}
+				out.uvarint(uint64(len(o.Data)) << 1)
 				if timeWords(pk, j, len(o.Data)) {
 					for k := 0; k < len(o.Data); k += 8 {
 						nr.words.svarint(le64(o.Data[k:]) - le64(pk.Out[j].Data[k:]))
@@ -493,13 +493,6 @@ func decodeSyscalls(d *dec, major uint16) []Syscall {
 		}
 	}
 	return out
-}
-
-func b2u(b bool) uint64 {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // fits reports whether n elements of at least size bytes each fit in what
