@@ -15,6 +15,11 @@
 # tried first and its failure is reported.
 # Medians of the runs go to BENCHMARKS.md between the "checkpoints" markers;
 # every run's figures go to $RAW.
+# BIN names the directory of the tprec to run (default ./bin); LOGS, a
+# directory that keeps each run's tprec log (with TPREC_DEBUG=1, the dump's
+# steps: assemble, digests, trial replay, write; with GODEBUG=gctrace=1, the
+# Go collector's cycles). To measure without touching BENCHMARKS.md:
+# RAW=/tmp/raw.txt DOC=/tmp/table.md.
 # Needs root, gcc, gdb (gcore), /usr/bin/python3, gzip, redis-server and
 # redis-benchmark.
 set -euo pipefail
@@ -29,7 +34,8 @@ RAW=${RAW:-bench-checkpoints.txt}
 DOC=${DOC:-BENCHMARKS.md}
 WORKLOADS=${WORKLOADS:-redis python gzip}
 PORT=${PORT:-6411}
-BIN=$PWD/bin
+BIN=${BIN:-$PWD/bin}
+LOGS=${LOGS:-}
 PY=/usr/bin/python3
 WORK=$(mktemp -d)
 TPID= LOAD= REC=
@@ -159,6 +165,7 @@ record() {
 	wait "$TPID" 2>/dev/null || true
 	wait "$REC" 2>/dev/null || true
 	REC=
+	[ -z "$LOGS" ] || { mkdir -p "$LOGS" && cp "$log" "$LOGS/$w-$run.log"; }
 	local since=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f", b - a + '"$SECS"'}')
 	stop
 	local line
