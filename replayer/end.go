@@ -202,16 +202,25 @@ func (e *engine) signalsAtStart(regs proc.Regs) error {
 	return err
 }
 
-// rewound: the recording delivered a signal to a thread that an interval
-// boundary had stopped in a call the kernel resumes, right after the
-// boundary and before the call ran again. The kernel had by then moved the
-// thread back onto the syscall instruction with the number to issue in rax
-// (restart_syscall's, or the call's own), and rcx, r11 as the instruction
-// left them; the interval's start state re-issues the call itself, which is
-// how a replay stands there: on the instruction, with the call's number. It
-// returns regs with the recorded values of those three registers (the
-// handler's frame saves them, and its return restores them), when ev is
-// such a signal and regs stand there.
+// rewound: the recording delivered a signal to a thread that a stop had
+// interrupted in a call the kernel resumes, right after the stop and before
+// the call ran again. The kernel had by then moved the thread back onto the
+// syscall instruction with the number to issue in rax (restart_syscall's,
+// or the call's own), and rcx, r11 as the instruction left them. A replay
+// that makes the call once stands there with the call's number, but with
+// the rcx and r11 its previous call left. It returns regs with the recorded
+// values of those registers (the handler's frame saves them, and its return
+// restores them), when ev is such a signal and regs stand there.
+//
+// Two cases. The stop was the boundary that began ev's interval: the
+// interval's start state re-issues the call, and may have restart_syscall's
+// number in rax. Or the thread, back in user code, took the signal on the
+// syscall instruction (orig_rax -1: an interrupt, or a signal left pending
+// by a handler's return; the ptrace backend's stops of every thread between
+// boundaries interrupt calls too): there rcx and r11 are dead, the
+// instruction overwrites them, and the search for the delivery point, which
+// ends at the thread's next call, passes that instruction once, so the
+// other registers and the digests place it.
 func (e *engine) rewound(ev *format.SignalEvent, regs proc.Regs) (proc.Regs, bool) {
 	r := ev.Regs
 	if regs.Rip != r.Rip || r.Rcx != r.Rip+2 || (r.Rax != regs.Rax && r.Rax != format.SysRestartSyscall) {
@@ -219,6 +228,13 @@ func (e *engine) rewound(ev *format.SignalEvent, regs proc.Regs) (proc.Regs, boo
 	}
 	if r.Rax == regs.Rax && r.Rcx == regs.Rcx && r.R11 == regs.R11 {
 		return regs, false // nothing to take
+	}
+	if !ev.AtSyscallExit() && r.Rax == regs.Rax {
+		var code [2]byte
+		if e.readMem(code[:], r.Rip) == nil && code == [2]byte{0x0f, 0x05} {
+			regs.Rcx, regs.R11 = r.Rcx, r.R11
+			return regs, true
+		}
 	}
 	for _, iv := range e.c.Intervals {
 		// The thread made no call in that interval before the signal

@@ -125,3 +125,56 @@ func TestPendingSignalHint(t *testing.T) {
 		t.Errorf("delivered: hint %q", h)
 	}
 }
+
+// A signal the recording delivered in user code on a syscall instruction
+// that a stop had rewound (rcx just past it, as the interrupted call left
+// it) is placed where the replay, which made the call once, arrives with
+// its previous call's rcx and r11: those two are taken from the recording
+// (the instruction overwrites them), on that instruction only, and only
+// with every other register equal. A ptrace recording of
+// testdata/pipeworkers.c once failed its trial replay for want of this.
+func TestRewoundInUserCode(t *testing.T) {
+	region, err := unix.Mmap(-1, 0, pageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(region)
+	m, err := proc.OpenMem(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	e := &engine{mem: m, c: &format.Checkpoint{}}
+	rip := uint64(uintptr(unsafe.Pointer(&region[0]))) + 0x100
+	region[0x100], region[0x101] = 0x0f, 0x05 // syscall
+	region[0x200], region[0x201] = 0x0f, 0x0b // ud2
+
+	rec := format.Regs{Rip: rip, Rax: 0, OrigRax: ^uint64(0), Rcx: rip + 2, R11: 0x246, Rdi: 5, Rsp: 0x7ffd0000}
+	ev := &format.SignalEvent{Signo: 14, Regs: rec}
+	now := rec
+	now.Rcx, now.R11 = 0x401234, 0x202 // the previous call's
+	got, ok := e.rewound(ev, now)
+	if !ok || got.Rcx != rec.Rcx || got.R11 != rec.R11 || len(regsDiff(rec, got)) != 0 {
+		t.Errorf("on the syscall instruction: %v, differences %v", ok, regsDiff(rec, got))
+	}
+
+	other := now
+	other.Rdi = 6
+	if got, ok := e.rewound(ev, other); ok && len(regsDiff(rec, got)) == 0 {
+		t.Errorf("another register differs, yet the state matched")
+	}
+
+	atExit := *ev
+	atExit.Regs.OrigRax = 0 // delivered at a call's exit: the first case's, which needs its interval
+	if _, ok := e.rewound(&atExit, now); ok {
+		t.Errorf("a delivery at a call's exit took the user-code case")
+	}
+
+	notSyscall := *ev
+	notSyscall.Regs.Rip, notSyscall.Regs.Rcx = rip+0x100, rip+0x102
+	there := now
+	there.Rip = rip + 0x100
+	if _, ok := e.rewound(&notSyscall, there); ok {
+		t.Errorf("rcx and r11 taken on an instruction that is not a syscall")
+	}
+}
