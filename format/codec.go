@@ -33,9 +33,9 @@ const (
 	// (SignalEvent.Handler), which replay needs to deliver it.
 	// Version 4.1 appends to ENDST the state of the other threads at the
 	// end (EndState.Threads). Version 4.2 appends to HEADR the dynamic
-	// loader's list of objects (Header.Modules). Version 5.0 has all of
-	// them.
-	VersionMinor = 0
+	// loader's list of objects (Header.Modules). Version 5.1 stores the
+	// words of page blocks relative to their address (FlagPageWords).
+	VersionMinor = 1
 
 	fileHeaderSize    = 16
 	sectionHeaderSize = 16
@@ -52,7 +52,11 @@ const (
 	// delivery, which a reader must reproduce (SignalEvent.Handler); a
 	// reader that cannot would diverge there.
 	FlagSignals = 1 << 1
-	knownFlags  = FlagZstd | FlagSignals
+	// FlagPageWords (version 5.1): each page block ends with the address of
+	// each of its pages, and a page's words within pageWordWindow of their
+	// own address are stored as their distance from it (pagewords.go).
+	FlagPageWords = 1 << 2
+	knownFlags    = FlagZstd | FlagSignals | FlagPageWords
 )
 
 // Section types. A type with criticalBit set cannot be skipped by a reader that
@@ -107,7 +111,9 @@ const (
 	// PagesPerBlock is how many pages the writer puts in one compressed block.
 	PagesPerBlock = 64
 	// maxBlockRaw bounds a page block's uncompressed size for readers.
-	maxBlockRaw = 1024 * PageSize
+	maxBlockRaw = maxBlockPages * (PageSize + 8)
+	// maxBlockPages bounds the pages of a block.
+	maxBlockPages = 1024
 	// packChunk is the uncompressed size of each lz4 chunk of a packed payload.
 	packChunk = 1 << 20
 	// maxPackChunk bounds a packed payload's chunk size for readers.

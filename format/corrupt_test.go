@@ -88,7 +88,7 @@ func TestCorruptPageContent(t *testing.T) {
 	if le32(pages[4+8:]) != le32(pages[4+12:]) {
 		t.Fatal("block was compressed; test needs a stored block")
 	}
-	pages[len(pages)-5] ^= 0x40
+	pages[len(pages)-len(refs)*8-5] ^= 0x40 // in the last page, before the block's list of addresses
 	var buf bytes.Buffer
 	if err := writeSections(&buf, secs); err != nil {
 		t.Fatal(err)

@@ -226,6 +226,10 @@ func (f *File) decodeBlocks(s *rawSection) error {
 	d = &dec{b: tbl, base: s.payOff() + 4, sec: s.name()}
 	f.pagesOff = s.payOff()
 	f.blocks = make([]blockEntry, nb)
+	perPage := uint32(PageSize) // unpacked bytes per page
+	if f.pageWords {
+		perPage += 8
+	}
 	for i := range f.blocks {
 		at := d.off
 		off := d.u64("block offset")
@@ -238,8 +242,12 @@ func (f *File) decodeBlocks(s *rawSection) error {
 		switch {
 		case off < uint64(tableLen) || off > uint64(s.length) || uint64(comp) > uint64(s.length)-off:
 			bad = fmt.Sprintf("block %d (%d bytes at %d) lies outside the page data", i, comp, off)
-		case raw == 0 || raw%PageSize != 0 || raw > maxBlockRaw:
-			bad = fmt.Sprintf("block %d length %d is not a whole number of pages up to %d", i, raw, maxBlockRaw)
+		case raw == 0 || raw%perPage != 0 || raw > maxBlockPages*perPage:
+			what := "pages"
+			if f.pageWords {
+				what = "pages and their addresses"
+			}
+			bad = fmt.Sprintf("block %d length %d is not a whole number of %s up to %d", i, raw, what, maxBlockPages*perPage)
 		case comp == 0 || comp > raw || uint64(comp)*f.codec.maxRatio() < uint64(raw):
 			bad = fmt.Sprintf("block %d of %d bytes cannot hold %d bytes", i, comp, raw)
 		}
@@ -248,7 +256,7 @@ func (f *File) decodeBlocks(s *rawSection) error {
 			d.failf("%s", bad)
 			break
 		}
-		f.blocks[i] = blockEntry{off: f.pagesOff + int64(off), comp: comp, raw: raw}
+		f.blocks[i] = blockEntry{off: f.pagesOff + int64(off), comp: comp, raw: raw, pages: raw / perPage * PageSize}
 	}
 	if err := d.err(); err != nil {
 		f.blocks = nil
@@ -276,8 +284,8 @@ func (f *File) decodeIndex(d *dec) {
 			bad = fmt.Sprintf("page %x out of order or listed twice", e.h)
 		case int(e.block) >= len(f.blocks):
 			bad = fmt.Sprintf("page %x in block %d of %d", e.h, e.block, len(f.blocks))
-		case e.off%PageSize != 0 || uint64(e.off)+PageSize > uint64(f.blocks[e.block].raw):
-			bad = fmt.Sprintf("page %x at byte %d of a %d-byte block", e.h, e.off, f.blocks[e.block].raw)
+		case e.off%PageSize != 0 || uint64(e.off)+PageSize > uint64(f.blocks[e.block].pages):
+			bad = fmt.Sprintf("page %x at byte %d of a block of %d bytes of pages", e.h, e.off, f.blocks[e.block].pages)
 		}
 		if bad != "" {
 			d.off = at

@@ -29,10 +29,19 @@ func TestWriteSeeds(t *testing.T) {
 	// 3.0 (signals without deliveries), small-3.1.tpc by version 3.1 (one
 	// stream of syscall records), small-4.0.tpc by version 4.0 (no other
 	// threads at the end), small-4.1.tpc by version 4.1 (no loader's list
-	// of objects), small-4.2.tpc by version 4.2 (no repeated outputs); they
+	// of objects), small-4.2.tpc by version 4.2 (no repeated outputs),
+	// small-5.0.tpc by version 5.0 (page words stored as they are); they
 	// are never rewritten: files of those versions must stay readable.
-	frozen := map[string]bool{"small-1.0.tpc": true, "small-2.0.tpc": true, "small-2.1.tpc": true, "small-3.0.tpc": true, "small-3.1.tpc": true, "small-4.0.tpc": true, "small-4.1.tpc": true, "small-4.2.tpc": true}
+	frozen := map[string]bool{"small-1.0.tpc": true, "small-2.0.tpc": true, "small-2.1.tpc": true, "small-3.0.tpc": true, "small-3.1.tpc": true, "small-4.0.tpc": true, "small-4.1.tpc": true, "small-4.2.tpc": true, "small-5.0.tpc": true}
 	for name := range frozen {
+		if name == "small-5.0.tpc" {
+			seeds = append(seeds, struct {
+				name  string
+				c     *Checkpoint
+				pages PageSource
+			}{name, small, store})
+			continue
+		}
 		c := old
 		if name == "small-3.0.tpc" {
 			// Version 3.0: signals without their deliveries.

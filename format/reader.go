@@ -18,16 +18,19 @@ import (
 type File struct {
 	Checkpoint *Checkpoint
 
-	r        io.ReaderAt
-	closer   io.Closer
-	size     int64
-	major    uint16
-	minor    uint16
-	codec    *codec // how chunks and page blocks are compressed (file-header flags)
-	sections []SectionStats
-	index    []indexEntry // sorted by hash
-	blocks   []blockEntry
-	pagesOff int64 // file offset of the PAGES payload
+	r      io.ReaderAt
+	closer io.Closer
+	size   int64
+	major  uint16
+	minor  uint16
+	codec  *codec // how chunks and page blocks are compressed (file-header flags)
+	// pageWords: each block ends with its pages' addresses, which their
+	// words are stored relative to (FlagPageWords).
+	pageWords bool
+	sections  []SectionStats
+	index     []indexEntry // sorted by hash
+	blocks    []blockEntry
+	pagesOff  int64 // file offset of the PAGES payload
 
 	mu     sync.Mutex
 	closed bool
@@ -42,6 +45,7 @@ type indexEntry struct {
 type blockEntry struct {
 	off       int64 // file offset of the compressed block
 	comp, raw uint32
+	pages     uint32 // bytes of pages at the head of the unpacked block
 }
 
 type cachedBlock struct {
@@ -83,8 +87,9 @@ type Stats struct {
 	// StoredPages is the number of distinct pages in the page store.
 	StoredPages int
 	Blocks      int
-	// PagesRaw and PagesCompressed are the page store's content before and
-	// after compression (block table excluded).
+	// PagesRaw is the size of the stored pages, PagesCompressed that of
+	// the blocks as stored (block table excluded; from version 5.1 the
+	// blocks also hold their pages' addresses).
 	PagesRaw, PagesCompressed int64
 }
 
@@ -146,7 +151,7 @@ func (f *File) Stats() Stats {
 		Blocks:      len(f.blocks),
 	}
 	for _, b := range f.blocks {
-		s.PagesRaw += int64(b.raw)
+		s.PagesRaw += int64(b.pages)
 		s.PagesCompressed += int64(b.comp)
 	}
 	return s
@@ -212,6 +217,13 @@ func (f *File) block(n int) ([]byte, error) {
 	} else if err := f.codec.decompress(comp, data); err != nil {
 		return nil, &FormatError{Section: "PAGES", Offset: b.off,
 			Msg: fmt.Sprintf("block %d does not decompress to %d bytes: %v", n, b.raw, err)}
+	}
+	if f.pageWords {
+		addrs := data[b.pages:]
+		for i := 0; i < int(b.pages)/PageSize; i++ {
+			swapPageWords(data[i*PageSize:(i+1)*PageSize], binary.LittleEndian.Uint64(addrs[i*8:]))
+		}
+		data = data[:b.pages]
 	}
 	if len(f.cache) < blockCacheSize {
 		f.cache = append(f.cache, cachedBlock{})
@@ -299,6 +311,7 @@ func Decode(r io.ReaderAt, size int64) (*File, error) {
 		return nil, &FormatError{Section: secFileHeader, Offset: 12, Msg: fmt.Sprintf("file needs features this build lacks (flags %#x)", flags&requiredFlags&^knownFlags)}
 	}
 	f.codec = &codec{zstd: flags&FlagZstd != 0}
+	f.pageWords = flags&FlagPageWords != 0
 
 	// Trailer: where the directory is, and a check of the file's framing.
 	tOff := size - trailerSize

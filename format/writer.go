@@ -3,6 +3,7 @@ package format
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -92,7 +93,7 @@ func Encode(w io.Writer, c *Checkpoint, pages PageSource) error {
 	if err != nil {
 		return err
 	}
-	flags := uint32(FlagZstd)
+	flags := uint32(FlagZstd | FlagPageWords)
 	for i := range c.Signals {
 		if c.Signals[i].Handler != nil {
 			flags |= FlagSignals
@@ -135,7 +136,7 @@ func packed(z *codec, raw []byte) []byte {
 
 // writeSections frames the sections, then writes the directory and trailer.
 func writeSections(w io.Writer, secs []section) error {
-	return writeSectionsFlags(w, secs, FlagZstd)
+	return writeSectionsFlags(w, secs, FlagZstd|FlagPageWords)
 }
 
 func writeSectionsFlags(w io.Writer, secs []section, flags uint32) error {
@@ -319,14 +320,15 @@ func (e *enc) threads(ts []Thread) {
 }
 
 // storedOrder lists every distinct non-zero page hash that c references,
-// sorted by address, and for one address in the order of first reference
+// with the address of its first reference (the one its words are stored
+// relative to: pagewords.go), sorted by address, and for one address in the order of first reference
 // (intervals oldest first, then the final pages, then mapped-file pages).
 // The versions of one page (its originals in successive intervals and its
 // final content) usually differ in a few bytes, and side by side they fall
 // inside lz4's 64 KiB match window: a process that rewrites the same heap
 // pages every interval stores each extra version in a fraction of a page.
 // Address order also keeps the pages of one region in few blocks.
-func storedOrder(c *Checkpoint) []Hash {
+func storedOrder(c *Checkpoint) []PageRef {
 	type ref struct {
 		addr uint64
 		rank int
@@ -356,9 +358,9 @@ func storedOrder(c *Checkpoint) []Hash {
 		}
 		return refs[i].rank < refs[j].rank
 	})
-	out := make([]Hash, len(refs))
+	out := make([]PageRef, len(refs))
 	for i, r := range refs {
-		out[i] = r.h
+		out[i] = PageRef{Addr: r.addr, Hash: r.h}
 	}
 	return out
 }
@@ -394,9 +396,10 @@ func encodePages(z *codec, c *Checkpoint, pages PageSource) (idx, store []byte, 
 		batch = batch[:0]
 	}
 	for b := 0; b < nBlocks; b++ {
-		raw := make([]byte, 0, PagesPerBlock*PageSize)
-		for i := b * PagesPerBlock; i < min((b+1)*PagesPerBlock, len(order)); i++ {
-			h := order[i]
+		first, end := b*PagesPerBlock, min((b+1)*PagesPerBlock, len(order))
+		raw := make([]byte, 0, (end-first)*(PageSize+8))
+		for i := first; i < end; i++ {
+			h := order[i].Hash
 			p, err := pages.Page(h)
 			if err != nil {
 				return nil, nil, fmt.Errorf("encode checkpoint: read page %x: %w", h, err)
@@ -409,6 +412,10 @@ func encodePages(z *codec, c *Checkpoint, pages PageSource) (idx, store []byte, 
 			}
 			slots = append(slots, slot{h, uint32(b), uint32(len(raw))})
 			raw = append(raw, p...)
+			swapPageWords(raw[len(raw)-PageSize:], pageWordsAddr(order[i].Addr))
+		}
+		for i := first; i < end; i++ {
+			raw = binary.LittleEndian.AppendUint64(raw, pageWordsAddr(order[i].Addr))
 		}
 		if batch = append(batch, raw); len(batch) == cap(batch) {
 			flush()
