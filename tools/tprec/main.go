@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tprec/tprec/proc"
 	"github.com/tprec/tprec/recorder"
 	"github.com/urfave/cli/v2"
 )
@@ -128,6 +129,12 @@ func record(c *cli.Context) error {
 			requests <- struct{}{}
 		}
 	}()
+	// tprec learns of its tracees' stops from wait4; a SIGCHLD for each
+	// (two per call under the ptrace backend, one per replayed call in a
+	// dump's trial) would only cost time.
+	if err := proc.QuietStops(); err != nil {
+		return err
+	}
 	return recorder.Record(ctx, o, requests)
 }
 

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/tprec/tprec/format"
+	"github.com/tprec/tprec/proc"
 	"github.com/tprec/tprec/replayer"
 
 	"github.com/urfave/cli/v2"
@@ -64,6 +65,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return fmt.Errorf("expected one checkpoint file, got %d arguments", c.NArg())
+			}
+			if err := proc.QuietStops(); err != nil {
+				return err
 			}
 			if c.String("gdb") != "" || c.Bool("gdb-stdio") {
 				return serveGDB(c, stdout, stderr)
