@@ -16,23 +16,35 @@ import (
 // still sends SIGCHLD, and wait4 still reports exits, since the action is
 // not SIG_IGN.
 func QuietStops() error {
-	var act struct {
-		handler, flags, restorer, mask uint64
-	}
-	const sigsetSize = 8
-	if _, _, e := unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(unix.SIGCHLD), 0, uintptr(unsafe.Pointer(&act)), sigsetSize, 0, 0); e != 0 {
-		return fmt.Errorf("read the SIGCHLD action: %w", e)
+	act, err := sigchldAction(nil)
+	if err != nil {
+		return err
 	}
 	if act.handler == 0 || act.handler == 1 { // SIG_DFL, SIG_IGN: stops send nothing to catch anyway
 		return nil
 	}
-	const saNoCldStop = 1 // SA_NOCLDSTOP
 	if act.flags&saNoCldStop != 0 {
 		return nil
 	}
 	act.flags |= saNoCldStop
-	if _, _, e := unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(unix.SIGCHLD), uintptr(unsafe.Pointer(&act)), 0, sigsetSize, 0, 0); e != 0 {
-		return fmt.Errorf("set SA_NOCLDSTOP on the SIGCHLD action: %w", e)
+	_, err = sigchldAction(&act)
+	return err
+}
+
+const saNoCldStop = 1 // SA_NOCLDSTOP
+
+// kernelSigaction is the kernel's struct sigaction on x86-64.
+type kernelSigaction struct {
+	handler, flags, restorer, mask uint64
+}
+
+// sigchldAction sets SIGCHLD's action to set, when not nil, and returns the
+// action before.
+func sigchldAction(set *kernelSigaction) (kernelSigaction, error) {
+	var old kernelSigaction
+	const sigsetSize = 8
+	if _, _, e := unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(unix.SIGCHLD), uintptr(unsafe.Pointer(set)), uintptr(unsafe.Pointer(&old)), sigsetSize, 0, 0); e != 0 {
+		return old, fmt.Errorf("SIGCHLD action: %w", e)
 	}
-	return nil
+	return old, nil
 }

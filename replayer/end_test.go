@@ -69,18 +69,7 @@ func TestSharedHint(t *testing.T) {
 // page is not mapped (python3 once met a goal there, and the short read
 // panicked).
 func TestInstructionBytesAtPageEnd(t *testing.T) {
-	region, err := unix.Mmap(-1, 0, 2*pageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(region)
-	m, err := proc.OpenMem(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	e := &engine{mem: m}
-	base := uint64(uintptr(unsafe.Pointer(&region[0])))
+	region, base, e := ownMemory(t, 2)
 	last := base + pageSize - 1
 
 	region[pageSize-1], region[pageSize] = 0x90, 0x05 // nop
@@ -134,18 +123,9 @@ func TestPendingSignalHint(t *testing.T) {
 // with every other register equal. A ptrace recording of
 // testdata/pipeworkers.c once failed its trial replay for want of this.
 func TestRewoundInUserCode(t *testing.T) {
-	region, err := unix.Mmap(-1, 0, pageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(region)
-	m, err := proc.OpenMem(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	e := &engine{mem: m, c: &format.Checkpoint{}}
-	rip := uint64(uintptr(unsafe.Pointer(&region[0]))) + 0x100
+	region, base, e := ownMemory(t, 1)
+	e.c = &format.Checkpoint{}
+	rip := base + 0x100
 	region[0x100], region[0x101] = 0x0f, 0x05 // syscall
 	region[0x200], region[0x201] = 0x0f, 0x0b // ud2
 
@@ -177,4 +157,21 @@ func TestRewoundInUserCode(t *testing.T) {
 	if _, ok := e.rewound(&notSyscall, there); ok {
 		t.Errorf("rcx and r11 taken on an instruction that is not a syscall")
 	}
+}
+
+// ownMemory maps pages of fresh memory in the test process and returns
+// them, their address, and an engine whose memory is the test process's own.
+func ownMemory(t *testing.T, pages int) ([]byte, uint64, *engine) {
+	t.Helper()
+	region, err := unix.Mmap(-1, 0, pages*pageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Munmap(region) })
+	m, err := proc.OpenMem(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return region, uint64(uintptr(unsafe.Pointer(&region[0]))), &engine{mem: m}
 }
