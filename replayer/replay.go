@@ -69,6 +69,9 @@ type Result struct {
 	// Served lists, with Options.Lazy, the addresses of the pages the replay
 	// touched, in order.
 	Served []uint64
+	// InProcess counts the calls of the vDSO's time functions the replayed
+	// process completed itself, without a ptrace stop (clock.go).
+	InProcess int
 }
 
 // Summary is the one line tpreplay prints for a verified replay.
@@ -127,6 +130,7 @@ func Run(ctx context.Context, c *format.Checkpoint, pages format.PageSource, opt
 			e.mem.Close()
 		}
 		e.stub.kill()
+		e.clock.close()
 		return nil
 	})
 	err = tr.Do(e.launch)
@@ -287,6 +291,9 @@ type engine struct {
 	// skipExit: the last stop was a SYSEMU entry; resumed with anything but
 	// PTRACE_SYSEMU, the kernel still reports that skipped call's exit.
 	skipExit bool
+	// clock: the calls of the vDSO's time functions completed in the
+	// process (clock.go); nil when the replay runs without.
+	clock *clockPath
 	// restartAs: a signal handler returns to restart_syscall, which then
 	// finishes this call (format.SignalEvent.Rewound).
 	restartAs int
@@ -583,16 +590,24 @@ func (e *engine) advance(req int, intercept trapIntercept) (event, error) {
 	e.emu = false
 	skipExit := e.skipExit
 	e.skipExit = false
-	if req == unix.PTRACE_SYSCALL && intercept == nil && e.dbg == nil && e.pend == nil && e.sigAtExit == nil && e.next < len(e.log) &&
-		e.log[e.next].Tid == e.cur.rec.Tid && (!e.multi() || (len(e.startQ) == 0 && !e.lastOfEnd())) && !e.startsThread(&e.log[e.next]) {
+	plain := req == unix.PTRACE_SYSCALL && intercept == nil && e.dbg == nil && e.pend == nil && e.sigAtExit == nil
+	// The clock path completes the calls from e.next on that it can in the
+	// process (clock.go): the stop to come is then the call after them.
+	at := e.next
+	if plain && e.clock != nil && e.sigSearch == nil && e.again == nil && !e.bp.active && e.restartAs == 0 && !e.opts.Verbose &&
+		e.next < len(e.log) && (!e.multi() || len(e.startQ) == 0) {
+		at += e.clock.arm(e)
+	}
+	if plain && at < len(e.log) &&
+		e.log[at].Tid == e.cur.rec.Tid && (!e.multi() || (len(e.startQ) == 0 && !e.lastOfEndAt(at))) && !e.startsThread(&e.log[at]) {
 		// With several threads, only for a call of the thread that runs
 		// (another one's entry parks it) and not for a call it waits after
 		// (threads.go); not for a call that starts a thread, which is made
 		// at its exit stop.
 		// Not when a signal follows the call: delivering it may serve lazy
 		// pages, which takes the exit stop.
-		sigAfter := e.nextSig < len(e.sigs) && e.sigs[e.nextSig].Seq == e.log[e.next].Seq
-		if d, ok := syscalls.Lookup(e.log[e.next].Nr); ok && d.Kind == syscalls.Emulate && !sigAfter {
+		sigAfter := e.nextSig < len(e.sigs) && e.sigs[e.nextSig].Seq == e.log[at].Seq
+		if d, ok := syscalls.Lookup(e.log[at].Nr); ok && d.Kind == syscalls.Emulate && !sigAfter {
 			req, e.emu = unix.PTRACE_SYSEMU, true
 		}
 	}
@@ -600,6 +615,9 @@ func (e *engine) advance(req int, intercept trapIntercept) (event, error) {
 		return ev, fmt.Errorf("resume replay: %w", err)
 	}
 	st, err := e.wait()
+	if e.clock != nil && at > e.next {
+		e.next += e.clock.sync()
+	}
 	if err != nil {
 		return ev, err
 	}
@@ -1118,6 +1136,7 @@ func (e *engine) verified(rip uint64) *Result {
 		End:       e.end,
 		Rip:       rip,
 		Served:    e.servedPages(),
+		InProcess: e.clock.completed(),
 	}
 }
 
@@ -1136,6 +1155,9 @@ func (e *engine) launch() error {
 		return err
 	}
 	if err := e.rebuild(); err != nil {
+		return err
+	}
+	if e.clock, err = e.setupClock(); err != nil {
 		return err
 	}
 	if err := e.installSeccomp(); err != nil {

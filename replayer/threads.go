@@ -869,19 +869,19 @@ func (e *engine) hasCalls(t *rthread) bool {
 	return false
 }
 
-// lastOfEnd reports whether the next record is the end thread's last one
-// with calls of other threads after it (its exit must be a real stop, as
-// the thread waits there: no PTRACE_SYSEMU).
-func (e *engine) lastOfEnd() bool {
-	if !e.multi() || e.next >= len(e.log) || e.log[e.next].Tid != e.thread.Tid {
+// lastOfEndAt reports whether the record at position i of the log is the
+// end thread's last one with calls of other threads after it (its exit must
+// be a real stop, as the thread waits there: no PTRACE_SYSEMU).
+func (e *engine) lastOfEndAt(i int) bool {
+	if !e.multi() || i >= len(e.log) || e.log[i].Tid != e.thread.Tid {
 		return false
 	}
-	for _, s := range e.log[e.next+1:] {
+	for _, s := range e.log[i+1:] {
 		if s.Tid == e.thread.Tid {
 			return false
 		}
 	}
-	return e.next+1 < len(e.log)
+	return i+1 < len(e.log)
 }
 
 // endThreads is the recorded state of the threads where the replay ends:

@@ -130,8 +130,12 @@ func replay(ctx context.Context, path string, opts replayer.Options, timing bool
 		if recorded > 0 {
 			ratio = fmt.Sprintf("%.2fx", res.Duration.Seconds()/recorded.Seconds())
 		}
-		fmt.Fprintf(w, "tpreplay: timing: load %v, replay %v (rebuild and re-execution of %d syscalls from interval %d), recorded %v (%s)\n",
-			load.Round(time.Microsecond), res.Duration.Round(time.Microsecond), res.Syscalls, res.From, recorded.Round(time.Millisecond), ratio)
+		inProcess := ""
+		if res.InProcess > 0 {
+			inProcess = fmt.Sprintf(", %d of them clock reads the process completed itself", res.InProcess)
+		}
+		fmt.Fprintf(w, "tpreplay: timing: load %v, replay %v (rebuild and re-execution of %d syscalls from interval %d%s), recorded %v (%s)\n",
+			load.Round(time.Microsecond), res.Duration.Round(time.Microsecond), res.Syscalls, res.From, inProcess, recorded.Round(time.Millisecond), ratio)
 	}
 	return res, err
 }
