@@ -615,9 +615,6 @@ func (e *engine) advance(req int, intercept trapIntercept) (event, error) {
 		return ev, fmt.Errorf("resume replay: %w", err)
 	}
 	st, err := e.wait()
-	if e.clock != nil && at > e.next {
-		e.next += e.clock.sync()
-	}
 	if err != nil {
 		return ev, err
 	}
@@ -629,6 +626,9 @@ func (e *engine) advance(req int, intercept trapIntercept) (event, error) {
 		if st, err = e.wait(); err != nil {
 			return ev, err
 		}
+	}
+	if e.clock != nil && at > e.next {
+		e.next += e.clock.sync()
 	}
 	if st.Exited() {
 		// With several threads, killAndReap reaps the rest.
