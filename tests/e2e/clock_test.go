@@ -118,3 +118,29 @@ func changeClockArg(t *testing.T, ck string) (string, uint64) {
 	t.Fatalf("no clock_gettime call to change in %s", ck)
 	return "", 0
 }
+
+// Four threads of a test program read the clock between calls of their own,
+// their runs interleaved in the log: the replay completes each thread's
+// runs in the process while the others wait, and verifies.
+func TestClockReadsInProcessThreads(t *testing.T) {
+	requireRoot(t)
+	prog := cc(t, "testdata/clockthreads.c", t.TempDir())
+	forBackends(t, func(t *testing.T, backend string) {
+		target, out, done := startTarget(t, prog)
+		for i := 0; i < 200 && !strings.Contains(out.String(), "ready"); i++ {
+			time.Sleep(10 * time.Millisecond)
+		}
+		ck := attachAndCrash(t, target, done, 1200*time.Millisecond, "--backend", backend)
+		res := replay(t, ck, "--time")
+		if n := threadsVerified(t, res); n != 4 {
+			t.Errorf("the replay ran %d threads, want 4", n)
+		}
+		m := inProcessRe.FindStringSubmatch(res)
+		if m == nil {
+			t.Fatalf("tpreplay --time did not report clock reads completed in the process:\n%s", res)
+		}
+		if n, _ := strconv.Atoi(m[2]); n == 0 {
+			t.Fatalf("no clock read completed in the process:\n%s", res)
+		}
+	})
+}
