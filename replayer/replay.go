@@ -69,8 +69,8 @@ type Result struct {
 	// Served lists, with Options.Lazy, the addresses of the pages the replay
 	// touched, in order.
 	Served []uint64
-	// InProcess counts the calls of the vDSO's time functions the replayed
-	// process completed itself, without a ptrace stop (clock.go).
+	// InProcess counts the calls the replayed process completed itself,
+	// without a ptrace stop (inprocess.go).
 	InProcess int
 }
 
@@ -130,7 +130,7 @@ func Run(ctx context.Context, c *format.Checkpoint, pages format.PageSource, opt
 			e.mem.Close()
 		}
 		e.stub.kill()
-		e.clock.close()
+		e.inproc.close()
 		return nil
 	})
 	err = tr.Do(e.launch)
@@ -291,9 +291,9 @@ type engine struct {
 	// skipExit: the last stop was a SYSEMU entry; resumed with anything but
 	// PTRACE_SYSEMU, the kernel still reports that skipped call's exit.
 	skipExit bool
-	// clock: the calls of the vDSO's time functions completed in the
-	// process (clock.go); nil when the replay runs without.
-	clock *clockPath
+	// inproc: the calls completed in the process (inprocess.go); nil when
+	// the replay runs without.
+	inproc *inProcess
 	// restartAs: a signal handler returns to restart_syscall, which then
 	// finishes this call (format.SignalEvent.Rewound).
 	restartAs int
@@ -591,12 +591,12 @@ func (e *engine) advance(req int, intercept trapIntercept) (event, error) {
 	skipExit := e.skipExit
 	e.skipExit = false
 	plain := req == unix.PTRACE_SYSCALL && intercept == nil && e.dbg == nil && e.pend == nil && e.sigAtExit == nil
-	// The clock path completes the calls from e.next on that it can in the
-	// process (clock.go): the stop to come is then the call after them.
+	// The calls from e.next on that the process can complete itself
+	// (inprocess.go): the stop to come is then the call after them.
 	at := e.next
-	if plain && e.clock != nil && e.sigSearch == nil && e.again == nil && !e.bp.active && e.restartAs == 0 && !e.opts.Verbose &&
+	if plain && e.inproc != nil && e.sigSearch == nil && e.again == nil && !e.bp.active && e.restartAs == 0 && !e.opts.Verbose &&
 		e.next < len(e.log) && (!e.multi() || len(e.startQ) == 0) {
-		at += e.clock.arm(e)
+		at += e.inproc.arm(e)
 	}
 	if plain && at < len(e.log) &&
 		e.log[at].Tid == e.cur.rec.Tid && (!e.multi() || (len(e.startQ) == 0 && !e.lastOfEndAt(at))) && !e.startsThread(&e.log[at]) {
@@ -627,8 +627,8 @@ func (e *engine) advance(req int, intercept trapIntercept) (event, error) {
 			return ev, err
 		}
 	}
-	if e.clock != nil && at > e.next {
-		e.next += e.clock.sync()
+	if e.inproc != nil && at > e.next {
+		e.next += e.inproc.sync()
 	}
 	if st.Exited() {
 		// With several threads, killAndReap reaps the rest.
@@ -1136,7 +1136,7 @@ func (e *engine) verified(rip uint64) *Result {
 		End:       e.end,
 		Rip:       rip,
 		Served:    e.servedPages(),
-		InProcess: e.clock.completed(),
+		InProcess: e.inproc.completed(),
 	}
 }
 
@@ -1157,7 +1157,7 @@ func (e *engine) launch() error {
 	if err := e.rebuild(); err != nil {
 		return err
 	}
-	if e.clock, err = e.setupClock(); err != nil {
+	if e.inproc, err = e.setupInProcess(); err != nil {
 		return err
 	}
 	if err := e.installSeccomp(); err != nil {

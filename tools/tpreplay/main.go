@@ -132,7 +132,7 @@ func replay(ctx context.Context, path string, opts replayer.Options, timing bool
 		}
 		inProcess := ""
 		if res.InProcess > 0 {
-			inProcess = fmt.Sprintf(", %d of them clock reads the process completed itself", res.InProcess)
+			inProcess = fmt.Sprintf(", %d of them completed by the replayed process itself", res.InProcess)
 		}
 		fmt.Fprintf(w, "tpreplay: timing: load %v, replay %v (rebuild and re-execution of %d syscalls from interval %d%s), recorded %v (%s)\n",
 			load.Round(time.Microsecond), res.Duration.Round(time.Microsecond), res.Syscalls, res.From, inProcess, recorded.Round(time.Millisecond), ratio)

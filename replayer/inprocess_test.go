@@ -2,31 +2,31 @@ package replayer
 
 import "testing"
 
-// The clock region goes within reach of a rel32 jump from the vDSO, clear
+// The region's view goes within reach of a rel32 jump from the vDSO, clear
 // of every range the replayed program uses and of the stub's page.
 func TestClockPlace(t *testing.T) {
 	const vdso = 0x7ffd_1234_5000
 	const stub = 0x1000_0000_0000
 	used := [][2]uint64{{0x7ffd_0000_0000, 0x7ffd_2000_0000}, {0x7ffd_1234_5000, 0x7ffd_1234_7000}}
-	a, ok := clockPlace(vdso, used, stub)
+	a, ok := ipPlace(vdso, used, stub)
 	if !ok {
 		t.Fatal("no place found")
 	}
-	if d := int64(a) - int64(vdso); d > 1<<30+clockSize || d < -(1<<30) {
+	if d := int64(a) - int64(vdso); d > 1<<30+ipSize || d < -(1<<30) {
 		t.Fatalf("region at %#x is %d bytes from the vDSO: out of a rel32 jump's reach with room to spare", a, d)
 	}
 	for _, u := range used {
-		if a+clockSize+64<<20 > u[0] && a < u[1]+64<<20 {
+		if a+ipSize+64<<20 > u[0] && a < u[1]+64<<20 {
 			t.Fatalf("region at %#x within 64 MiB of the used range %#x-%#x", a, u[0], u[1])
 		}
 	}
 	// Everything within reach taken: no place, and the replay runs without.
-	if a, ok := clockPlace(vdso, [][2]uint64{{vdso - 2<<30, vdso + 2<<30}}, stub); ok {
+	if a, ok := ipPlace(vdso, [][2]uint64{{vdso - 2<<30, vdso + 2<<30}}, stub); ok {
 		t.Fatalf("placed at %#x inside a used range", a)
 	}
 	// Near the top of the user address space, only below.
 	top := uint64(0x7fff_ff00_0000)
-	if a, ok := clockPlace(top, nil, stub); !ok || a > top {
+	if a, ok := ipPlace(top, nil, stub); !ok || a > top {
 		t.Fatalf("near the top: %#x, %v", a, ok)
 	}
 }

@@ -1,0 +1,559 @@
+package replayer
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"slices"
+
+	"github.com/tprec/tprec/format"
+	"github.com/tprec/tprec/syscalls"
+
+	"golang.org/x/sys/unix"
+)
+
+// Calls completed inside the replayed process, without a ptrace stop.
+//
+// Most calls replay answers from the log are made by a `syscall`
+// instruction right after `mov eax, NR` (5 bytes: b8 NR 00 00 00): glibc's
+// wrappers of write, epoll_wait, openat, fstat, close and most others, and
+// the recorder's own replacement of the vDSO's time functions, `mov eax,
+// NR; syscall; ret` (recorder/vdso.go). A busy server makes hundreds of
+// thousands of such calls a second, each one a ptrace round trip in replay
+// (about 10 us on the machines measured), while its record is only a result
+// and a few bytes to copy.
+//
+// Run (not a debugger's session) maps a region into the replayed process,
+// shared with the replayer, and overwrites the `mov` before each such
+// `syscall` the log shows with a 5-byte jmp to code there. Before it resumes
+// the current thread, the engine writes into the region the records that
+// thread will make next, as long as it can complete them there (arm). The
+// code compares each call's number, arguments and address with the next
+// record, writes the record's outputs, sets rax to its result and rcx and
+// r11 as `syscall` sets them, and goes on after the `syscall`; a call that
+// does not match, or one past the records armed, goes on to the original
+// `syscall` with every register as the `mov` would have left it, where the
+// engine sees it as before (and reports a divergence if it is one). At the
+// next stop the engine takes the count of records done (sync) and moves past
+// them.
+//
+// The code uses only rax, rcx and r11 (which `syscall` overwrites anyway)
+// and saves and restores rdi, rsi and the arithmetic flags in the region: it
+// never touches the program's stack (the red zone below it may hold live
+// data). Records are armed only where nothing else must happen between them:
+// calls of the current thread that replay answers from the log (not futex,
+// whose replay may end other threads), no recorded signal after them,
+// outputs on pages already served, not the last call of the window, and the
+// call after each is the same thread's. So no stop can come while a thread
+// is in that code.
+
+// Layout of the region: code, then the data the code reads and writes.
+const (
+	ipCodeSize = 16 * pageSize
+	ipDataSize = 256 * pageSize
+	ipSize     = ipCodeSize + ipDataSize // one view
+	// data, from ipCodeSize
+	idCursor  = 0  // records done since the last arm
+	idCount   = 8  // records armed
+	idFlags   = 16 // ax after lahf; seto al
+	idNr      = 24 // the number of the call in progress
+	idSys     = 32 // the address of its `syscall`
+	idRdi     = 40
+	idRsi     = 48
+	idRet     = 56
+	idRetAddr = 64
+	idRcx     = 72 // rcx and r11 at entry, put back for the `syscall`
+	idR11     = 80
+	idNext    = 88 // offset in the data of the next record
+	idRec     = 96 // the record in progress
+	idRecords = 128
+	// a record
+	irNr      = 0
+	irNArgs   = 8
+	irArgs    = 16 // six
+	irRet     = 64
+	irRetAddr = 72 // rip after the `syscall`: what rcx holds after one
+	irNOuts   = 80
+	irSize    = 88 // bytes of the record, outputs included
+	irOuts    = 96 // each: address, length, data padded to 8 bytes
+	// ipEntrySize is the code of one site's entry.
+	ipEntrySize = 64
+	// ipMaxViews bounds the views: one per group of sites within 1 GiB
+	// (the program, its libraries, the vDSO).
+	ipMaxViews = 8
+)
+
+// ipStub is what precedes and makes a call the code can take over.
+func ipStub(nr int) []byte {
+	b := []byte{0xb8, 0, 0, 0, 0, 0x0f, 0x05}
+	binary.LittleEndian.PutUint32(b[1:], uint32(nr))
+	return b
+}
+
+// ipReadStub is how glibc makes read (number 0) in a process of several
+// threads, after its cancellation check: `mov edi, [rsp+8]; xor eax, eax;
+// syscall`. The jmp covers the first 5 of the 6 bytes before the `syscall`,
+// and the code does the `mov` itself and leaves the flags as the `xor` does.
+var ipReadStub = []byte{0x8b, 0x7c, 0x24, 0x08, 0x31, 0xc0, 0x0f, 0x05}
+
+// prefixByte reports whether b can be an x86-64 instruction prefix (REX,
+// operand or address size, segment, lock, rep).
+func prefixByte(b byte) bool {
+	switch {
+	case b >= 0x40 && b <= 0x4f:
+		return true
+	case b == 0x66, b == 0x67, b == 0xf0, b == 0xf2, b == 0xf3, b == 0x26, b == 0x2e, b == 0x36, b == 0x3e, b == 0x64, b == 0x65:
+		return true
+	}
+	return false
+}
+
+// ipSite is a `syscall` the code takes over.
+type ipSite struct {
+	nr   int
+	read bool // made by ipReadStub, not ipStub
+}
+
+// patchAt returns where the jmp to a site's entry goes.
+func (s ipSite) patchAt(sys uint64) uint64 {
+	if s.read {
+		return sys - 6
+	}
+	return sys - 5
+}
+
+type inProcess struct {
+	buf   []byte            // the memfd, mapped here: the data, then each view's code
+	sites map[uint64]ipSite // by address of the `syscall`
+	armed int               // records armed at the last resume
+	done  int               // records done in the process, for Result
+}
+
+func (c *inProcess) data() []byte { return c.buf[:ipDataSize] }
+
+// setupInProcess maps the region, writes its code and patches the calls the
+// log shows. It returns nil, with no error, when the replay runs without
+// it: a debugger drives it, TPREPLAY_NO_IN_PROCESS is set, or no call of the
+// log can be taken over.
+//
+// A rel32 jump reaches 2 GiB, and a program's code, its libraries and the
+// vDSO lie further apart than that, so the region has a view near each
+// group of sites: its own code, and the one data part, which the memfd
+// maps at every view.
+func (e *engine) setupInProcess() (*inProcess, error) {
+	if e.dbg != nil || os.Getenv("TPREPLAY_NO_IN_PROCESS") != "" {
+		return nil, nil
+	}
+	sites := map[uint64]ipSite{}
+	tried := map[uint64]bool{}
+	for i := range e.log {
+		rec := &e.log[i]
+		if !e.takeable(rec) || rec.Rip < 8 || tried[rec.Rip] {
+			continue
+		}
+		tried[rec.Rip] = true
+		sys := rec.Rip - 2
+		if err := e.touch(sys-7, 9); err != nil {
+			return nil, err
+		}
+		var b [9]byte
+		if err := e.mem.ReadAt(b[:], sys-7); err != nil {
+			continue
+		}
+		// The byte before the instruction must not be able to prefix it: a
+		// REX byte makes b8 `mov r8d` and 8b 7c 24 08 `mov edi, [r12+8]`.
+		switch {
+		case [7]byte(ipStub(rec.Nr)) == [7]byte(b[2:]) && !prefixByte(b[1]):
+			sites[sys] = ipSite{nr: rec.Nr}
+		case rec.Nr == unix.SYS_READ && [8]byte(ipReadStub) == [8]byte(b[1:]) && !prefixByte(b[0]):
+			sites[sys] = ipSite{nr: rec.Nr, read: true}
+		}
+		// Else made otherwise (a call through syscall(2), a number in a
+		// register): a stop each.
+	}
+	// Groups of sites within 1 GiB of their lowest, each with a view.
+	order := make([]uint64, 0, len(sites))
+	for s := range sites {
+		order = append(order, s)
+	}
+	slices.Sort(order)
+	var groups [][]uint64
+	for _, s := range order {
+		if n := len(groups); n > 0 && s-groups[n-1][0] < 1<<30 && len(groups[n-1]) < (ipCodeSize-pageSize)/ipEntrySize {
+			groups[n-1] = append(groups[n-1], s)
+		} else if n < ipMaxViews {
+			groups = append(groups, []uint64{s})
+		}
+	}
+	used := occupied(e.c, e.log)
+	var views []uint64
+	var placed [][]uint64
+	for _, g := range groups {
+		addr, ok := ipPlace(g[0], used, e.base)
+		if !ok {
+			continue
+		}
+		used = append(used, [2]uint64{addr, addr + ipSize})
+		views = append(views, addr)
+		placed = append(placed, g)
+	}
+	if len(views) == 0 {
+		return nil, nil
+	}
+	c := &inProcess{sites: map[uint64]ipSite{}}
+	if err := e.mapInProcess(c, views); err != nil {
+		return nil, err
+	}
+	for k, g := range placed {
+		gs := map[uint64]ipSite{}
+		for _, s := range g {
+			gs[s] = sites[s]
+		}
+		code, entries := ipCode(views[k], gs)
+		copy(c.buf[ipDataSize+k*ipCodeSize:], code)
+		for _, sys := range g {
+			at := sites[sys].patchAt(sys)
+			d := int64(entries[sys]) - int64(at+5)
+			if d > 1<<31-1 || d < -(1<<31) {
+				continue
+			}
+			jmp := []byte{0xe9, 0, 0, 0, 0}
+			binary.LittleEndian.PutUint32(jmp[1:], uint32(int32(d)))
+			if err := e.mem.WriteAt(jmp, at); err != nil {
+				return nil, fmt.Errorf("in-process calls: patch %s at %#x: %w", syscalls.Name(sites[sys].nr), at, err)
+			}
+			c.sites[sys] = sites[sys]
+		}
+	}
+	return c, nil
+}
+
+// takeable reports whether a record is of a kind the code can complete:
+// one replay answers from the log by its result and outputs alone.
+func (e *engine) takeable(rec *format.Syscall) bool {
+	d, ok := syscalls.Lookup(rec.Nr)
+	if !ok || d.Kind != syscalls.Emulate || rec.Nr == unix.SYS_FUTEX || rec.Nr == unix.SYS_RESTART_SYSCALL || len(rec.Pages) > 0 || e.startsThread(rec) {
+		return false
+	}
+	// What --output-dir saves is read from the program's memory at the
+	// call's entry stop.
+	return e.out == nil || !e.out.captures(rec.Nr)
+}
+
+// ipPlace finds a page-aligned address for the region within 1 GiB of near
+// (a rel32 jump reaches it from 1 GiB around near) and 64 MiB away from
+// every range the replayed program uses and from the stub's page.
+func ipPlace(near uint64, used [][2]uint64, stubBase uint64) (uint64, bool) {
+	const step, margin = 64 << 20, 64 << 20
+	used = append(used, [2]uint64{stubBase, stubBase + stubSize})
+	for k := 1; k <= 16; k++ {
+		for _, sign := range []int64{1, -1} {
+			c := int64(pageDown(near)) + sign*int64(k)*step
+			if c < 1<<32 || uint64(c)+ipSize > 0x7fff_f000_0000 {
+				continue
+			}
+			a := uint64(c)
+			free := true
+			for _, u := range used {
+				if a+ipSize+margin > u[0] && a < u[1]+margin {
+					free = false
+					break
+				}
+			}
+			if free {
+				return a, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// mapInProcess creates the memfd in the stub and maps a view of it at each
+// address: its code part, then the data part. It maps the whole memfd here
+// too. The stub keeps no descriptor of it.
+func (e *engine) mapInProcess(c *inProcess, views []uint64) error {
+	s := e.stub
+	name := s.base + stubScratchOff
+	if err := e.mem.WriteAt([]byte("tpreplay-calls\x00"), name); err != nil {
+		return fmt.Errorf("in-process calls: %w", err)
+	}
+	fd, err := s.injectOK("in-process calls: memfd_create", unix.SYS_MEMFD_CREATE, name, unix.MFD_CLOEXEC)
+	if err != nil {
+		return err
+	}
+	defer s.inject(unix.SYS_CLOSE, uint64(fd))
+	total := ipDataSize + len(views)*ipCodeSize
+	if _, err := s.injectOK("in-process calls: ftruncate", unix.SYS_FTRUNCATE, uint64(fd), uint64(total)); err != nil {
+		return err
+	}
+	for k, v := range views {
+		for _, part := range [][3]uint64{{v, ipCodeSize, uint64(ipDataSize + k*ipCodeSize)}, {v + ipCodeSize, ipDataSize, 0}} {
+			ret, err := s.injectOK("in-process calls: mmap", unix.SYS_MMAP, part[0], part[1], unix.PROT_READ|unix.PROT_WRITE|unix.PROT_EXEC,
+				unix.MAP_SHARED|unix.MAP_FIXED_NOREPLACE, uint64(fd), part[2])
+			if err != nil {
+				return err
+			}
+			if uint64(ret) != part[0] {
+				return fmt.Errorf("in-process calls: mmap gave %#x, not %#x", ret, part[0])
+			}
+		}
+	}
+	f, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/%d", s.pid, fd), os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("in-process calls: %w", err)
+	}
+	defer f.Close()
+	if c.buf, err = unix.Mmap(int(f.Fd()), 0, total, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
+		return fmt.Errorf("in-process calls: map the region: %w", err)
+	}
+	return nil
+}
+
+// completed returns how many calls the process completed itself.
+func (c *inProcess) completed() int {
+	if c == nil {
+		return 0
+	}
+	return c.done
+}
+
+// close unmaps the region here.
+func (c *inProcess) close() {
+	if c != nil && c.buf != nil {
+		_ = unix.Munmap(c.buf)
+		c.buf = nil
+	}
+}
+
+// arm writes the records from e.next on that the current thread can complete
+// in the process, and returns how many. Callers arm only when nothing else
+// is pending (advance).
+func (c *inProcess) arm(e *engine) int {
+	d := c.data()
+	le := binary.LittleEndian
+	n, off := 0, idRecords
+	tid := e.cur.rec.Tid
+	for i := e.next; i+1 < len(e.log); i++ {
+		rec := &e.log[i]
+		if site, ok := c.sites[rec.Rip-2]; !ok || site.nr != rec.Nr || rec.Tid != tid || e.log[i+1].Tid != tid || !e.takeable(rec) {
+			break
+		}
+		if e.nextSig < len(e.sigs) && e.sigs[e.nextSig].Seq <= rec.Seq {
+			break
+		}
+		size := irOuts
+		for _, o := range rec.Out {
+			size += 16 + (len(o.Data)+7)&^7
+		}
+		if off+size > len(d) || e.lazyIn(rec.Out) {
+			break
+		}
+		r := d[off : off+size]
+		clear(r[:irOuts])
+		le.PutUint64(r[irNr:], uint64(rec.Nr))
+		nargs := 6
+		if desc, ok := syscalls.Lookup(rec.Nr); ok {
+			nargs = desc.NArgs
+		}
+		le.PutUint64(r[irNArgs:], uint64(nargs))
+		for j := 0; j < nargs; j++ {
+			le.PutUint64(r[irArgs+8*j:], rec.Args[j])
+		}
+		le.PutUint64(r[irRet:], uint64(rec.Ret))
+		le.PutUint64(r[irRetAddr:], rec.Rip)
+		le.PutUint64(r[irNOuts:], uint64(len(rec.Out)))
+		le.PutUint64(r[irSize:], uint64(size))
+		o := irOuts
+		for _, out := range rec.Out {
+			le.PutUint64(r[o:], out.Addr)
+			le.PutUint64(r[o+8:], uint64(len(out.Data)))
+			copy(r[o+16:], out.Data)
+			o += 16 + (len(out.Data)+7)&^7
+		}
+		off += size
+		n++
+	}
+	le.PutUint64(d[idCursor:], 0)
+	le.PutUint64(d[idNext:], idRecords)
+	le.PutUint64(d[idCount:], uint64(n))
+	c.armed = n
+	return n
+}
+
+// sync returns how many armed records the process completed and disarms.
+func (c *inProcess) sync() int {
+	d := c.data()
+	done := int(binary.LittleEndian.Uint64(d[idCursor:]))
+	binary.LittleEndian.PutUint64(d[idCount:], 0)
+	binary.LittleEndian.PutUint64(d[idCursor:], 0)
+	if done > c.armed {
+		done = c.armed // cannot happen: the code checks the count first
+	}
+	c.armed = 0
+	c.done += done
+	return done
+}
+
+// asm assembles the few instruction forms the code needs, with rip-relative
+// references to the region's data resolved at the end.
+type asm struct {
+	b      []byte
+	labels map[string]int
+	fixups []fixup
+}
+
+type fixup struct {
+	at    int    // offset of the rel32
+	end   int    // offset of the end of the instruction
+	label string // a label, or "" for data
+	data  int    // offset in the data part
+}
+
+func (a *asm) emit(b ...byte) { a.b = append(a.b, b...) }
+
+func (a *asm) label(name string) { a.labels[name] = len(a.b) }
+
+// dataRef emits op, a rip-relative displacement to data offset off, then
+// tail (an immediate).
+func (a *asm) dataRef(off int, op []byte, tail ...byte) {
+	a.emit(op...)
+	at := len(a.b)
+	a.emit(0, 0, 0, 0)
+	a.emit(tail...)
+	a.fixups = append(a.fixups, fixup{at: at, end: len(a.b), data: off})
+}
+
+// jump emits op and a rel32 to a label.
+func (a *asm) jump(label string, op ...byte) {
+	a.emit(op...)
+	at := len(a.b)
+	a.emit(0, 0, 0, 0)
+	a.fixups = append(a.fixups, fixup{at: at, end: len(a.b), label: label})
+}
+
+func (a *asm) resolve() {
+	for _, f := range a.fixups {
+		target := ipCodeSize + f.data
+		if f.label != "" {
+			target = a.labels[f.label]
+		}
+		binary.LittleEndian.PutUint32(a.b[f.at:], uint32(int32(target-f.end)))
+	}
+}
+
+// ipCode returns the region's code for the sites (by `syscall` address, the
+// call number), and the address of each site's entry.
+func ipCode(base uint64, sites map[uint64]ipSite) ([]byte, map[uint64]uint64) {
+	a := &asm{labels: map[string]int{}}
+	entries := map[uint64]uint64{}
+	order := make([]uint64, 0, len(sites))
+	for s := range sites {
+		order = append(order, s)
+	}
+	slices.Sort(order)
+	for _, sys := range order {
+		site := sites[sys]
+		entries[sys] = base + uint64(len(a.b))
+		if site.read {
+			a.emit(0x8b, 0x7c, 0x24, 0x08) // mov edi, [rsp+8], as the site does
+		}
+		a.dataRef(idRcx, []byte{0x48, 0x89, 0x0d}) // mov [rcx], rcx
+		a.dataRef(idR11, []byte{0x4c, 0x89, 0x1d}) // mov [r11], r11
+		if site.read {
+			// The flags after `xor eax, eax`: ZF and PF (and bit 1 of ah).
+			a.dataRef(idFlags, []byte{0x66, 0xc7, 0x05}, 0x00, 0x46) // mov word [flags], 0x4600
+		} else {
+			a.emit(0x9f)                                 // lahf
+			a.emit(0x0f, 0x90, 0xc0)                     // seto al
+			a.dataRef(idFlags, []byte{0x66, 0x89, 0x05}) // mov [flags], ax
+		}
+		a.dataRef(idNr, []byte{0x48, 0xc7, 0x05}, u32le(uint32(site.nr))...) // mov qword [nr], imm32
+		a.emit(0x48, 0xb8)                                                   // mov rax, imm64
+		a.emit(u64le(sys)...)                                                //   the `syscall`
+		a.dataRef(idSys, []byte{0x48, 0x89, 0x05})                           // mov [sys], rax
+		a.jump("common", 0xe9)                                               // jmp common
+	}
+	a.label("common")
+	a.dataRef(idCursor, []byte{0x48, 0x8b, 0x0d}) // mov rcx, [cursor]
+	a.dataRef(idCount, []byte{0x48, 0x3b, 0x0d})  // cmp rcx, [count]
+	a.jump("fallback", 0x0f, 0x83)                // jae fallback
+	a.dataRef(idNext, []byte{0x48, 0x8b, 0x0d})   // mov rcx, [next]
+	a.dataRef(0, []byte{0x48, 0x8d, 0x05})        // lea rax, [data]
+	a.emit(0x48, 0x01, 0xc1)                      // add rcx, rax
+	a.dataRef(idNr, []byte{0x4c, 0x8b, 0x1d})     // mov r11, [nr]
+	a.emit(0x4c, 0x3b, 0x59, irNr)                // cmp r11, [rcx+nr]
+	a.jump("fallback", 0x0f, 0x85)                // jne fallback
+	a.dataRef(idSys, []byte{0x48, 0x8b, 0x05})    // mov rax, [sys]
+	a.emit(0x48, 0x83, 0xc0, 0x02)                // add rax, 2
+	a.emit(0x48, 0x3b, 0x41, irRetAddr)           // cmp rax, [rcx+retaddr]
+	a.jump("fallback", 0x0f, 0x85)                // jne fallback: the call is the next record's, made elsewhere
+	a.emit(0x48, 0x8b, 0x41, irNArgs)             // mov rax, [rcx+nargs]
+	// cmp REG, [rcx+arg i] for rdi, rsi, rdx, r10, r8, r9
+	cmpArg := [][]byte{{0x48, 0x3b, 0x79}, {0x48, 0x3b, 0x71}, {0x48, 0x3b, 0x51}, {0x4c, 0x3b, 0x51}, {0x4c, 0x3b, 0x41}, {0x4c, 0x3b, 0x49}}
+	for i, op := range cmpArg {
+		a.emit(0x48, 0x83, 0xf8, byte(i)) // cmp rax, i
+		a.jump("args", 0x0f, 0x84)        // je args
+		a.emit(op...)
+		a.emit(byte(irArgs + 8*i))     // cmp REG, [rcx+arg i]
+		a.jump("fallback", 0x0f, 0x85) // jne fallback
+	}
+	a.label("args")
+	a.dataRef(idRdi, []byte{0x48, 0x89, 0x3d}) // mov [rdi], rdi
+	a.dataRef(idRsi, []byte{0x48, 0x89, 0x35}) // mov [rsi], rsi
+	a.dataRef(idRec, []byte{0x48, 0x89, 0x0d}) // mov [rec], rcx
+	a.emit(0x48, 0x8b, 0x41, irNOuts)          // mov rax, [rcx+nouts]
+	a.emit(0x48, 0x8d, 0x71, irOuts)           // lea rsi, [rcx+outs]
+	a.label("out")
+	a.emit(0x48, 0x85, 0xc0)       // test rax, rax
+	a.jump("outs", 0x0f, 0x84)     // jz outs
+	a.emit(0x48, 0x8b, 0x3e)       // mov rdi, [rsi]
+	a.emit(0x48, 0x8b, 0x4e, 0x08) // mov rcx, [rsi+8]
+	a.emit(0x49, 0x89, 0xcb)       // mov r11, rcx
+	a.emit(0x48, 0x83, 0xc6, 0x10) // add rsi, 16
+	a.emit(0xf3, 0xa4)             // rep movsb
+	a.emit(0x49, 0xf7, 0xdb)       // neg r11
+	a.emit(0x49, 0x83, 0xe3, 0x07) // and r11, 7
+	a.emit(0x4c, 0x01, 0xde)       // add rsi, r11: to the next output
+	a.emit(0x48, 0xff, 0xc8)       // dec rax
+	a.jump("out", 0xe9)            // jmp out
+	a.label("outs")
+	a.dataRef(idRec, []byte{0x48, 0x8b, 0x0d})     // mov rcx, [rec]
+	a.dataRef(idRdi, []byte{0x48, 0x8b, 0x3d})     // mov rdi, [rdi]
+	a.dataRef(idRsi, []byte{0x48, 0x8b, 0x35})     // mov rsi, [rsi]
+	a.emit(0x48, 0x8b, 0x41, irRet)                // mov rax, [rcx+ret]
+	a.dataRef(idRet, []byte{0x48, 0x89, 0x05})     // mov [ret], rax
+	a.emit(0x48, 0x8b, 0x41, irRetAddr)            // mov rax, [rcx+retaddr]
+	a.dataRef(idRetAddr, []byte{0x48, 0x89, 0x05}) // mov [retaddr], rax
+	a.emit(0x48, 0x8b, 0x41, irSize)               // mov rax, [rcx+size]
+	a.dataRef(idNext, []byte{0x48, 0x01, 0x05})    // add [next], rax
+	a.dataRef(idCursor, []byte{0x48, 0xff, 0x05})  // inc qword [cursor]
+	// r11: rflags as `syscall` saves them: the arithmetic flags, IF and
+	// the always-set bit 1 (DF, TF, AC are clear in compiled code).
+	a.dataRef(idFlags+1, []byte{0x44, 0x0f, 0xb6, 0x1d}) // movzx r11d, byte [flags+1]
+	a.emit(0x41, 0x81, 0xe3, 0xd5, 0, 0, 0)              // and r11d, 0xd5
+	a.emit(0x41, 0x81, 0xcb, 0x02, 0x02, 0, 0)           // or r11d, 0x202
+	a.dataRef(idFlags, []byte{0x80, 0x3d}, 0)            // cmp byte [flags], 0
+	a.jump("noof", 0x0f, 0x84)                           // je noof
+	a.emit(0x41, 0x81, 0xcb, 0x00, 0x08, 0, 0)           // or r11d, 0x800
+	a.label("noof")
+	a.dataRef(idFlags, []byte{0x66, 0x8b, 0x05})   // mov ax, [flags]
+	a.emit(0x04, 0x7f)                             // add al, 0x7f: OF = (al == 1)
+	a.emit(0x9e)                                   // sahf
+	a.dataRef(idRet, []byte{0x48, 0x8b, 0x05})     // mov rax, [ret]
+	a.dataRef(idRetAddr, []byte{0x48, 0x8b, 0x0d}) // mov rcx, [retaddr]
+	a.emit(0xff, 0xe1)                             // jmp rcx: on after the `syscall`
+	a.label("fallback")
+	a.dataRef(idFlags, []byte{0x66, 0x8b, 0x05}) // mov ax, [flags]
+	a.emit(0x04, 0x7f)                           // add al, 0x7f
+	a.emit(0x9e)                                 // sahf
+	a.dataRef(idNr, []byte{0x48, 0x8b, 0x05})    // mov rax, [nr]
+	a.dataRef(idRcx, []byte{0x48, 0x8b, 0x0d})   // mov rcx, [rcx]
+	a.dataRef(idR11, []byte{0x4c, 0x8b, 0x1d})   // mov r11, [r11]
+	a.dataRef(idSys, []byte{0xff, 0x25})         // jmp [sys]: the original `syscall`
+	a.resolve()
+	return a.b, entries
+}
+
+func u32le(v uint32) []byte { return binary.LittleEndian.AppendUint32(nil, v) }
+
+func u64le(v uint64) []byte { return binary.LittleEndian.AppendUint64(nil, v) }
