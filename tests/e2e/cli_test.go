@@ -360,18 +360,25 @@ func TestReplayUntilEveryBoundary(t *testing.T) {
 // tamper writes to path the checkpoint ck with interval Index k changed by fn.
 func tamper(t *testing.T, ck, path string, k int, fn func(*format.Interval)) {
 	t.Helper()
+	rewriteCheckpoint(t, ck, path, func(c *format.Checkpoint) {
+		for i := range c.Intervals {
+			if c.Intervals[i].Index == k {
+				fn(&c.Intervals[i])
+			}
+		}
+	})
+}
+
+// rewriteCheckpoint writes to path the checkpoint ck changed by fn.
+func rewriteCheckpoint(t *testing.T, ck, path string, fn func(*format.Checkpoint)) {
+	t.Helper()
 	f, err := format.Open(ck)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	c := f.Checkpoint
-	for i := range c.Intervals {
-		if c.Intervals[i].Index == k {
-			fn(&c.Intervals[i])
-		}
-	}
-	if err := format.Write(path, c, f); err != nil {
+	fn(f.Checkpoint)
+	if err := format.Write(path, f.Checkpoint, f); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -17,23 +17,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// pythonClockLoop reads a small file, then the clock three times, over and
-// over.
-const pythonClockLoop = `
-import os, sys, time
-p = os.path.join(sys.argv[1], "data.txt")
-with open(p, "w") as f:
-    f.write("x" * 100)
-print("ready", flush=True)
-n = 0
-while True:
-    with open(p) as f:
-        n += len(f.read())
-    time.time()
-    time.monotonic()
-    time.perf_counter()
-`
-
 var inProcessRe = regexp.MustCompile(`re-execution of (\d+) syscalls from interval \d+, (\d+) of them completed by the replayed process itself`)
 
 // Calls are completed inside the replayed process, without a ptrace stop
@@ -46,7 +29,7 @@ var inProcessRe = regexp.MustCompile(`re-execution of (\d+) syscalls from interv
 func TestCallsInProcess(t *testing.T) {
 	requireRoot(t)
 	dir := t.TempDir()
-	prog := pythonScript(t, "clock.py", pythonClockLoop)
+	prog := pythonScript(t, "rewrite.py", rewriteScript) // pages_test.go: reads a file and the clock in a loop
 	forBackends(t, func(t *testing.T, backend string) {
 		target, _, done := startTarget(t, "/usr/bin/python3", "-S", prog, dir)
 		time.Sleep(300 * time.Millisecond)
@@ -103,25 +86,20 @@ func tpreplayEnv(t *testing.T, env []string, args ...string) (string, error) {
 // without comparing its arguments would go on as recorded and verify.
 func changeFirstArg(t *testing.T, ck string, nr int) (string, uint64) {
 	t.Helper()
-	f, err := format.Open(ck)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	c := f.Checkpoint
-	for i := len(c.Syscalls) - 20; i > 0; i-- {
-		s := &c.Syscalls[i]
-		if s.Nr == nr && c.Syscalls[i+1].Tid == s.Tid {
-			s.Args[0] ^= 1
-			bad := filepath.Join(t.TempDir(), "changed.tpc")
-			if err := format.Write(bad, c, f); err != nil {
-				t.Fatal(err)
+	bad := filepath.Join(t.TempDir(), "changed.tpc")
+	var seq uint64
+	rewriteCheckpoint(t, ck, bad, func(c *format.Checkpoint) {
+		for i := len(c.Syscalls) - 20; i > 0 && seq == 0; i-- {
+			if s := &c.Syscalls[i]; s.Nr == nr && c.Syscalls[i+1].Tid == s.Tid {
+				s.Args[0] ^= 1
+				seq = s.Seq
 			}
-			return bad, s.Seq
 		}
+	})
+	if seq == 0 {
+		t.Fatalf("no call %d to change in %s", nr, ck)
 	}
-	t.Fatalf("no call %d to change in %s", nr, ck)
-	return "", 0
+	return bad, seq
 }
 
 // Four threads of a test program read the clock between calls of their own,
