@@ -259,7 +259,9 @@ func trialReplay(ctx context.Context, c *format.Checkpoint, store format.PageSou
 }
 
 // minPieceCalls is the fewest syscalls a piece of the trial replay gets
-// (about half a second of ptrace stops here).
+// (about half a second of ptrace stops here, when each call stops; the
+// calls the replayed process completes itself take a fraction of that,
+// replayer/inprocess.go).
 const minPieceCalls = 30000
 
 // trialPieces cuts the replayable end of the window (the intervals after the

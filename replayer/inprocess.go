@@ -125,8 +125,16 @@ func (s ipSite) patchAt(sys uint64) uint64 {
 type inProcess struct {
 	buf   []byte            // the memfd, mapped here: the data, then each view's code
 	sites map[uint64]ipSite // by address of the `syscall`
-	armed int               // records armed at the last resume
-	done  int               // records done in the process, for Result
+	// The records in the data: those of owner from log position base on,
+	// armed of them, of which taken were done and accounted for. A stop
+	// that comes before they are all done leaves the rest for the next
+	// resume: each record is written once (a trial replay stops every few
+	// calls to serve a page).
+	owner *rthread
+	base  int
+	armed int
+	taken int
+	done  int // records done in the process, for Result
 }
 
 func (c *inProcess) data() []byte { return c.buf[:ipDataSize] }
@@ -325,12 +333,19 @@ func (c *inProcess) close() {
 	}
 }
 
-// arm writes the records from e.next on that the current thread can complete
-// in the process, and returns how many. Callers arm only when nothing else
-// is pending (advance).
+// arm makes the records from e.next on that the current thread can complete
+// in the process available to the code, and returns how many. Callers arm
+// only when nothing else is pending (advance).
 func (c *inProcess) arm(e *engine) int {
 	d := c.data()
 	le := binary.LittleEndian
+	if c.owner == e.cur && c.base+c.taken == e.next && c.taken < c.armed {
+		// The rest of the last records: what made them completable then
+		// still holds (pages served stay served, signals delivered only
+		// move the next one later).
+		le.PutUint64(d[idCount:], uint64(c.armed))
+		return c.armed - c.taken
+	}
 	n, off := 0, idRecords
 	tid := e.cur.rec.Tid
 	for i := e.next; i+1 < len(e.log); i++ {
@@ -376,20 +391,19 @@ func (c *inProcess) arm(e *engine) int {
 	le.PutUint64(d[idCursor:], 0)
 	le.PutUint64(d[idNext:], idRecords)
 	le.PutUint64(d[idCount:], uint64(n))
-	c.armed = n
+	c.owner, c.base, c.armed, c.taken = e.cur, e.next, n, 0
 	return n
 }
 
-// sync returns how many armed records the process completed and disarms.
+// sync returns how many armed records the process completed since the last
+// resume, and disarms the rest: the code falls back to the `syscall` until
+// the next arm.
 func (c *inProcess) sync() int {
 	d := c.data()
-	done := int(binary.LittleEndian.Uint64(d[idCursor:]))
-	binary.LittleEndian.PutUint64(d[idCount:], 0)
-	binary.LittleEndian.PutUint64(d[idCursor:], 0)
-	if done > c.armed {
-		done = c.armed // cannot happen: the code checks the count first
-	}
-	c.armed = 0
+	cursor := min(int(binary.LittleEndian.Uint64(d[idCursor:])), c.armed) // the code checks the count first
+	binary.LittleEndian.PutUint64(d[idCount:], uint64(cursor))
+	done := cursor - c.taken
+	c.taken = cursor
 	c.done += done
 	return done
 }
