@@ -76,8 +76,8 @@ const (
 	irNOuts   = 80
 	irSize    = 88 // bytes of the record, outputs included
 	irOuts    = 96 // each: address, length, data padded to 8 bytes
-	// ipEntrySize is the code of one site's entry.
-	ipEntrySize = 64
+	// ipEntrySize bounds the code of one site's entry.
+	ipEntrySize = 128
 	// ipMaxViews bounds the views: one per group of sites within 1 GiB
 	// (the program, its libraries, the vDSO).
 	ipMaxViews = 8
@@ -90,11 +90,34 @@ func ipStub(nr int) []byte {
 	return b
 }
 
-// ipReadStub is how glibc makes read (number 0) in a process of several
-// threads, after its cancellation check: `mov edi, [rsp+8]; xor eax, eax;
-// syscall`. The jmp covers the first 5 of the 6 bytes before the `syscall`,
-// and the code does the `mov` itself and leaves the flags as the `xor` does.
-var ipReadStub = []byte{0x8b, 0x7c, 0x24, 0x08, 0x31, 0xc0, 0x0f, 0x05}
+// glibc makes read, number 0, with `xor eax, eax` (2 bytes) before the
+// `syscall`, in one of two ways. In a process of several threads, after its
+// cancellation check: `mov edi, [rsp+8]; xor eax, eax; syscall`
+// (ipReadStub): the jmp covers the first 5 of the 6 bytes before the
+// `syscall`, and the code does the `mov` itself. In a process of one thread
+// (__libc_single_threaded set), at the function's start: `cmp byte
+// [rip+d], 0; je threaded; xor eax, eax; syscall` (ipReadSingle): the jmp
+// covers the first 5 bytes of the `cmp`, and the code compares the byte
+// itself and goes on to the threaded path where the `je` would. Either
+// way it leaves the flags as the `xor` does.
+var (
+	ipReadStub   = []byte{0x8b, 0x7c, 0x24, 0x08, 0x31, 0xc0, 0x0f, 0x05}
+	ipReadSingle = []byte{0x80, 0x3d, 0, 0, 0, 0, 0x00, 0x74, 0, 0x31, 0xc0, 0x0f, 0x05} // disp32 at 2, rel8 at 8
+)
+
+// readSingle reports whether b, the 13 bytes before and of a `syscall`, are
+// ipReadSingle, and returns the address of the byte it compares and of the
+// `je`'s target.
+func readSingle(b []byte, sys uint64) (flag, threaded uint64, ok bool) {
+	for i, v := range ipReadSingle {
+		if i != 2 && i != 3 && i != 4 && i != 5 && i != 8 && b[i] != v {
+			return 0, 0, false
+		}
+	}
+	flag = sys - 4 + uint64(int64(int32(binary.LittleEndian.Uint32(b[2:]))))
+	threaded = sys - 2 + uint64(int64(int8(b[8])))
+	return flag, threaded, true
+}
 
 // prefixByte reports whether b can be an x86-64 instruction prefix (REX,
 // operand or address size, segment, lock, rep).
@@ -111,13 +134,25 @@ func prefixByte(b byte) bool {
 // ipSite is a `syscall` the code takes over.
 type ipSite struct {
 	nr   int
-	read bool // made by ipReadStub, not ipStub
+	kind int // ipMov, ipRead, ipReadSingle
+	// flag and threaded: for ipReadSingle, the byte compared and where the
+	// `je` goes.
+	flag, threaded uint64
 }
+
+const (
+	ipMov = iota
+	ipRead
+	ipReadOne
+)
 
 // patchAt returns where the jmp to a site's entry goes.
 func (s ipSite) patchAt(sys uint64) uint64 {
-	if s.read {
+	switch s.kind {
+	case ipRead:
 		return sys - 6
+	case ipReadOne:
+		return sys - 11
 	}
 	return sys - 5
 }
@@ -161,20 +196,24 @@ func (e *engine) setupInProcess() (*inProcess, error) {
 		}
 		tried[rec.Rip] = true
 		sys := rec.Rip - 2
-		if err := e.touch(sys-7, 9); err != nil {
+		if err := e.touch(sys-12, 14); err != nil {
 			return nil, err
 		}
-		var b [9]byte
-		if err := e.mem.ReadAt(b[:], sys-7); err != nil {
+		var b [14]byte
+		if err := e.mem.ReadAt(b[:], sys-12); err != nil {
 			continue
 		}
 		// The byte before the instruction must not be able to prefix it: a
 		// REX byte makes b8 `mov r8d` and 8b 7c 24 08 `mov edi, [r12+8]`.
 		switch {
-		case [7]byte(ipStub(rec.Nr)) == [7]byte(b[2:]) && !prefixByte(b[1]):
+		case [7]byte(ipStub(rec.Nr)) == [7]byte(b[7:]) && !prefixByte(b[6]):
 			sites[sys] = ipSite{nr: rec.Nr}
-		case rec.Nr == unix.SYS_READ && [8]byte(ipReadStub) == [8]byte(b[1:]) && !prefixByte(b[0]):
-			sites[sys] = ipSite{nr: rec.Nr, read: true}
+		case rec.Nr == unix.SYS_READ && [8]byte(ipReadStub) == [8]byte(b[6:]) && !prefixByte(b[5]):
+			sites[sys] = ipSite{nr: rec.Nr, kind: ipRead}
+		case rec.Nr == unix.SYS_READ && !prefixByte(b[0]):
+			if flag, threaded, ok := readSingle(b[1:], sys); ok {
+				sites[sys] = ipSite{nr: rec.Nr, kind: ipReadOne, flag: flag, threaded: threaded}
+			}
 		}
 		// Else made otherwise (a call through syscall(2), a number in a
 		// register): a stop each.
@@ -218,6 +257,9 @@ func (e *engine) setupInProcess() (*inProcess, error) {
 			gs[s] = sites[s]
 		}
 		code, entries := ipCode(views[k], gs)
+		if len(code) > ipCodeSize {
+			continue // cannot happen with ipEntrySize: its sites make a stop each
+		}
 		copy(c.buf[ipDataSize+k*ipCodeSize:], code)
 		for _, sys := range g {
 			at := sites[sys].patchAt(sys)
@@ -468,12 +510,23 @@ func ipCode(base uint64, sites map[uint64]ipSite) ([]byte, map[uint64]uint64) {
 	for _, sys := range order {
 		site := sites[sys]
 		entries[sys] = base + uint64(len(a.b))
-		if site.read {
+		if site.kind == ipRead {
 			a.emit(0x8b, 0x7c, 0x24, 0x08) // mov edi, [rsp+8], as the site does
 		}
 		a.dataRef(idRcx, []byte{0x48, 0x89, 0x0d}) // mov [rcx], rcx
 		a.dataRef(idR11, []byte{0x4c, 0x89, 0x1d}) // mov [r11], r11
-		if site.read {
+		if site.kind == ipReadOne {
+			one := fmt.Sprintf("one%x", sys)
+			a.emit(0x48, 0xb9)                         // mov rcx, imm64
+			a.emit(u64le(site.flag)...)                //   __libc_single_threaded
+			a.emit(0x80, 0x39, 0x00)                   // cmp byte [rcx], 0
+			a.dataRef(idRcx, []byte{0x48, 0x8b, 0x0d}) // mov rcx, [rcx]
+			a.jump(one, 0x0f, 0x85)                    // jne one: one thread
+			a.emit(0xff, 0x25, 0, 0, 0, 0)             // jmp [rip+0]: where the `je` goes, flags as its `cmp` left them
+			a.emit(u64le(site.threaded)...)
+			a.label(one)
+		}
+		if site.kind != ipMov {
 			// The flags after `xor eax, eax`: ZF and PF (and bit 1 of ah).
 			a.dataRef(idFlags, []byte{0x66, 0xc7, 0x05}, 0x00, 0x46) // mov word [flags], 0x4600
 		} else {
