@@ -134,8 +134,8 @@ func prefixByte(b byte) bool {
 // ipSite is a `syscall` the code takes over.
 type ipSite struct {
 	nr   int
-	kind int // ipMov, ipRead, ipReadSingle
-	// flag and threaded: for ipReadSingle, the byte compared and where the
+	kind int // ipMov, ipRead, ipReadOne
+	// flag and threaded: for ipReadOne, the byte compared and where the
 	// `je` goes.
 	flag, threaded uint64
 }
@@ -196,23 +196,25 @@ func (e *engine) setupInProcess() (*inProcess, error) {
 		}
 		tried[rec.Rip] = true
 		sys := rec.Rip - 2
-		if err := e.touch(sys-12, 14); err != nil {
-			return nil, err
-		}
-		var b [14]byte
-		if err := e.mem.ReadAt(b[:], sys-12); err != nil {
-			continue
-		}
-		// The byte before the instruction must not be able to prefix it: a
-		// REX byte makes b8 `mov r8d` and 8b 7c 24 08 `mov edi, [r12+8]`.
+		// The bytes before the `syscall`, served first in a trial replay
+		// (the code is the program's: the call ran it). The byte before the
+		// instruction replaced must not be able to prefix it: a REX byte
+		// makes b8 `mov r8d` and 8b 7c 24 08 `mov edi, [r12+8]`.
+		b, ok := e.codeBefore(sys, 6)
 		switch {
-		case [7]byte(ipStub(rec.Nr)) == [7]byte(b[7:]) && !prefixByte(b[6]):
+		case !ok:
+		case [7]byte(ipStub(rec.Nr)) == [7]byte(b[1:]) && !prefixByte(b[0]):
 			sites[sys] = ipSite{nr: rec.Nr}
-		case rec.Nr == unix.SYS_READ && [8]byte(ipReadStub) == [8]byte(b[6:]) && !prefixByte(b[5]):
-			sites[sys] = ipSite{nr: rec.Nr, kind: ipRead}
-		case rec.Nr == unix.SYS_READ && !prefixByte(b[0]):
-			if flag, threaded, ok := readSingle(b[1:], sys); ok {
-				sites[sys] = ipSite{nr: rec.Nr, kind: ipReadOne, flag: flag, threaded: threaded}
+		case rec.Nr != unix.SYS_READ:
+		case [8]byte(ipReadStub) == [8]byte(b[0:]):
+			if p, ok := e.codeBefore(sys, 7); ok && !prefixByte(p[0]) {
+				sites[sys] = ipSite{nr: rec.Nr, kind: ipRead}
+			}
+		default:
+			if p, ok := e.codeBefore(sys, 12); ok && !prefixByte(p[0]) {
+				if flag, threaded, ok := readSingle(p[1:], sys); ok {
+					sites[sys] = ipSite{nr: rec.Nr, kind: ipReadOne, flag: flag, threaded: threaded}
+				}
 			}
 		}
 		// Else made otherwise (a call through syscall(2), a number in a
@@ -276,6 +278,17 @@ func (e *engine) setupInProcess() (*inProcess, error) {
 		}
 	}
 	return c, nil
+}
+
+// codeBefore returns the n bytes before the `syscall` at sys and its own 2,
+// serving them first. A page that cannot be served or read makes the call
+// one that stops.
+func (e *engine) codeBefore(sys uint64, n int) ([]byte, bool) {
+	b := make([]byte, n+2)
+	if e.touch(sys-uint64(n), n+2) != nil || e.mem.ReadAt(b, sys-uint64(n)) != nil {
+		return nil, false
+	}
+	return b, true
 }
 
 // takeable reports whether a record is of a kind the code can complete:
