@@ -418,28 +418,7 @@ func (c *inProcess) arm(e *engine) int {
 		if off+size > len(d) || e.lazyIn(rec.Out) {
 			break
 		}
-		r := d[off : off+size]
-		clear(r[:irOuts])
-		le.PutUint64(r[irNr:], uint64(rec.Nr))
-		nargs := 6
-		if desc, ok := syscalls.Lookup(rec.Nr); ok {
-			nargs = desc.NArgs
-		}
-		le.PutUint64(r[irNArgs:], uint64(nargs))
-		for j := 0; j < nargs; j++ {
-			le.PutUint64(r[irArgs+8*j:], rec.Args[j])
-		}
-		le.PutUint64(r[irRet:], uint64(rec.Ret))
-		le.PutUint64(r[irRetAddr:], rec.Rip)
-		le.PutUint64(r[irNOuts:], uint64(len(rec.Out)))
-		le.PutUint64(r[irSize:], uint64(size))
-		o := irOuts
-		for _, out := range rec.Out {
-			le.PutUint64(r[o:], out.Addr)
-			le.PutUint64(r[o+8:], uint64(len(out.Data)))
-			copy(r[o+16:], out.Data)
-			o += 16 + (len(out.Data)+7)&^7
-		}
+		putRecord(d[off:off+size], rec)
 		off += size
 		n++
 	}
@@ -448,6 +427,32 @@ func (c *inProcess) arm(e *engine) int {
 	le.PutUint64(d[idCount:], uint64(n))
 	c.owner, c.base, c.armed, c.taken = e.cur, e.next, n, 0
 	return n
+}
+
+// putRecord writes rec into r, which has its size (irSize).
+func putRecord(r []byte, rec *format.Syscall) {
+	le := binary.LittleEndian
+	clear(r[:irOuts])
+	le.PutUint64(r[irNr:], uint64(rec.Nr))
+	nargs := 6
+	if desc, ok := syscalls.Lookup(rec.Nr); ok {
+		nargs = desc.NArgs
+	}
+	le.PutUint64(r[irNArgs:], uint64(nargs))
+	for j := 0; j < nargs; j++ {
+		le.PutUint64(r[irArgs+8*j:], rec.Args[j])
+	}
+	le.PutUint64(r[irRet:], uint64(rec.Ret))
+	le.PutUint64(r[irRetAddr:], rec.Rip)
+	le.PutUint64(r[irNOuts:], uint64(len(rec.Out)))
+	le.PutUint64(r[irSize:], uint64(len(r)))
+	o := irOuts
+	for _, out := range rec.Out {
+		le.PutUint64(r[o:], out.Addr)
+		le.PutUint64(r[o+8:], uint64(len(out.Data)))
+		copy(r[o+16:], out.Data)
+		o += 16 + (len(out.Data)+7)&^7
+	}
 }
 
 // sync returns how many armed records the process completed since the last

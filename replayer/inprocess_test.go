@@ -4,7 +4,7 @@ import "testing"
 
 // The region's view goes within reach of a rel32 jump from the vDSO, clear
 // of every range the replayed program uses and of the stub's page.
-func TestClockPlace(t *testing.T) {
+func TestInProcessPlace(t *testing.T) {
 	const vdso = 0x7ffd_1234_5000
 	const stub = 0x1000_0000_0000
 	used := [][2]uint64{{0x7ffd_0000_0000, 0x7ffd_2000_0000}, {0x7ffd_1234_5000, 0x7ffd_1234_7000}}

@@ -41,10 +41,8 @@ func (o *outputs) close() error {
 	return first
 }
 
-// capture is called at the entry of a write-like syscall whose recorded result
-// is n > 0 bytes: it reads those bytes from the program's memory as they are
-// now, exactly what the kernel would have taken.
-// captures reports whether capture saves what calls of number nr write.
+// captures reports whether capture saves what calls of number nr write:
+// the write-like calls, whose bytes it reads at the call's entry.
 func (o *outputs) captures(nr int) bool {
 	switch nr {
 	case unix.SYS_WRITE, unix.SYS_PWRITE64, unix.SYS_SENDTO, unix.SYS_WRITEV, unix.SYS_PWRITEV, unix.SYS_PWRITEV2, unix.SYS_SENDMSG:
@@ -53,8 +51,11 @@ func (o *outputs) captures(nr int) bool {
 	return false
 }
 
+// capture is called at the entry of a write-like syscall whose recorded result
+// is n > 0 bytes: it reads those bytes from the program's memory as they are
+// now, exactly what the kernel would have taken.
 func (o *outputs) capture(mem memReader, rec *format.Syscall) error {
-	if o == nil || rec.Ret <= 0 {
+	if o == nil || rec.Ret <= 0 || !o.captures(rec.Nr) {
 		return nil
 	}
 	n := uint64(rec.Ret)
