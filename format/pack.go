@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
-	"sync/atomic"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/pierrec/lz4/v4"
+	"github.com/tprec/tprec/internal/parallel"
 )
 
 // A packed payload is a byte string cut into chunks of packChunk bytes, each
@@ -21,7 +21,7 @@ import (
 // lz4 blocks; from version 2.1 the writer sets FlagZstd and every compressed
 // chunk and page block is one zstd frame, about 1.6 times smaller than lz4's
 // on redis and gzip checkpoints even at zstd's fastest level (FORMAT.md, "Why
-// zstd"); the writer uses higher levels (bestUpTo).
+// zstd"); the writer uses higher levels (smallUpTo).
 
 // Bounds on how many bytes one compressed byte can stand for, which a reader
 // checks before allocating for a chunk. An lz4 sequence spends one byte per
@@ -38,17 +38,27 @@ const (
 type codec struct {
 	zstd bool
 	lz   lz4.Compressor
-	// best compresses payloads of up to bestUpTo bytes, fast larger ones.
-	best, fast *zstd.Encoder
+	// small compresses payloads of up to smallUpTo bytes, large larger ones.
+	small, large *zstd.Encoder
 }
 
-// bestUpTo is the largest payload (a syscall log, the page store) the writer
-// compresses at zstd's best level: on a redis checkpoint of 16 MB raw that
-// level made the file 15% smaller than the fastest one for 250 ms more on
-// two CPUs. Larger payloads (the 80 MB of text a gzip read in its window)
-// take the default level, which costs about as much as the fastest there and
-// saves 9%, where the best one took seconds more.
-const bestUpTo = 32 << 20
+// smallUpTo is the largest payload (a syscall log, the page store) the
+// writer compresses at zstd's "better" level; larger payloads (the 80 MB of
+// text a gzip read in its window) take the default level, which there cost
+// about as much as the fastest and saved 9%. Re-encoding one redis-server
+// checkpoint of 2 s (11.4 MiB of log, 2,541 pages; by hand, two rounds):
+//
+//	level    log        pages       CPU
+//	fastest  1,036 KB   2,010 KB    0.24-0.30 s
+//	default    948 KB   1,920 KB    0.23-0.34 s
+//	better     882 KB   1,851 KB    0.29-0.41 s
+//	best       849 KB   1,751 KB    0.78-0.91 s
+//
+// The best level, used up to format 5.1's first writers, makes that file
+// 5% smaller than "better" for three times the CPU: half a second of a
+// dump on two CPUs, taken from whatever else runs there (a target that
+// goes on after a requested dump, the trial replay).
+const smallUpTo = 32 << 20
 
 // zstdDecoder is shared by every reader: DecodeAll is safe for concurrent use.
 var zstdDecoder = sync.OnceValue(func() *zstd.Decoder {
@@ -68,7 +78,7 @@ func newWriterCodec() *codec {
 		}
 		return e
 	}
-	return &codec{zstd: true, best: enc(zstd.SpeedBestCompression), fast: enc(zstd.SpeedDefault)}
+	return &codec{zstd: true, small: enc(zstd.SpeedBetterCompression), large: enc(zstd.SpeedDefault)}
 }
 
 func (c *codec) maxRatio() uint64 {
@@ -101,30 +111,20 @@ func (c *codec) compress(enc *zstd.Encoder, src []byte) []byte {
 // concurrent use.
 func (c *codec) compressEach(srcs [][]byte, total int) [][]byte {
 	out := make([][]byte, len(srcs))
-	workers := 1
-	enc := c.best
-	if c.zstd {
-		workers = min(len(srcs), runtime.GOMAXPROCS(0))
-		if total > bestUpTo {
-			enc = c.fast
+	if !c.zstd {
+		for i, src := range srcs {
+			out[i] = c.compress(nil, src)
 		}
+		return out
 	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(srcs) {
-					return
-				}
-				out[i] = c.compress(enc, srcs[i])
-			}
-		}()
+	enc := c.small
+	if total > smallUpTo {
+		enc = c.large
 	}
-	wg.Wait()
+	parallel.Each(len(srcs), func(i int) error {
+		out[i] = c.compress(enc, srcs[i])
+		return nil
+	})
 	return out
 }
 

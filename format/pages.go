@@ -140,8 +140,10 @@ func EndDigestPages(rsp uint64, written []PageRef) []uint64 {
 // EndDigestPages names for its thread (the stack page under rsp, the pages
 // the interval before it wrote), read from pages through the stored start
 // state (StartState), which it needs. Pages not mapped there are left out;
-// an interval without that thread gets none.
-func (c *Checkpoint) BoundaryDigests(u int, pages PageSource) ([]PageRef, error) {
+// an interval without that thread gets none. rseqs are the checkpoint's
+// rseq areas (RseqAreas, which scans the whole syscall log: a caller
+// digesting several intervals computes them once).
+func (c *Checkpoint) BoundaryDigests(u int, pages PageSource, rseqs []Rseq) ([]PageRef, error) {
 	iv := &c.Intervals[u]
 	if u == 0 {
 		return nil, nil
@@ -154,8 +156,6 @@ func (c *Checkpoint) BoundaryDigests(u int, pages PageSource) ([]PageRef, error)
 		return nil, fmt.Errorf("interval %d: its start is not stored", iv.Index)
 	}
 	state := c.StartState(u)
-	// Once, not per page: it scans the whole syscall log.
-	rseqs := c.RseqAreas()
 	var out []PageRef
 	for _, a := range EndDigestPages(t.Regs.Rsp, c.Intervals[u-1].Written) {
 		h, ok := state[a]

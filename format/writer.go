@@ -111,19 +111,26 @@ func buildSections(c *Checkpoint, pages PageSource) ([]section, error) {
 		return nil, fmt.Errorf("encode checkpoint: %s: %s", SectionName(p.sec), p.msg)
 	}
 	z := newWriterCodec()
-	secs := []section{
-		{SecHeader, encodeHeader(&c.Header)},
-		{SecInterval, packed(z, encodeIntervals(c.Intervals))},
-		{SecFinal, encodeFinal(c.Final)},
-		{SecSyscalls, encodeSyscalls(z, c.Syscalls)},
-		{SecSignals, encodeSignals(c.Signals)},
-		{SecEnd, encodeEnd(&c.End)},
-	}
+	// The syscall log is encoded while the pages are read and compressed:
+	// each has a serial part (the log's streams, reading the pages) that
+	// the other's compression fills the CPUs around.
+	syscl := make(chan []byte, 1)
+	go func() { syscl <- encodeSyscalls(z, c.Syscalls) }()
 	idx, store, err := encodePages(z, c, pages)
+	log := <-syscl
 	if err != nil {
 		return nil, err
 	}
-	return append(secs, section{SecPageIdx, idx}, section{SecPages, store}), nil
+	return []section{
+		{SecHeader, encodeHeader(&c.Header)},
+		{SecInterval, packed(z, encodeIntervals(c.Intervals))},
+		{SecFinal, encodeFinal(c.Final)},
+		{SecSyscalls, log},
+		{SecSignals, encodeSignals(c.Signals)},
+		{SecEnd, encodeEnd(&c.End)},
+		{SecPageIdx, idx},
+		{SecPages, store},
+	}, nil
 }
 
 // packed returns raw as a packed payload (version 3 packs INTVL: the maps

@@ -200,7 +200,7 @@ func runTrial(ctx context.Context, c *format.Checkpoint, store format.PageSource
 func trialReplay(ctx context.Context, c *format.Checkpoint, store format.PageSource, n int) (*replayer.Result, error) {
 	starts := trialPieces(c, n)
 	if len(starts) <= 1 {
-		return runTrial(ctx, c, store, replayer.Options{From: -1, Lazy: true})
+		return runTrial(ctx, c, store, replayer.Options{From: -1, Lazy: true, WrittenFirst: true})
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -215,7 +215,7 @@ func trialReplay(ctx context.Context, c *format.Checkpoint, store format.PageSou
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i], errs[i] = runTrial(ctx, c, store, replayer.Options{From: starts[i], Until: until, Lazy: true, CPU: i})
+			results[i], errs[i] = runTrial(ctx, c, store, replayer.Options{From: starts[i], Until: until, Lazy: true, WrittenFirst: true, CPU: i})
 			if errs[i] != nil {
 				cancel() // the others cannot save the trial
 			}

@@ -1,6 +1,7 @@
 package replayer
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/tprec/tprec/format"
@@ -55,4 +56,42 @@ func TestLazyReplayServesTouchedPages(t *testing.T) {
 	if len(res2.Served) != len(res.Served) {
 		t.Errorf("second lazy replay served %d pages, first %d", len(res2.Served), len(res.Served))
 	}
+}
+
+// Writing the pages the window writes up front (Options.WrittenFirst)
+// leaves the set a lazy replay serves as it was: the window touches every
+// page it writes.
+func TestLazyWrittenFirstServesTheSamePages(t *testing.T) {
+	needRoot(t)
+	rec, _ := crashRecording(t)
+	// The harness records no written list: the pages that changed by the
+	// end (those the end digests cover) are the ones the window wrote, and
+	// their originals are their content at the start.
+	start := map[uint64]format.Hash{}
+	for _, p := range rec.c.Final {
+		start[p.Addr] = p.Hash
+	}
+	for _, d := range rec.c.End.Digests {
+		if h, ok := start[d.Addr]; ok {
+			rec.c.Intervals[0].Written = append(rec.c.Intervals[0].Written, format.PageRef{Addr: d.Addr, Hash: h})
+		}
+	}
+	res, err := run(t, rec.c, rec.pages, Options{Lazy: true})
+	if err != nil {
+		t.Fatalf("lazy replay: %v", err)
+	}
+	first, err := run(t, rec.c, rec.pages, Options{Lazy: true, WrittenFirst: true})
+	if err != nil {
+		t.Fatalf("lazy replay with the written pages first: %v", err)
+	}
+	if first.WrittenFirst == 0 {
+		t.Fatal("no page written up front: the fixture's window writes pages of its start")
+	}
+	if res.WrittenFirst != 0 {
+		t.Errorf("%d pages written up front without WrittenFirst", res.WrittenFirst)
+	}
+	if !slices.Equal(first.Served, res.Served) {
+		t.Errorf("served %d pages with the written ones first, %d without; they differ", len(first.Served), len(res.Served))
+	}
+	t.Logf("%d pages served, %d of them written up front", len(first.Served), first.WrittenFirst)
 }

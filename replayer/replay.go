@@ -39,6 +39,10 @@ type Options struct {
 	// up front, and reports the pages served in Result.Served: the exact set
 	// of pages the window touches (see lazy.go).
 	Lazy bool
+	// WrittenFirst, with Lazy, writes the pages the recording shows the
+	// replayed intervals writing before the replay starts, and counts them
+	// as served (space.go, rebuildLazy).
+	WrittenFirst bool
 	// Until, when positive, is the Index of a later interval: the replay
 	// ends where that interval began and is verified against the state the
 	// recording saw there (registers, and the digests of the stack page and
@@ -72,6 +76,9 @@ type Result struct {
 	// InProcess counts the calls the replayed process completed itself,
 	// without a ptrace stop (inprocess.go).
 	InProcess int
+	// WrittenFirst counts the pages of Served written before the replay
+	// started (Options.WrittenFirst).
+	WrittenFirst int
 }
 
 // Summary is the one line tpreplay prints for a verified replay.
@@ -280,6 +287,9 @@ type engine struct {
 	bp     breakpoint
 	int3s  int3Table
 	dbg    *debugState // nil unless a debugger drives the engine (Session)
+	// writtenFirst counts the pages written before the replay started
+	// (Options.WrittenFirst).
+	writtenFirst int
 
 	// realFault: the end is a synchronous fault the program raises itself.
 	realFault bool
@@ -476,7 +486,7 @@ func boundaryEnd(c *format.Checkpoint, k, until int, pages format.PageSource) (i
 	end := format.EndState{Kind: format.EndRequest, Tid: t.Tid, Regs: t.Regs, XState: t.XState, LastSeq: iv.FirstSeq - 1, Rseq: t.Rseq, Digests: iv.Digests}
 	if len(iv.Digests) == 0 && !iv.StartOmitted {
 		var err error
-		if end.Digests, err = c.BoundaryDigests(u, pages); err != nil {
+		if end.Digests, err = c.BoundaryDigests(u, pages, c.RseqAreas()); err != nil {
 			return 0, format.EndState{}, err
 		}
 	}
@@ -1128,15 +1138,16 @@ func (e *engine) verified(rip uint64) *Result {
 		e.logf("end found at breakpoint hit %d (%s) at %#x after the last syscall", e.bp.hits, kind, e.bp.addr)
 	}
 	return &Result{
-		From:      e.c.Intervals[e.k].Index,
-		Syscalls:  len(e.log),
-		Intervals: e.until - e.k,
-		Threads:   len(e.threads) + e.ended,
-		Until:     e.opts.Until,
-		End:       e.end,
-		Rip:       rip,
-		Served:    e.servedPages(),
-		InProcess: e.inproc.completed(),
+		From:         e.c.Intervals[e.k].Index,
+		Syscalls:     len(e.log),
+		Intervals:    e.until - e.k,
+		Threads:      len(e.threads) + e.ended,
+		Until:        e.opts.Until,
+		End:          e.end,
+		Rip:          rip,
+		Served:       e.servedPages(),
+		InProcess:    e.inproc.completed(),
+		WrittenFirst: e.writtenFirst,
 	}
 }
 
