@@ -272,11 +272,11 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 		return nil, fail(err)
 	}
 	clk.mark("maps+pagemap")
-	written, err := s.writtenPages(iv.meta.Maps, snap, sh)
+	written, fresh, err := s.writtenAndFresh(iv.meta.Maps, snap, sh)
 	if err != nil {
 		return snap, fail(err)
 	}
-	clk.mark(fmt.Sprintf("pagemap (%d written)", len(written)))
+	clk.mark(fmt.Sprintf("pagemap (%d written, %d of them fresh)", len(written), len(fresh)))
 	s.src.checkWritten(s, iv.meta.Maps, written)
 	written = mergePages(written, vanishedPages(iv.meta.Maps, iv.present, snap.maps, iv.remapped()))
 	// The shadow shares the target's shared mappings: their start content
@@ -294,6 +294,7 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 	// or from an earlier one where they were not mapped or not present,
 	// would find them holding a later interval's content or their final one.
 	grown := newPages(iv.meta.Maps, snap)
+	written = withoutPages(written, fresh) // zeros at the start: nothing to read
 	save := func() {
 		buf := make([]byte, len(written)*format.PageSize)
 		if err := proc.ReadPages(sh.pid, written, buf); err != nil {
@@ -311,7 +312,7 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 				s.ring.addPage(iv, a, buf[i*format.PageSize:(i+1)*format.PageSize])
 			}
 		}
-		for _, a := range grown {
+		for _, a := range slices.Concat(fresh, grown) {
 			iv.meta.Written = append(iv.meta.Written, format.PageRef{Addr: a, Hash: format.ZeroHash})
 		}
 		for _, p := range sharedOrig {
@@ -564,7 +565,19 @@ func (p *pageSnapshot) present() []pageRun {
 // fork that happened here to pages that were not exclusive before it; the
 // target then writes such a page in place.
 func (s *session) writtenPages(maps []format.Mapping, now *pageSnapshot, sh *shadow) ([]uint64, error) {
-	var out []uint64
+	written, _, err := s.writtenAndFresh(maps, now, sh)
+	return written, err
+}
+
+// writtenAndFresh is writtenPages that also returns, apart, the written
+// pages that started as zeros: pages of anonymous private memory the
+// shadow has no page for (neither in memory nor swapped out), which the
+// program first touched during the interval. Reading them from the shadow
+// would only fault zero pages into it, 11 us each here: a program that
+// filled 350 MB of fresh memory in one interval made the next boundary's
+// save take 1.0 s, and the boundary after that wait for it with the
+// target stopped. Both lists are ascending.
+func (s *session) writtenAndFresh(maps []format.Mapping, now *pageSnapshot, sh *shadow) (written, fresh []uint64, err error) {
 	for _, m := range maps {
 		if m.Shared || proc.Special(m) {
 			continue
@@ -572,15 +585,39 @@ func (s *session) writtenPages(maps []format.Mapping, now *pageSnapshot, sh *sha
 		t := now.rangeOf(m.Start, m.End)
 		shEnts, err := sh.pm.Range(m.Start, m.End)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
+		anon := m.AnonymousPrivate()
 		for i := range t {
 			if pageWritten(t[i], shEnts[i]) {
-				out = append(out, m.Start+uint64(i)*format.PageSize)
+				a := m.Start + uint64(i)*format.PageSize
+				written = append(written, a)
+				if anon && shEnts[i]&(proc.PMPresent|proc.PMSwapped) == 0 {
+					fresh = append(fresh, a)
+				}
 			}
 		}
 	}
-	return out, nil
+	return written, fresh, nil
+}
+
+// withoutPages returns the pages of a that are not in b (both ascending).
+func withoutPages(a, b []uint64) []uint64 {
+	if len(b) == 0 {
+		return a
+	}
+	out := make([]uint64, 0, len(a))
+	j := 0
+	for _, p := range a {
+		for j < len(b) && b[j] < p {
+			j++
+		}
+		if j < len(b) && b[j] == p {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // pageWritten applies the rule of writtenPages to one page's target and

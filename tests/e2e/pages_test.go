@@ -7,7 +7,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -216,3 +219,71 @@ func pageSetNote(t *testing.T, ckpt string) string {
 	}
 	return v.Process.Note
 }
+
+// freshScript reads and then writes one page of a large private anonymous
+// mapping per iteration: pages no one touched before, which started the
+// interval they are first written in as zeros. A page read as anything else
+// makes a call the recording never saw, which a replay reports.
+const freshScript = `
+import mmap, os, time
+buf = mmap.mmap(-1, 64 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+print("ready", flush=True)
+i = 0
+while True:
+    off = (i * 4096) % len(buf)
+    v = buf[off]
+    if v != 0:
+        os.getppid()
+    buf[off] = (v + 7) % 256
+    i += 1
+    time.sleep(0.0005)
+`
+
+// A page the program first touches in an interval started that interval as
+// zeros: the recorder records it so without reading it from the shadow
+// (writtenAndFresh), and a replay from every interval start, each stored
+// (--all-starts), still reaches the recorded crash, which it would not if
+// such a page had another original or none.
+func TestFreshPagesStartAsZeros(t *testing.T) {
+	requireRoot(t)
+	t.Setenv("TPREC_DEBUG", "1")
+	forBackends(t, func(t *testing.T, backend string) {
+		dir := t.TempDir()
+		script := filepath.Join(dir, "fresh.py")
+		if err := os.WriteFile(script, []byte(freshScript), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		target, out, done := startTarget(t, "/usr/bin/python3", "-S", script)
+		deadline := time.Now().Add(30 * time.Second)
+		for !strings.Contains(out.String(), "ready") {
+			if time.Now().After(deadline) {
+				t.Fatal("python3 did not start")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		ck, stderr := crashWith(t, target, done, 1500*time.Millisecond,
+			func(pid int) error { return syscall.Kill(pid, syscall.SIGSEGV) }, "--backend", backend, "--all-starts")
+		fresh := 0
+		for _, m := range freshRe.FindAllStringSubmatch(stderr, -1) {
+			n, _ := strconv.Atoi(m[1])
+			fresh += n
+		}
+		if fresh == 0 {
+			t.Fatalf("no boundary found a fresh page written:\n%s", stderr)
+		}
+		idx := intervalsOf(t, ck)
+		if len(idx) < 3 {
+			t.Fatalf("only %d replayable intervals", len(idx))
+		}
+		for _, k := range idx {
+			got, code := runTool(t, "tpreplay", "--from", fmt.Sprint(k), ck)
+			if code != 0 || !verifiedRe.MatchString(got) {
+				keepFailed(t, ck)
+				t.Fatalf("--from %d: exit %d:\n%s", k, code, got)
+			}
+		}
+		t.Logf("%d fresh pages written in the recording; replays from %d interval starts verified", fresh, len(idx))
+	})
+}
+
+var freshRe = regexp.MustCompile(`written, (\d+) of them fresh\)`)
