@@ -45,6 +45,9 @@ type breakpoint struct {
 	repRun  bool
 	repRest uint64
 	hits    int
+	// inproc: the search compares the registers in the process
+	// (endsearch.go); a stop comes only when they all match.
+	inproc *endInProcess
 	// regsMatched counts hits where only memory differed; lastWhy says how.
 	regsMatched int
 	lastWhy     string
@@ -98,6 +101,12 @@ func (e *engine) startSearch(regs proc.Regs, what string) error {
 	}
 	e.bp = breakpoint{addr: rip, orig: code[0], active: true, syscall: len(code) >= 2 && code[0] == 0x0f && code[1] == 0x05, hw: e.dbg == nil && e.hwbp,
 		rep: decodeRepString(code)}
+	if s, err := e.searchInProcess(rip, regs.Rip); err != nil || s != nil {
+		// Compared in the process; a re-arm (none is expected) would
+		// take DR0, which leaves the jmp there alone.
+		e.bp.inproc, e.bp.armed = s, true
+		return err
+	}
 	return e.armBreakpoint()
 }
 
@@ -581,6 +590,9 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 			reason = "replay canceled"
 		}
 		actual := fmt.Sprintf("still running at rip %#x", regs.Rip)
+		if e.bp.inproc != nil {
+			e.bp.hits = e.bp.inproc.passes()
+		}
 		switch {
 		case e.bp.regsMatched > 0:
 			actual += fmt.Sprintf("; the registers matched at %d of %d breakpoint hits, but %s differed", e.bp.regsMatched, e.bp.hits, e.bp.memWhy)
@@ -590,6 +602,22 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 			actual += "; the recorded end rip was never reached"
 		}
 		return nil, 0, e.diverge(regs.Rip, e.lastSeq(), reason, fmt.Sprintf("end at rip %#x", e.end.Regs.Rip), actual)
+	}
+	if s := e.bp.inproc; sig == int(unix.SIGTRAP) && e.bp.active && s != nil {
+		if regs.Rip == s.trap+1 {
+			// Every general register matches: compare the rest.
+			e.bp.hits = s.passes()
+			if res, done, err := e.goalHit(s.regsAt(regs, e.bp.addr)); res != nil || done || err != nil {
+				return res, unix.PTRACE_SYSCALL, err
+			}
+			return nil, unix.PTRACE_SYSCALL, nil // on through the code's miss path
+		}
+		if k := slices.Index(s.interior, regs.Rip); k >= 0 {
+			// A jump to a displaced instruction: to its copy.
+			regs.Rip = s.relocated[k+1]
+			s.redirects++
+			return nil, unix.PTRACE_SYSCALL, proc.SetRegs(pid, regs)
+		}
 	}
 	if sig == int(unix.SIGTRAP) && e.bp.active && e.bp.repRun && regs.Rip == e.bp.addr+e.bp.rep.length+1 {
 		return e.repRunOver(regs)

@@ -66,7 +66,8 @@ const (
 	idR11     = 80
 	idNext    = 88 // offset in the data of the next record
 	idRec     = 96 // the record in progress
-	idRecords = 128
+	// 128 to 512: the end search's (endsearch.go)
+	idRecords = 512
 	// a record
 	irNr      = 0
 	irNArgs   = 8
@@ -159,6 +160,7 @@ func (s ipSite) patchAt(sys uint64) uint64 {
 
 type inProcess struct {
 	buf   []byte            // the memfd, mapped here: the data, then each view's code
+	views []uint64          // where each view is in the process
 	sites map[uint64]ipSite // by address of the `syscall`
 	// The records in the data: those of owner from log position base on,
 	// armed of them, of which taken were done and accounted for. A stop
@@ -220,10 +222,17 @@ func (e *engine) setupInProcess() (*inProcess, error) {
 		// Else made otherwise (a call through syscall(2), a number in a
 		// register): a stop each.
 	}
-	// Groups of sites within 1 GiB of their lowest, each with a view.
-	order := make([]uint64, 0, len(sites))
+	// Groups of sites within 1 GiB of their lowest, each with a view. The
+	// end rip counts as one: an end search may need a view in reach of it
+	// (endsearch.go).
+	order := make([]uint64, 0, len(sites)+1)
 	for s := range sites {
 		order = append(order, s)
+	}
+	if rip := e.end.Regs.Rip; rip != 0 && e.end.Kind != format.EndExit {
+		if _, ok := sites[rip]; !ok {
+			order = append(order, rip)
+		}
 	}
 	slices.Sort(order)
 	var groups [][]uint64
@@ -249,14 +258,16 @@ func (e *engine) setupInProcess() (*inProcess, error) {
 	if len(views) == 0 {
 		return nil, nil
 	}
-	c := &inProcess{sites: map[uint64]ipSite{}}
+	c := &inProcess{sites: map[uint64]ipSite{}, views: views}
 	if err := e.mapInProcess(c, views); err != nil {
 		return nil, err
 	}
 	for k, g := range placed {
 		gs := map[uint64]ipSite{}
 		for _, s := range g {
-			gs[s] = sites[s]
+			if site, ok := sites[s]; ok {
+				gs[s] = site
+			}
 		}
 		code, entries := ipCode(views[k], gs)
 		if len(code) > ipCodeSize {
@@ -264,6 +275,9 @@ func (e *engine) setupInProcess() (*inProcess, error) {
 		}
 		copy(c.buf[ipDataSize+k*ipCodeSize:], code)
 		for _, sys := range g {
+			if _, ok := sites[sys]; !ok {
+				continue // the end rip
+			}
 			at := sites[sys].patchAt(sys)
 			d := int64(entries[sys]) - int64(at+5)
 			if d > 1<<31-1 || d < -(1<<31) {
@@ -372,6 +386,21 @@ func (e *engine) mapInProcess(c *inProcess, views []uint64) error {
 	return nil
 }
 
+// viewNear returns a view whose end search code (endCode) a rel32 reaches
+// from addr and back.
+func (c *inProcess) viewNear(addr uint64) (uint64, bool) {
+	for _, v := range c.views {
+		if d := int64(v+endCode) - int64(addr); d > -(1<<31)+2*pageSize && d < 1<<31-2*pageSize {
+			return v, true
+		}
+	}
+	return 0, false
+}
+
+// viewIndex returns the position of view v, whose code follows the data in
+// buf in that order.
+func (c *inProcess) viewIndex(v uint64) int { return slices.Index(c.views, v) }
+
 // completed returns how many calls the process completed itself.
 func (c *inProcess) completed() int {
 	if c == nil {
@@ -474,6 +503,7 @@ type asm struct {
 	b      []byte
 	labels map[string]int
 	fixups []fixup
+	org    int // where the code goes in its view's code part
 }
 
 type fixup struct {
@@ -507,7 +537,7 @@ func (a *asm) jump(label string, op ...byte) {
 
 func (a *asm) resolve() {
 	for _, f := range a.fixups {
-		target := ipCodeSize + f.data
+		target := ipCodeSize + f.data - a.org
 		if f.label != "" {
 			target = a.labels[f.label]
 		}

@@ -79,6 +79,13 @@ type Result struct {
 	// WrittenFirst counts the pages of Served written before the replay
 	// started (Options.WrittenFirst).
 	WrittenFirst int
+	// EndPasses counts the passes over the end rip when the process
+	// compared them itself (endsearch.go); 0 when each pass stopped, or
+	// the replay needed no search.
+	EndPasses int
+	// endRedirects counts the jumps the end search in the process moved to
+	// a displaced instruction's copy (for tests).
+	endRedirects int
 }
 
 // Summary is the one line tpreplay prints for a verified replay.
@@ -1132,7 +1139,10 @@ func describeRet(r int64) string {
 func (e *engine) verified(rip uint64) *Result {
 	if e.bp.hits > 0 {
 		kind := "int3"
-		if e.bp.hw {
+		switch {
+		case e.bp.inproc != nil:
+			kind = "compared in the process"
+		case e.bp.hw:
 			kind = "debug register"
 		}
 		e.logf("end found at breakpoint hit %d (%s) at %#x after the last syscall", e.bp.hits, kind, e.bp.addr)
@@ -1148,6 +1158,8 @@ func (e *engine) verified(rip uint64) *Result {
 		Served:       e.servedPages(),
 		InProcess:    e.inproc.completed(),
 		WrittenFirst: e.writtenFirst,
+		EndPasses:    e.endPasses(),
+		endRedirects: e.endRedirects(),
 	}
 }
 

@@ -134,8 +134,12 @@ func replay(ctx context.Context, path string, opts replayer.Options, timing bool
 		if res.InProcess > 0 {
 			inProcess = fmt.Sprintf(", %d of them completed by the replayed process itself", res.InProcess)
 		}
-		fmt.Fprintf(w, "tpreplay: timing: load %v, replay %v (rebuild and re-execution of %d syscalls from interval %d%s), recorded %v (%s)\n",
-			load.Round(time.Microsecond), res.Duration.Round(time.Microsecond), res.Syscalls, res.From, inProcess, recorded.Round(time.Millisecond), ratio)
+		endSearch := ""
+		if res.EndPasses > 0 {
+			endSearch = fmt.Sprintf("; the end found at pass %d over its rip, compared in the process", res.EndPasses)
+		}
+		fmt.Fprintf(w, "tpreplay: timing: load %v, replay %v (rebuild and re-execution of %d syscalls from interval %d%s%s), recorded %v (%s)\n",
+			load.Round(time.Microsecond), res.Duration.Round(time.Microsecond), res.Syscalls, res.From, inProcess, endSearch, recorded.Round(time.Millisecond), ratio)
 	}
 	return res, err
 }

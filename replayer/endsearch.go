@@ -1,0 +1,288 @@
+package replayer
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/tprec/tprec/format"
+	"github.com/tprec/tprec/proc"
+
+	"golang.org/x/arch/x86/x86asm"
+)
+
+// The end search in the replayed process.
+//
+// Where the recording ended between two calls (a signal from outside, a
+// dump request, the start of the next piece of a trial replay), replay
+// finds the end by stopping at every pass over the recorded rip and
+// comparing the registers (startSearch). In a loop that makes no call, the
+// rip is passed thousands of times a millisecond, and each pass is a ptrace
+// stop of tens of microseconds: the search was most of the replay of a
+// program crashed in a computation (gzip: 8,000 to over 100,000 passes).
+//
+// When the replayed process has its region (inprocess.go) and one thread,
+// the search overwrites the instructions at the end rip with a jmp to code
+// in the region that compares the general registers with the recorded
+// end's and executes an int3 only when all of them match; otherwise it
+// runs the instructions it displaced, moved there (their rip-relative
+// displacements adjusted), and jumps back after them. The engine then
+// compares the rest (flags, memory digests) as at any pass. The displaced
+// instructions must not transfer control, and the addresses of the ones
+// after the first, where a jump elsewhere in the program could land, are
+// watched by the debug registers, which move such a jump to their copy.
+// Only code mapped from a file and not writable is patched (JIT code may be
+// rewritten or read), only in a replay of one thread with no signal left
+// to deliver, and not at a rep string instruction or a `syscall`, which the
+// search treats apart. Otherwise, and in debugger sessions, the search
+// stops at every pass.
+
+// Data of the search, in the region's data part (before the records).
+const (
+	idEndRax    = 128 // rax at entry
+	idEndAx     = 136 // ax after lahf; seto al: the flags at entry
+	idEndPasses = 144 // passes over the end rip
+	idEndRegs   = 152 // the goal's registers, in endRegs order, then rax
+)
+
+// endRegs are the registers the code compares before rax: their number in
+// the ModRM reg field and their value in a register set.
+var endRegs = []struct {
+	n   byte
+	get func(r *format.Regs) uint64
+}{
+	{4, func(r *format.Regs) uint64 { return r.Rsp }},
+	{1, func(r *format.Regs) uint64 { return r.Rcx }},
+	{2, func(r *format.Regs) uint64 { return r.Rdx }},
+	{6, func(r *format.Regs) uint64 { return r.Rsi }},
+	{7, func(r *format.Regs) uint64 { return r.Rdi }},
+	{3, func(r *format.Regs) uint64 { return r.Rbx }},
+	{5, func(r *format.Regs) uint64 { return r.Rbp }},
+	{8, func(r *format.Regs) uint64 { return r.R8 }},
+	{9, func(r *format.Regs) uint64 { return r.R9 }},
+	{10, func(r *format.Regs) uint64 { return r.R10 }},
+	{11, func(r *format.Regs) uint64 { return r.R11 }},
+	{12, func(r *format.Regs) uint64 { return r.R12 }},
+	{13, func(r *format.Regs) uint64 { return r.R13 }},
+	{14, func(r *format.Regs) uint64 { return r.R14 }},
+	{15, func(r *format.Regs) uint64 { return r.R15 }},
+}
+
+// endCode is where a view's search code goes: its code part's last page,
+// which no site's entry uses (setupInProcess).
+const endCode = ipCodeSize - pageSize
+
+// endInProcess is a search set up in the process.
+type endInProcess struct {
+	trap      uint64   // the int3's address
+	interior  []uint64 // the displaced instructions after the first
+	relocated []uint64 // where each displaced instruction was moved
+	data      []byte   // the region's data part
+	redirects int      // jumps moved to a displaced instruction's copy
+}
+
+// passes returns how many times the program reached the end rip.
+func (s *endInProcess) passes() int {
+	return int(binary.LittleEndian.Uint64(s.data[idEndPasses:]))
+}
+
+// endPasses returns the passes over the end rip the process counted.
+func (e *engine) endPasses() int {
+	if e.bp.inproc == nil {
+		return 0
+	}
+	return e.bp.inproc.passes()
+}
+
+func (e *engine) endRedirects() int {
+	if e.bp.inproc == nil {
+		return 0
+	}
+	return e.bp.inproc.redirects
+}
+
+// regsAt returns the program's registers at the int3: rax and the flags
+// as they were at the end rip, and rip there.
+func (s *endInProcess) regsAt(regs proc.Regs, rip uint64) proc.Regs {
+	le := binary.LittleEndian
+	regs.Rax = le.Uint64(s.data[idEndRax:])
+	ax := le.Uint16(s.data[idEndAx:])
+	const arith = 0xd5 | 0x800 // SF ZF AF PF CF, and OF
+	regs.Eflags = regs.Eflags&^arith | uint64(ax>>8)&0xd5 | uint64(ax&1)<<11
+	regs.Rip = rip
+	return regs
+}
+
+// searchInProcess sets up the end search at rip in the process, whose
+// thread stands at now. It returns nil, with no error, when the search must
+// stop at every pass instead.
+func (e *engine) searchInProcess(rip, now uint64) (*endInProcess, error) {
+	c := e.inproc
+	if c == nil || e.sigSearch != nil || e.sigsLeft() > 0 || e.multi() || !e.hwbp || e.bp.syscall || e.bp.rep.size > 0 {
+		return nil, nil
+	}
+	// Only the code of a file the program does not write: JIT code may be
+	// rewritten, or read, at the end rip.
+	static := false
+	for _, m := range e.c.Intervals[e.until-1].Maps {
+		if rip >= m.Start && rip < m.End {
+			static = m.Inode != 0 && m.Prot&format.ProtWrite == 0 && m.Prot&format.ProtExec != 0
+		}
+	}
+	if !static {
+		return nil, nil
+	}
+	// The displaced instructions: whole, in rip's page, from rip on for
+	// at least the 5 bytes of the jmp.
+	code := make([]byte, min(32, pageSize-int(rip%pageSize)))
+	if err := e.touch(rip, len(code)); err != nil {
+		return nil, nil
+	}
+	if err := e.mem.ReadAt(code, rip); err != nil {
+		return nil, nil
+	}
+	var insts []x86asm.Inst
+	n := 0
+	for n < 5 {
+		inst, err := x86asm.Decode(code[n:], 64)
+		if err != nil || !relocatable(inst) {
+			return nil, nil
+		}
+		insts = append(insts, inst)
+		n += inst.Len
+	}
+	if len(insts) > 4 || now > rip && now < rip+uint64(n) {
+		// DR1-DR3 watch the instructions after the first; the thread must
+		// not stand among them.
+		return nil, nil
+	}
+	for sys, site := range c.sites {
+		if at := site.patchAt(sys); rip < sys+2 && at < rip+uint64(n) {
+			return nil, nil
+		}
+	}
+	for _, d := range e.end.Digests {
+		if pageDown(rip) == d.Addr || pageDown(rip+uint64(n)-1) == d.Addr {
+			return nil, nil // the jmp would change a page the end compares
+		}
+	}
+	view, ok := c.viewNear(rip)
+	if !ok {
+		return nil, nil
+	}
+	base := view + endCode
+	a := &asm{labels: map[string]int{}, org: endCode}
+	a.label("entry")
+	a.dataRef(idEndRax, []byte{0x48, 0x89, 0x05})    // mov [rax], rax
+	a.emit(0x9f)                                     // lahf
+	a.emit(0x0f, 0x90, 0xc0)                         // seto al
+	a.dataRef(idEndAx, []byte{0x66, 0x89, 0x05})     // mov [ax], ax
+	a.dataRef(idEndPasses, []byte{0x48, 0xff, 0x05}) // inc qword [passes]
+	for i, r := range endRegs {
+		a.dataRef(idEndRegs+8*i, cmpRIP(r.n)) // cmp REG, [goal REG]
+		a.jump("miss", 0x0f, 0x85)            // jne miss
+	}
+	a.dataRef(idEndRax, []byte{0x48, 0x8b, 0x05})  // mov rax, [rax]
+	a.dataRef(idEndRegs+8*len(endRegs), cmpRIP(0)) // cmp rax, [goal rax]
+	a.jump("miss", 0x0f, 0x85)                     // jne miss
+	trap := len(a.b)
+	a.emit(0xcc) // int3: the engine compares the rest
+	a.label("miss")
+	a.dataRef(idEndAx, []byte{0x66, 0x8b, 0x05})  // mov ax, [ax]
+	a.emit(0x04, 0x7f)                            // add al, 0x7f: OF = (al == 1)
+	a.emit(0x9e)                                  // sahf
+	a.dataRef(idEndRax, []byte{0x48, 0x8b, 0x05}) // mov rax, [rax]
+	s := &endInProcess{trap: base + uint64(trap), data: c.data()}
+	at := rip
+	for i, inst := range insts {
+		moved := base + uint64(len(a.b))
+		b := append([]byte(nil), code[at-rip:at-rip+uint64(inst.Len)]...)
+		if inst.PCRel == 4 {
+			d := int64(int32(binary.LittleEndian.Uint32(b[inst.PCRelOff:]))) + int64(at) - int64(moved)
+			if d != int64(int32(d)) {
+				return nil, nil
+			}
+			binary.LittleEndian.PutUint32(b[inst.PCRelOff:], uint32(int32(d)))
+		}
+		a.emit(b...)
+		s.relocated = append(s.relocated, moved)
+		if i > 0 {
+			s.interior = append(s.interior, at)
+		}
+		at += uint64(inst.Len)
+	}
+	back := int64(at) - int64(base+uint64(len(a.b))+5)
+	if back != int64(int32(back)) {
+		return nil, nil
+	}
+	a.emit(0xe9)
+	a.emit(u32le(uint32(int32(back)))...) // jmp back, after the displaced instructions
+	a.resolve()
+	if len(a.b) > pageSize {
+		return nil, nil
+	}
+	there := int64(base) - int64(rip+5)
+	if there != int64(int32(there)) {
+		return nil, nil
+	}
+	// The goal, then the code, then the debug registers, then the jmp.
+	le := binary.LittleEndian
+	goal := e.goal()
+	for i, r := range endRegs {
+		le.PutUint64(s.data[idEndRegs+8*i:], r.get(&goal))
+	}
+	le.PutUint64(s.data[idEndRegs+8*len(endRegs):], goal.Rax)
+	le.PutUint64(s.data[idEndPasses:], 0)
+	copy(c.buf[ipDataSize+c.viewIndex(view)*ipCodeSize+endCode:], a.b)
+	dr7 := uint64(0)
+	for k, addr := range s.interior {
+		if err := proc.SetDebugReg(e.stub.tid, k+1, addr); err != nil {
+			return nil, err
+		}
+		dr7 |= 1 << (2 * (k + 1)) // local enable, execution
+	}
+	if err := proc.SetDebugReg(e.stub.tid, 7, dr7); err != nil {
+		return nil, err
+	}
+	jmp := append([]byte{0xe9}, u32le(uint32(int32(there)))...)
+	if err := e.mem.WriteAt(jmp, rip); err != nil {
+		return nil, fmt.Errorf("end search: patch %#x: %w", rip, err)
+	}
+	return s, nil
+}
+
+// cmpRIP is the opcode and ModRM of `cmp REG, [rip+disp32]` for register
+// number n.
+func cmpRIP(n byte) []byte {
+	rex := byte(0x48)
+	if n >= 8 {
+		rex |= 0x04 // REX.R
+	}
+	return []byte{rex, 0x3b, (n&7)<<3 | 5}
+}
+
+// relocatable reports whether inst runs the same moved elsewhere, once its
+// rip-relative displacement is adjusted: it neither transfers control nor
+// depends on its address otherwise.
+func relocatable(inst x86asm.Inst) bool {
+	switch inst.Op {
+	case x86asm.JMP, x86asm.LJMP, x86asm.CALL, x86asm.LCALL, x86asm.RET, x86asm.LRET,
+		x86asm.IRET, x86asm.IRETD, x86asm.IRETQ, x86asm.SYSCALL, x86asm.SYSENTER, x86asm.SYSEXIT, x86asm.SYSRET,
+		x86asm.INT, x86asm.INTO, x86asm.UD1, x86asm.UD2, x86asm.HLT, x86asm.XBEGIN, x86asm.XABORT, x86asm.XEND:
+		return false
+	}
+	if inst.PCRel != 0 && inst.PCRel != 4 {
+		return false
+	}
+	for _, arg := range inst.Args {
+		switch a := arg.(type) {
+		case nil:
+		case x86asm.Rel:
+			return false // a branch
+		case x86asm.Mem:
+			if a.Base == x86asm.EIP {
+				return false
+			}
+		}
+	}
+	return true
+}

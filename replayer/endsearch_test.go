@@ -1,0 +1,77 @@
+package replayer
+
+import (
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// The end search in the process finds the end of a loop that makes no
+// call, wherever in the loop the recording ended: at each of nine
+// consecutive instructions, rip-relative ones among them, and where the
+// registers repeat every 256 iterations while memory does not (the
+// engine's comparison of the digests then turns the false matches down).
+// The instructions it cannot move (a jmp within 5 bytes) are searched with
+// a stop per pass, and every replay reaches the same end as a replay that
+// stops at every pass.
+func TestEndSearchInProcess(t *testing.T) {
+	needRoot(t)
+	inProcess := 0
+	for steps := 3001; steps < 3010; steps++ {
+		rec := record(t, fixture(t, "loop"), recordOpts{requestAfter: unix.SYS_GETUID, requestSteps: steps})
+		res, err := run(t, rec.c, rec.pages, Options{})
+		if err != nil {
+			t.Fatalf("%d steps: replay: %v", steps, err)
+		}
+		if res.Rip != rec.c.End.Regs.Rip {
+			t.Fatalf("%d steps: replay ended at %#x, recorded %#x", steps, res.Rip, rec.c.End.Regs.Rip)
+		}
+		if res.EndPasses > 0 {
+			inProcess++
+		}
+		t.Setenv("TPREPLAY_NO_IN_PROCESS", "1")
+		plain, err := run(t, rec.c, rec.pages, Options{})
+		t.Setenv("TPREPLAY_NO_IN_PROCESS", "")
+		if err != nil || plain.Rip != res.Rip || plain.EndPasses != 0 {
+			t.Fatalf("%d steps: the replay with a stop per pass: %v, %+v", steps, err, plain)
+		}
+		t.Logf("%d steps: end at %#x, %d passes compared in the process", steps, res.Rip, res.EndPasses)
+	}
+	// The loop (gcc -O1): movzbl, movzbl, add, mov, mov rip, add, mov rip,
+	// add, jmp: seven of its nine instructions begin 5 bytes without a
+	// branch.
+	if inProcess < 7 {
+		t.Errorf("%d of 9 ends searched in the process, want 7", inProcess)
+	}
+}
+
+// A jump to an instruction the end search displaced (the loop of
+// testdata/looptail.c is entered at its second instruction, just after the
+// end rip when the recording ended at its first) runs that instruction's
+// copy, and the replay reaches the end.
+func TestEndSearchInProcessJumpInside(t *testing.T) {
+	needRoot(t)
+	inProcess, redirected := 0, 0
+	for steps := 200; steps < 204; steps++ {
+		rec := record(t, fixture(t, "looptail"), recordOpts{requestAfter: unix.SYS_GETUID, requestSteps: steps})
+		res, err := run(t, rec.c, rec.pages, Options{})
+		if err != nil {
+			t.Fatalf("%d steps: replay: %v", steps, err)
+		}
+		if res.Rip != rec.c.End.Regs.Rip {
+			t.Fatalf("%d steps: replay ended at %#x, recorded %#x", steps, res.Rip, rec.c.End.Regs.Rip)
+		}
+		if res.EndPasses > 0 {
+			inProcess++
+		}
+		if res.endRedirects > 0 {
+			redirected++
+		}
+		t.Logf("%d steps: end at %#x, %d passes, %d jumps moved", steps, res.Rip, res.EndPasses, res.endRedirects)
+	}
+	// add, add, add, jmp: the first two begin 5 bytes without a branch,
+	// and the first one's covers the loop's entry.
+	if inProcess != 2 || redirected != 1 {
+		t.Errorf("%d of 4 ends searched in the process, %d with a jump moved; want 2 and 1", inProcess, redirected)
+	}
+}
