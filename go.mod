@@ -7,6 +7,7 @@ require (
 	github.com/klauspost/compress v1.18.0
 	github.com/pierrec/lz4/v4 v4.1.33
 	github.com/urfave/cli/v2 v2.27.7
+	golang.org/x/arch v0.33.0
 	golang.org/x/sys v0.49.0
 )
 
@@ -14,7 +15,6 @@ require (
 	github.com/cpuguy83/go-md2man/v2 v2.0.7 // indirect
 	github.com/russross/blackfriday/v2 v2.1.0 // indirect
 	github.com/xrash/smetrics v0.0.0-20240521201337-686a1a2994c1 // indirect
-	golang.org/x/arch v0.33.0 // indirect
 )
 
 tool github.com/cilium/ebpf/cmd/bpf2go
