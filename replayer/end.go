@@ -606,7 +606,7 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 	if s := e.bp.inproc; sig == int(unix.SIGTRAP) && e.bp.active && s != nil {
 		if regs.Rip == s.trap+1 {
 			// Every general register matches: compare the rest.
-			e.bp.hits = s.passes()
+			e.bp.hits = s.passes() - 1 // goalHit counts this one
 			if res, done, err := e.goalHit(s.regsAt(regs, e.bp.addr)); res != nil || done || err != nil {
 				return res, unix.PTRACE_SYSCALL, err
 			}
