@@ -24,10 +24,11 @@ import (
 // the search overwrites the instructions at the end rip with a jmp to code
 // in the region that compares the general registers with the recorded
 // end's and executes an int3 only when all of them match; otherwise it
-// runs the instructions it displaced, moved there (their rip-relative
-// displacements adjusted), and jumps back after them. The engine then
-// compares the rest (flags, memory digests) as at any pass. The displaced
-// instructions must not transfer control, and the addresses of the ones
+// runs the instructions it displaced, moved there (rip-relative
+// displacements adjusted, jumps kept going where they went), and jumps
+// back after them. The engine then compares the rest (flags, memory
+// digests) as at any pass. A call among the displaced instructions would
+// push the copy's address, so none may be one; the addresses of the ones
 // after the first, where a jump elsewhere in the program could land, are
 // watched by the debug registers, which move such a jump to their copy.
 // Only code mapped from a file and not writable is patched (JIT code may be
@@ -195,13 +196,9 @@ func (e *engine) searchInProcess(rip, now uint64) (*endInProcess, error) {
 	at := rip
 	for i, inst := range insts {
 		moved := base + uint64(len(a.b))
-		b := append([]byte(nil), code[at-rip:at-rip+uint64(inst.Len)]...)
-		if inst.PCRel == 4 {
-			d := int64(int32(binary.LittleEndian.Uint32(b[inst.PCRelOff:]))) + int64(at) - int64(moved)
-			if d != int64(int32(d)) {
-				return nil, nil
-			}
-			binary.LittleEndian.PutUint32(b[inst.PCRelOff:], uint32(int32(d)))
+		b, ok := moveInstruction(code[at-rip:at-rip+uint64(inst.Len)], inst, at, moved)
+		if !ok {
+			return nil, nil
 		}
 		a.emit(b...)
 		s.relocated = append(s.relocated, moved)
@@ -260,29 +257,62 @@ func cmpRIP(n byte) []byte {
 	return []byte{rex, 0x3b, (n&7)<<3 | 5}
 }
 
-// relocatable reports whether inst runs the same moved elsewhere, once its
-// rip-relative displacement is adjusted: it neither transfers control nor
-// depends on its address otherwise.
+// relocatable reports whether inst runs the same moved elsewhere
+// (moveInstruction): it does not push its own address (a call), and its
+// address is not otherwise part of what it does.
 func relocatable(inst x86asm.Inst) bool {
 	switch inst.Op {
-	case x86asm.JMP, x86asm.LJMP, x86asm.CALL, x86asm.LCALL, x86asm.RET, x86asm.LRET,
+	case x86asm.CALL, x86asm.LCALL, x86asm.LJMP, x86asm.LRET,
 		x86asm.IRET, x86asm.IRETD, x86asm.IRETQ, x86asm.SYSCALL, x86asm.SYSENTER, x86asm.SYSEXIT, x86asm.SYSRET,
 		x86asm.INT, x86asm.INTO, x86asm.UD1, x86asm.UD2, x86asm.HLT, x86asm.XBEGIN, x86asm.XABORT, x86asm.XEND:
 		return false
 	}
-	if inst.PCRel != 0 && inst.PCRel != 4 {
-		return false
-	}
 	for _, arg := range inst.Args {
-		switch a := arg.(type) {
-		case nil:
-		case x86asm.Rel:
-			return false // a branch
-		case x86asm.Mem:
-			if a.Base == x86asm.EIP {
-				return false
-			}
+		if m, ok := arg.(x86asm.Mem); ok && m.Base == x86asm.EIP {
+			return false
 		}
 	}
 	return true
+}
+
+// moveInstruction returns the bytes b of inst, at address from, as they
+// run the same at address to: a rip-relative displacement adjusted, a
+// jump's target kept (a short jump becomes a near one). ok is false when
+// that is out of reach or the form is not one it knows (loop, jrcxz, a
+// prefixed jump).
+func moveInstruction(b []byte, inst x86asm.Inst, from, to uint64) (moved []byte, ok bool) {
+	rel32 := func(target uint64, op ...byte) ([]byte, bool) {
+		d := int64(target) - int64(to+uint64(len(op))+4)
+		if d != int64(int32(d)) {
+			return nil, false
+		}
+		return append(op, u32le(uint32(int32(d)))...), true
+	}
+	for _, arg := range inst.Args {
+		r, ok := arg.(x86asm.Rel)
+		if !ok {
+			continue
+		}
+		target := from + uint64(inst.Len) + uint64(int64(r))
+		switch {
+		case len(b) == 2 && b[0] >= 0x70 && b[0] <= 0x7f: // jcc rel8
+			return rel32(target, 0x0f, 0x80+b[0]-0x70)
+		case len(b) == 6 && b[0] == 0x0f && b[1] >= 0x80 && b[1] <= 0x8f: // jcc rel32
+			return rel32(target, 0x0f, b[1])
+		case len(b) == 2 && b[0] == 0xeb, len(b) == 5 && b[0] == 0xe9: // jmp
+			return rel32(target, 0xe9)
+		}
+		return nil, false
+	}
+	moved = append([]byte(nil), b...)
+	if inst.PCRel == 4 {
+		d := int64(int32(binary.LittleEndian.Uint32(moved[inst.PCRelOff:]))) + int64(from) - int64(to)
+		if d != int64(int32(d)) {
+			return nil, false
+		}
+		binary.LittleEndian.PutUint32(moved[inst.PCRelOff:], uint32(int32(d)))
+	} else if inst.PCRel != 0 {
+		return nil, false
+	}
+	return moved, true
 }

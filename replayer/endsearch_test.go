@@ -7,13 +7,11 @@ import (
 )
 
 // The end search in the process finds the end of a loop that makes no
-// call, wherever in the loop the recording ended: at each of nine
-// consecutive instructions, rip-relative ones among them, and where the
+// call, wherever in the loop the recording ended: at each of its nine
+// instructions, rip-relative ones and its jmp among them, and where the
 // registers repeat every 256 iterations while memory does not (the
 // engine's comparison of the digests then turns the false matches down).
-// The instructions it cannot move (a jmp within 5 bytes) are searched with
-// a stop per pass, and every replay reaches the same end as a replay that
-// stops at every pass.
+// Every replay reaches the same end as a replay that stops at every pass.
 func TestEndSearchInProcess(t *testing.T) {
 	needRoot(t)
 	inProcess := 0
@@ -38,21 +36,22 @@ func TestEndSearchInProcess(t *testing.T) {
 		t.Logf("%d steps: end at %#x, %d passes compared in the process", steps, res.Rip, res.EndPasses)
 	}
 	// The loop (gcc -O1): movzbl, movzbl, add, mov, mov rip, add, mov rip,
-	// add, jmp: seven of its nine instructions begin 5 bytes without a
-	// branch.
-	if inProcess < 7 {
-		t.Errorf("%d of 9 ends searched in the process, want 7", inProcess)
+	// add, jmp.
+	if inProcess != 9 {
+		t.Errorf("%d of 9 ends searched in the process", inProcess)
 	}
 }
 
 // A jump to an instruction the end search displaced (the loop of
 // testdata/looptail.c is entered at its second instruction, just after the
 // end rip when the recording ended at its first) runs that instruction's
-// copy, and the replay reaches the end.
+// copy, and displaced jumps, a conditional one taken at every other
+// iteration among them, go where they went: the replay reaches the end
+// from each of the loop's six instructions.
 func TestEndSearchInProcessJumpInside(t *testing.T) {
 	needRoot(t)
 	inProcess, redirected := 0, 0
-	for steps := 200; steps < 204; steps++ {
+	for steps := 200; steps < 206; steps++ {
 		rec := record(t, fixture(t, "looptail"), recordOpts{requestAfter: unix.SYS_GETUID, requestSteps: steps})
 		res, err := run(t, rec.c, rec.pages, Options{})
 		if err != nil {
@@ -69,9 +68,9 @@ func TestEndSearchInProcessJumpInside(t *testing.T) {
 		}
 		t.Logf("%d steps: end at %#x, %d passes, %d jumps moved", steps, res.Rip, res.EndPasses, res.endRedirects)
 	}
-	// add, add, add, jmp: the first two begin 5 bytes without a branch,
-	// and the first one's covers the loop's entry.
-	if inProcess != 2 || redirected != 1 {
-		t.Errorf("%d of 4 ends searched in the process, %d with a jump moved; want 2 and 1", inProcess, redirected)
+	// add, add, bt, jb, add, jmp: the first one's 5 bytes cover the
+	// loop's entry.
+	if inProcess != 6 || redirected != 1 {
+		t.Errorf("%d of 6 ends searched in the process, %d with a jump moved; want 6 and 1", inProcess, redirected)
 	}
 }
