@@ -331,6 +331,12 @@ func trialPieces(c *format.Checkpoint, n int, hw bool) []int {
 		target := total * uint64(i) / uint64(n)
 		best := -1
 		for j := prev + 1; j < len(ivs); j++ {
+			if single && ivs[j].Threads[0].InSyscall {
+				// A piece ending in a call (a sleep across the boundary)
+				// would see its timeout's remaining time written back,
+				// which only the end of the window allows for.
+				continue
+			}
 			if best < 0 || absDiff(cum[j], target) < absDiff(cum[best], target) {
 				best = j
 			}
