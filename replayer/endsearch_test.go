@@ -16,14 +16,7 @@ func TestEndSearchInProcess(t *testing.T) {
 	needRoot(t)
 	inProcess := 0
 	for steps := 3001; steps < 3010; steps++ {
-		rec := record(t, fixture(t, "loop"), recordOpts{requestAfter: unix.SYS_GETUID, requestSteps: steps})
-		res, err := run(t, rec.c, rec.pages, Options{})
-		if err != nil {
-			t.Fatalf("%d steps: replay: %v", steps, err)
-		}
-		if res.Rip != rec.c.End.Regs.Rip {
-			t.Fatalf("%d steps: replay ended at %#x, recorded %#x", steps, res.Rip, rec.c.End.Regs.Rip)
-		}
+		rec, res := replayRequestAt(t, "loop", steps)
 		if res.EndPasses > 0 {
 			inProcess++
 		}
@@ -52,14 +45,7 @@ func TestEndSearchInProcessJumpInside(t *testing.T) {
 	needRoot(t)
 	inProcess, redirected := 0, 0
 	for steps := 200; steps < 206; steps++ {
-		rec := record(t, fixture(t, "looptail"), recordOpts{requestAfter: unix.SYS_GETUID, requestSteps: steps})
-		res, err := run(t, rec.c, rec.pages, Options{})
-		if err != nil {
-			t.Fatalf("%d steps: replay: %v", steps, err)
-		}
-		if res.Rip != rec.c.End.Regs.Rip {
-			t.Fatalf("%d steps: replay ended at %#x, recorded %#x", steps, res.Rip, rec.c.End.Regs.Rip)
-		}
+		_, res := replayRequestAt(t, "looptail", steps)
 		if res.EndPasses > 0 {
 			inProcess++
 		}
@@ -73,4 +59,19 @@ func TestEndSearchInProcessJumpInside(t *testing.T) {
 	if inProcess != 6 || redirected != 1 {
 		t.Errorf("%d of 6 ends searched in the process, %d with a jump moved; want 6 and 1", inProcess, redirected)
 	}
+}
+
+// replayRequestAt records fixture name, ending it with a dump request steps
+// instructions after its getuid, and replays it to that end.
+func replayRequestAt(t *testing.T, name string, steps int) (*recording, *Result) {
+	t.Helper()
+	rec := record(t, fixture(t, name), recordOpts{requestAfter: unix.SYS_GETUID, requestSteps: steps})
+	res, err := run(t, rec.c, rec.pages, Options{})
+	if err != nil {
+		t.Fatalf("%d steps: replay: %v", steps, err)
+	}
+	if res.Rip != rec.c.End.Regs.Rip {
+		t.Fatalf("%d steps: replay ended at %#x, recorded %#x", steps, res.Rip, rec.c.End.Regs.Rip)
+	}
+	return rec, res
 }
