@@ -23,9 +23,11 @@ const (
 	// differences (syslog.go): a version 2 reader would replay from a start
 	// the file does not hold. Version 4 lays the syscall log out in streams
 	// and version 5 marks outputs that repeat the compared record's
-	// (syslog4.go): an older reader would misread the log. This reader reads
-	// versions 1 to 5.
-	VersionMajor = 5
+	// (syslog4.go): an older reader would misread the log. Version 6
+	// takes what a repeated output repeats from the last non-empty output
+	// of its number and descriptor (logModel.lastData): a version 5 reader
+	// would take other bytes. This reader reads versions 1 to 6.
+	VersionMajor = 6
 	// VersionMinor changes when fields are appended at the end of a section
 	// payload or new sections appear; older readers skip what they do not know.
 	// Version 2.1 compressed with zstd (FlagZstd), as every later one does.
@@ -35,7 +37,7 @@ const (
 	// end (EndState.Threads). Version 4.2 appends to HEADR the dynamic
 	// loader's list of objects (Header.Modules). Version 5.1 stores the
 	// words of page blocks relative to their address (FlagPageWords).
-	VersionMinor = 1
+	VersionMinor = 0
 
 	fileHeaderSize    = 16
 	sectionHeaderSize = 16

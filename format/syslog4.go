@@ -84,6 +84,11 @@ type logModel struct {
 	low   [modelLowNr]*Syscall // the last record with this number, for small numbers
 	byNr  map[int]*Syscall     // ... for the others
 	byKey map[int64]*Syscall   // ... with this number and first argument (modelKey)
+	// lastOut holds, by modelKey of a number and a first argument (and of
+	// the number and keyedArg, for the number alone), the last bytes each
+	// output position had when it had any (version 6: what a repeated
+	// output repeats, lastData).
+	lastOut map[int64][][]byte
 }
 
 // modelLowNr bounds the syscall numbers the model looks up in an array
@@ -96,7 +101,47 @@ func modelKey(nr int, a0 uint64) int64 { return int64(nr)<<16 | int64(a0) }
 var zeroSyscall Syscall
 
 func newLogModel() *logModel {
-	return &logModel{byNr: map[int]*Syscall{}, byKey: map[int64]*Syscall{}}
+	return &logModel{byNr: map[int]*Syscall{}, byKey: map[int64]*Syscall{}, lastOut: map[int64][][]byte{}}
+}
+
+// lastData is what output j of a record with number nr and first argument
+// a0 repeats when its repeat bit is set (version 6): the last non-empty
+// bytes of output j of the records with that number and first argument, if
+// any had outputs, else of the records with that number. A program that
+// reads a file to its end reads data, then nothing, on the same descriptor:
+// the record compared with is the empty read, the data the one before.
+func (m *logModel) lastData(nr int, a0 uint64, j int) []byte {
+	l, ok := m.lastOut[modelKey(nr, a0)]
+	if a0 >= keyedArg || !ok {
+		l = m.lastOut[modelKey(nr, keyedArg)]
+	}
+	if j < len(l) {
+		return l[j]
+	}
+	return nil
+}
+
+// noteOutputs records s's non-empty outputs for lastData.
+func (m *logModel) noteOutputs(s *Syscall) {
+	if len(s.Out) == 0 {
+		return
+	}
+	keys := []int64{modelKey(s.Nr, keyedArg)}
+	if s.Args[0] < keyedArg {
+		keys = append(keys, modelKey(s.Nr, s.Args[0]))
+	}
+	for _, k := range keys {
+		l := m.lastOut[k]
+		for len(l) < len(s.Out) {
+			l = append(l, nil)
+		}
+		for j, o := range s.Out {
+			if len(o.Data) > 0 {
+				l[j] = o.Data
+			}
+		}
+		m.lastOut[k] = l
+	}
 }
 
 // byNumber is the previous record with number nr (the zero record if none).
@@ -126,6 +171,7 @@ func (m *logModel) keyed(nr int, a0 uint64) *Syscall {
 
 // note makes s the record later records are compared with.
 func (m *logModel) note(s *Syscall) {
+	m.noteOutputs(s)
 	if uint(s.Nr) < modelLowNr {
 		m.low[s.Nr] = kept(m.low[s.Nr], s)
 	} else if p := m.byNr[s.Nr]; p != nil {
@@ -152,12 +198,6 @@ func kept(p, s *Syscall) *Syscall {
 	*p = *s
 	p.Out = append(outs, s.Out...)
 	return p
-}
-
-// sameOutput reports whether output j of s has the bytes of output j of the
-// compared record p (version 5: they are not stored again).
-func sameOutput(p *Syscall, j int, data []byte) bool {
-	return len(data) > 0 && j < len(p.Out) && len(p.Out[j].Data) == len(data) && bytes.Equal(p.Out[j].Data, data)
 }
 
 // timeWords reports whether output j of s, of n bytes, is stored as word
@@ -255,7 +295,7 @@ func encodeSyscallsRaw(n int, calls iter.Seq[*Syscall]) []byte {
 					ref = pk.Out[j].Addr
 				}
 				out.svarint(o.Addr - ref)
-				if sameOutput(pk, j, o.Data) {
+				if len(o.Data) > 0 && bytes.Equal(m.lastData(s.Nr, s.Args[0], j), o.Data) {
 					out.uvarint(uint64(len(o.Data))<<1 | 1)
 					continue
 				}
@@ -443,12 +483,19 @@ func decodeSyscalls(d *dec, major uint16) []Syscall {
 				}
 				switch {
 				case outs.fail != nil:
+				case same && major >= 6:
+					last := m.lastData(s.Nr, a0, j)
+					if k == 0 || uint64(len(last)) != k {
+						outs.failf("output %d of %d bytes repeats the last one of its number and descriptor, which had %d bytes", j, k, len(last))
+						break
+					}
+					// Decoded records never change: they share the bytes.
+					s.Out[j].Data = last
 				case same:
 					if k == 0 || j >= len(pk.Out) || uint64(len(pk.Out[j].Data)) != k {
 						outs.failf("output %d of %d bytes repeats the compared record's, which has no such output", j, k)
 						break
 					}
-					// Decoded records never change: they share the bytes.
 					s.Out[j].Data = pk.Out[j].Data
 				case k <= 16 && timeWords(pk, j, int(k)):
 					w := st(streamWords, int64(s.Nr))
