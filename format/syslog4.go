@@ -111,8 +111,12 @@ func newLogModel() *logModel {
 // reads a file to its end reads data, then nothing, on the same descriptor:
 // the record compared with is the empty read, the data the one before.
 func (m *logModel) lastData(nr int, a0 uint64, j int) []byte {
-	l, ok := m.lastOut[modelKey(nr, a0)]
-	if a0 >= keyedArg || !ok {
+	var l [][]byte
+	ok := false
+	if a0 < keyedArg {
+		l, ok = m.lastOut[modelKey(nr, a0)]
+	}
+	if !ok {
 		l = m.lastOut[modelKey(nr, keyedArg)]
 	}
 	if j < len(l) {
@@ -126,11 +130,12 @@ func (m *logModel) noteOutputs(s *Syscall) {
 	if len(s.Out) == 0 {
 		return
 	}
-	keys := []int64{modelKey(s.Nr, keyedArg)}
+	// No slice per record: the recorder packs its logs through here.
+	keys, n := [2]int64{modelKey(s.Nr, keyedArg)}, 1
 	if s.Args[0] < keyedArg {
-		keys = append(keys, modelKey(s.Nr, s.Args[0]))
+		keys[1], n = modelKey(s.Nr, s.Args[0]), 2
 	}
-	for _, k := range keys {
+	for _, k := range keys[:n] {
 		l := m.lastOut[k]
 		for len(l) < len(s.Out) {
 			l = append(l, nil)

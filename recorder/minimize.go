@@ -42,7 +42,7 @@ func minimize(ctx context.Context, c *format.Checkpoint, store format.PageSource
 	t0 := time.Now()
 	pieces := runtime.NumCPU()
 	hw, _ := replayer.HardwareBreakpoints()
-	res, err := trialReplay(ctx, c, store, pieces)
+	res, err := trialReplay(ctx, c, store, pieces, hw)
 	var d *replayer.Divergence
 	if errors.As(err, &d) && d.Threads > 1 && pieces > 1 && len(trialPieces(c, pieces, hw)) > 1 {
 		// A piece ends at an interval start, where the other threads
@@ -51,13 +51,13 @@ func minimize(ctx context.Context, c *format.Checkpoint, store format.PageSource
 		// recorded end, which may be in reach.
 		logf("a piece of the trial replay of %d threads diverged (%v): trying the window in one piece", d.Threads, err)
 		pieces = 1
-		res, err = trialReplay(ctx, c, store, pieces)
+		res, err = trialReplay(ctx, c, store, pieces, hw)
 	}
 	for tries := 0; err != nil && tries < len(c.Intervals); tries++ {
 		if !cutDiverged(c, err, logf) {
 			break
 		}
-		res, err = trialReplay(ctx, c, store, pieces)
+		res, err = trialReplay(ctx, c, store, pieces, hw)
 	}
 	if err != nil && ctx.Err() != nil {
 		c.Header.FullPages = true
@@ -196,10 +196,10 @@ func runTrial(ctx context.Context, c *format.Checkpoint, store format.PageSource
 	return replayer.Run(ctx, c, store, o)
 }
 
-// trialReplay replays the window in at most n pieces at once and returns
-// the first piece's result with the pages every piece served.
-func trialReplay(ctx context.Context, c *format.Checkpoint, store format.PageSource, n int) (*replayer.Result, error) {
-	hw, _ := replayer.HardwareBreakpoints()
+// trialReplay replays the window in at most n pieces at once (trialPieces,
+// with hw: the debug registers work) and returns the first piece's result
+// with the pages every piece served.
+func trialReplay(ctx context.Context, c *format.Checkpoint, store format.PageSource, n int, hw bool) (*replayer.Result, error) {
 	starts := trialPieces(c, n, hw)
 	if len(starts) <= 1 {
 		return runTrial(ctx, c, store, replayer.Options{From: -1, Lazy: true, WrittenFirst: true})

@@ -386,9 +386,10 @@ func prepare(c *format.Checkpoint, pages format.PageSource, opts Options) (*engi
 	thread, _ := iv.Thread(c.End.Tid)
 	end := c.End
 	until := len(c.Intervals)
+	rseqs := c.RseqAreas() // it scans the whole log: once
 	if opts.Until > 0 {
 		var err error
-		if until, end, err = boundaryEnd(c, k, opts.Until, pages); err != nil {
+		if until, end, err = boundaryEnd(c, k, opts.Until, pages, rseqs); err != nil {
 			return nil, err
 		}
 	}
@@ -397,7 +398,7 @@ func prepare(c *format.Checkpoint, pages format.PageSource, opts Options) (*engi
 	default:
 		return nil, fmt.Errorf("checkpoint end state has unknown kind %q", end.Kind)
 	}
-	e := &engine{c: c, end: end, until: until, pages: pages, opts: opts, k: k, first: first, thread: thread, brkEnd: heapEnd(c, k), rseqs: c.RseqAreas(), stopReq: new(atomic.Int32)}
+	e := &engine{c: c, end: end, until: until, pages: pages, opts: opts, k: k, first: first, thread: thread, brkEnd: heapEnd(c, k), rseqs: rseqs, stopReq: new(atomic.Int32)}
 	if e.hwbp, e.noHW = HardwareBreakpoints(); !e.hwbp && opts.Verbose {
 		e.logf("the debug registers do not work on this machine (%s): breakpoints are int3, watchpoints single steps", e.noHW)
 	}
@@ -475,7 +476,7 @@ func prepare(c *format.Checkpoint, pages format.PageSource, opts Options) (*engi
 // under rsp, the pages the interval before it wrote): the ones the file
 // stores for that boundary, or for files before version 3.0, computed from
 // the pages the checkpoint gives that interval's start.
-func boundaryEnd(c *format.Checkpoint, k, until int, pages format.PageSource) (int, format.EndState, error) {
+func boundaryEnd(c *format.Checkpoint, k, until int, pages format.PageSource, rseqs []format.Rseq) (int, format.EndState, error) {
 	u := -1
 	for i, iv := range c.Intervals {
 		if iv.Index == until {
@@ -493,7 +494,7 @@ func boundaryEnd(c *format.Checkpoint, k, until int, pages format.PageSource) (i
 	end := format.EndState{Kind: format.EndRequest, Tid: t.Tid, Regs: t.Regs, XState: t.XState, LastSeq: iv.FirstSeq - 1, Rseq: t.Rseq, Digests: iv.Digests}
 	if len(iv.Digests) == 0 && !iv.StartOmitted {
 		var err error
-		if end.Digests, err = c.BoundaryDigests(u, pages, c.RseqAreas()); err != nil {
+		if end.Digests, err = c.BoundaryDigests(u, pages, rseqs); err != nil {
 			return 0, format.EndState{}, err
 		}
 	}
