@@ -26,8 +26,11 @@ const (
 	// (syslog4.go): an older reader would misread the log. Version 6
 	// takes what a repeated output repeats from the last non-empty output
 	// of its number and descriptor (logModel.lastData): a version 5 reader
-	// would take other bytes. This reader reads versions 1 to 6.
-	VersionMajor = 6
+	// would take other bytes. Version 7 keeps the last outputs of each
+	// number apart from those of other numbers and descriptors, which
+	// version 6 shared (logModel.outSlot): a version 6 reader would take
+	// other bytes. This reader reads versions 1 to 7.
+	VersionMajor = 7
 	// VersionMinor changes when fields are appended at the end of a section
 	// payload or new sections appear; older readers skip what they do not know.
 	// Version 2.1 compressed with zstd (FlagZstd), as every later one does.

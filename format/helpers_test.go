@@ -251,6 +251,24 @@ func smallCheckpointV5() (*Checkpoint, *MemStore) {
 	return c, store
 }
 
+// smallCheckpointV6 is smallCheckpointV5 with the outputs version 6 keyed
+// differently from what FORMAT.md said: getrlimit(RLIMIT_CPU) (97, first
+// argument 0) then gettimeofday (96) returning the same 16 bytes. Version 6
+// kept the last outputs of the calls by number in the slot of the number
+// rounded up to odd with first argument 0, so that gettimeofday's repeated
+// getrlimit's bytes; version 7 keeps them apart.
+func smallCheckpointV6() (*Checkpoint, *MemStore) {
+	c, store := smallCheckpointV5()
+	same := []byte("sixteen bytes ok")
+	s := &c.Syscalls[3]
+	s.Nr, s.Args, s.Ret, s.Pages = 97, [6]uint64{0, 0x5555_0000_2000}, 0, nil
+	s.Out = []OutBuf{{Addr: 0x5555_0000_2000, Data: same}}
+	s = &c.Syscalls[4]
+	s.Nr, s.Args, s.Ret, s.Pages = 96, [6]uint64{0x5555_0000_3000}, 0, nil
+	s.Out = []OutBuf{{Addr: 0x5555_0000_3000, Data: same}}
+	return c, store
+}
+
 // legacy is what a file written before version 3 decodes to for model c:
 // every interval's start is stored, and there are no boundary digests.
 func legacy(c *Checkpoint) *Checkpoint {

@@ -79,16 +79,22 @@ const (
 // with its number, and the previous one with its number and first argument.
 // It keeps copies of them (their output bytes are not copied), so a writer
 // may hand it every record in the same reused variable: the recorder packs
-// its logs without making a record per call.
+// its logs without making a record per call. A record's slots are looked up
+// once (slots) and serve the comparison, the repeated outputs and note.
 type logModel struct {
-	low   [modelLowNr]*Syscall // the last record with this number, for small numbers
-	byNr  map[int]*Syscall     // ... for the others
-	byKey map[int64]*Syscall   // ... with this number and first argument (modelKey)
-	// lastOut holds, by modelKey of a number and a first argument (and of
-	// the number and keyedArg, for the number alone), the last bytes each
-	// output position had when it had any (version 6: what a repeated
-	// output repeats, lastData).
-	lastOut map[int64][][]byte
+	major uint16
+	low   [modelLowNr]*modelSlot // by number, for small numbers
+	byNr  map[int]*modelSlot     // ... for the others
+	byKey map[int64]*modelSlot   // by number and first argument (modelKey)
+}
+
+// modelSlot holds the last record of a number, or of a number and first
+// argument, and the last bytes each output position had when it had any
+// (version 6: what a repeated output repeats, lastData).
+type modelSlot struct {
+	rec    *Syscall
+	out    [][]byte
+	hasOut bool // a record with outputs was noted here
 }
 
 // modelLowNr bounds the syscall numbers the model looks up in an array
@@ -100,24 +106,84 @@ func modelKey(nr int, a0 uint64) int64 { return int64(nr)<<16 | int64(a0) }
 
 var zeroSyscall Syscall
 
-func newLogModel() *logModel {
-	return &logModel{byNr: map[int]*Syscall{}, byKey: map[int64]*Syscall{}, lastOut: map[int64][][]byte{}}
+// newLogModel is the model of a log of format version major.
+func newLogModel(major uint16) *logModel {
+	return &logModel{major: major, byNr: map[int]*modelSlot{}, byKey: map[int64]*modelSlot{}}
 }
 
-// lastData is what output j of a record with number nr and first argument
-// a0 repeats when its repeat bit is set (version 6): the last non-empty
+// number is the slot of number nr.
+func (m *logModel) number(nr int) *modelSlot {
+	if uint(nr) < modelLowNr {
+		if m.low[nr] == nil {
+			m.low[nr] = &modelSlot{}
+		}
+		return m.low[nr]
+	}
+	p := m.byNr[nr]
+	if p == nil {
+		p = &modelSlot{}
+		m.byNr[nr] = p
+	}
+	return p
+}
+
+// keyed is the slot of number nr and first argument a0, nil when a0 keys
+// nothing (keyedArg).
+func (m *logModel) keyed(nr int, a0 uint64) *modelSlot {
+	if a0 >= keyedArg {
+		return nil
+	}
+	return m.keySlot(modelKey(nr, a0))
+}
+
+func (m *logModel) keySlot(k int64) *modelSlot {
+	p := m.byKey[k]
+	if p == nil {
+		p = &modelSlot{}
+		m.byKey[k] = p
+	}
+	return p
+}
+
+// compared returns the records a record with slots num and key is compared
+// with: by number, and by descriptor (by number when key has none); the
+// zero record where there is none.
+func compared(num, key *modelSlot) (pn, pk *Syscall) {
+	pn = &zeroSyscall
+	if num.rec != nil {
+		pn = num.rec
+	}
+	pk = pn
+	if key != nil && key.rec != nil {
+		pk = key.rec
+	}
+	return pn, pk
+}
+
+// outSlot is the slot whose output bytes stand for number nr's (num's).
+// Version 6 kept them under the key of the number and keyedArg, which is
+// the key of number nr|1 and first argument 0: shared by two numbers, and
+// with the calls of the odd one on descriptor 0 (FORMAT.md, 7.0). A
+// version 6 log is read as it was written.
+func (m *logModel) outSlot(nr int, num *modelSlot) *modelSlot {
+	if m.major == 6 {
+		return m.keySlot(modelKey(nr|1, 0))
+	}
+	return num
+}
+
+// lastData is what output j of a record with number nr and slots num and
+// key repeats when its repeat bit is set (version 6): the last non-empty
 // bytes of output j of the records with that number and first argument, if
 // any had outputs, else of the records with that number. A program that
 // reads a file to its end reads data, then nothing, on the same descriptor:
 // the record compared with is the empty read, the data the one before.
-func (m *logModel) lastData(nr int, a0 uint64, j int) []byte {
+func (m *logModel) lastData(nr int, num, key *modelSlot, j int) []byte {
 	var l [][]byte
-	ok := false
-	if a0 < keyedArg {
-		l, ok = m.lastOut[modelKey(nr, a0)]
-	}
-	if !ok {
-		l = m.lastOut[modelKey(nr, keyedArg)]
+	if key != nil && key.hasOut {
+		l = key.out
+	} else {
+		l = m.outSlot(nr, num).out
 	}
 	if j < len(l) {
 		return l[j]
@@ -125,71 +191,30 @@ func (m *logModel) lastData(nr int, a0 uint64, j int) []byte {
 	return nil
 }
 
-// noteOutputs records s's non-empty outputs for lastData.
-func (m *logModel) noteOutputs(s *Syscall) {
-	if len(s.Out) == 0 {
-		return
-	}
-	// No slice per record: the recorder packs its logs through here.
-	keys, n := [2]int64{modelKey(s.Nr, keyedArg)}, 1
-	if s.Args[0] < keyedArg {
-		keys[1], n = modelKey(s.Nr, s.Args[0]), 2
-	}
-	for _, k := range keys[:n] {
-		l := m.lastOut[k]
-		for len(l) < len(s.Out) {
-			l = append(l, nil)
+// note makes s, whose slots are num and key, the record later records are
+// compared with, and records its non-empty outputs for lastData.
+func (m *logModel) note(s *Syscall, num, key *modelSlot) {
+	if len(s.Out) > 0 {
+		noteOutputs(m.outSlot(s.Nr, num), s)
+		if key != nil {
+			noteOutputs(key, s)
 		}
-		for j, o := range s.Out {
-			if len(o.Data) > 0 {
-				l[j] = o.Data
-			}
-		}
-		m.lastOut[k] = l
+	}
+	num.rec = kept(num.rec, s)
+	if key != nil {
+		key.rec = kept(key.rec, s)
 	}
 }
 
-// byNumber is the previous record with number nr (the zero record if none).
-func (m *logModel) byNumber(nr int) *Syscall {
-	var p *Syscall
-	if uint(nr) < modelLowNr {
-		p = m.low[nr]
-	} else {
-		p = m.byNr[nr]
+// noteOutputs records s's non-empty outputs in p.
+func noteOutputs(p *modelSlot, s *Syscall) {
+	p.hasOut = true
+	for len(p.out) < len(s.Out) {
+		p.out = append(p.out, nil)
 	}
-	if p == nil {
-		return &zeroSyscall
-	}
-	return p
-}
-
-// keyed is the previous record with number nr and first argument a0, else
-// the previous record with number nr.
-func (m *logModel) keyed(nr int, a0 uint64) *Syscall {
-	if a0 < keyedArg {
-		if p, ok := m.byKey[modelKey(nr, a0)]; ok {
-			return p
-		}
-	}
-	return m.byNumber(nr)
-}
-
-// note makes s the record later records are compared with.
-func (m *logModel) note(s *Syscall) {
-	m.noteOutputs(s)
-	if uint(s.Nr) < modelLowNr {
-		m.low[s.Nr] = kept(m.low[s.Nr], s)
-	} else if p := m.byNr[s.Nr]; p != nil {
-		kept(p, s)
-	} else {
-		m.byNr[s.Nr] = kept(nil, s)
-	}
-	if s.Args[0] < keyedArg {
-		k := modelKey(s.Nr, s.Args[0])
-		if p := m.byKey[k]; p != nil {
-			kept(p, s)
-		} else {
-			m.byKey[k] = kept(nil, s)
+	for j, o := range s.Out {
+		if len(o.Data) > 0 {
+			p.out[j] = o.Data
 		}
 	}
 }
@@ -260,7 +285,7 @@ func encodeSyscallsRaw(n int, calls iter.Seq[*Syscall]) []byte {
 		data  *dataStream
 	}
 	byNr := map[int]perNr{}
-	m := newLogModel()
+	m := newLogModel(VersionMajor)
 	var seq, tid uint64
 	count := 0
 	for s := range calls {
@@ -269,8 +294,8 @@ func encodeSyscallsRaw(n int, calls iter.Seq[*Syscall]) []byte {
 		head.svarint(uint64(s.Tid) - tid)
 		head.svarint(uint64(s.Nr))
 		seq, tid = s.Seq, uint64(s.Tid)
-		pn := m.byNumber(s.Nr)
-		pk := m.keyed(s.Nr, s.Args[0])
+		num, key := m.number(s.Nr), m.keyed(s.Nr, s.Args[0])
+		pn, pk := compared(num, key)
 		vals, pvals := syscallVals(s), syscallVals(pk)
 		pvals[0] = pn.Args[0]
 		var mask byte
@@ -300,7 +325,7 @@ func encodeSyscallsRaw(n int, calls iter.Seq[*Syscall]) []byte {
 					ref = pk.Out[j].Addr
 				}
 				out.svarint(o.Addr - ref)
-				if len(o.Data) > 0 && bytes.Equal(m.lastData(s.Nr, s.Args[0], j), o.Data) {
+				if len(o.Data) > 0 && bytes.Equal(m.lastData(s.Nr, num, key, j), o.Data) {
 					out.uvarint(uint64(len(o.Data))<<1 | 1)
 					continue
 				}
@@ -319,7 +344,7 @@ func encodeSyscallsRaw(n int, calls iter.Seq[*Syscall]) []byte {
 			pages.u64(pg.Addr)
 			pages.hash(pg.Hash)
 		}
-		m.note(s)
+		m.note(s, num, key)
 	}
 	if count != n {
 		panic(fmt.Sprintf("encode syscall log: %d records yielded, %d announced", count, n))
@@ -431,7 +456,41 @@ func decodeSyscalls(d *dec, major uint16) []Syscall {
 		return nil
 	}
 	out := make([]Syscall, n)
-	m := newLogModel()
+	m := newLogModel(major)
+	// The streams every record may use, looked up once; those of a number
+	// once per number.
+	var values [8]*dec
+	for k := range values {
+		values[k] = st(streamValue, int64(k))
+	}
+	outs, pageSt := st(streamOutput, 0), st(streamPages, 0)
+	type perNr struct{ words, data *dec }
+	var lowNr [modelLowNr]perNr
+	byNr := func(nr int) perNr {
+		if uint(nr) < modelLowNr {
+			if lowNr[nr].words == nil {
+				lowNr[nr] = perNr{st(streamWords, int64(nr)), st(streamData, int64(nr))}
+			}
+			return lowNr[nr]
+		}
+		return perNr{st(streamWords, int64(nr)), st(streamData, int64(nr))}
+	}
+	// Output lists and bytes are cut from larger allocations: decoded
+	// records never change, and one allocation per output was most of the
+	// garbage a load made.
+	var outArena []OutBuf
+	var byteArena []byte
+	alloc := func(k int) []byte {
+		if k > 4096 {
+			return make([]byte, k)
+		}
+		if len(byteArena) < k {
+			byteArena = make([]byte, 64<<10)
+		}
+		b := byteArena[:k:k]
+		byteArena = byteArena[k:]
+		return b
+	}
 	var seq, tid uint64
 	fail := func() bool {
 		for _, id := range ids {
@@ -454,27 +513,33 @@ func decodeSyscalls(d *dec, major uint16) []Syscall {
 		if head.fail != nil {
 			break
 		}
-		pn := m.byNumber(s.Nr)
+		num := m.number(s.Nr)
+		pn, _ := compared(num, nil)
 		a0 := pn.Args[0]
 		if mask&1 != 0 {
-			a0 += st(streamValue, 0).svarint("value difference")
+			a0 += values[0].svarint("value difference")
 		}
-		pk := m.keyed(s.Nr, a0)
+		key := m.keyed(s.Nr, a0)
+		_, pk := compared(num, key)
 		vals := syscallVals(pk)
 		vals[0] = a0
 		for k := 1; k < len(vals); k++ {
 			if mask&(1<<k) != 0 {
-				vals[k] += st(streamValue, int64(k)).svarint("value difference")
+				vals[k] += values[k].svarint("value difference")
 			}
 		}
 		copy(s.Args[:], vals[:6])
 		s.Ret, s.Rip = int64(vals[6]), vals[7]
 		if nOut > 0 {
-			outs := st(streamOutput, 0)
 			if !outs.fits(nOut, minOutput4, "outputs") {
 				break
 			}
-			s.Out = make([]OutBuf, nOut)
+			if uint64(len(outArena)) < nOut {
+				outArena = make([]OutBuf, max(nOut, 1024))
+			}
+			s.Out = outArena[:nOut:nOut]
+			outArena = outArena[nOut:]
+			streams := byNr(s.Nr)
 			for j := range s.Out {
 				var ref uint64
 				if j < len(pk.Out) {
@@ -489,7 +554,7 @@ func decodeSyscalls(d *dec, major uint16) []Syscall {
 				switch {
 				case outs.fail != nil:
 				case same && major >= 6:
-					last := m.lastData(s.Nr, a0, j)
+					last := m.lastData(s.Nr, num, key, j)
 					if k == 0 || uint64(len(last)) != k {
 						outs.failf("output %d of %d bytes repeats the last one of its number and descriptor, which had %d bytes", j, k, len(last))
 						break
@@ -503,37 +568,38 @@ func decodeSyscalls(d *dec, major uint16) []Syscall {
 					}
 					s.Out[j].Data = pk.Out[j].Data
 				case k <= 16 && timeWords(pk, j, int(k)):
-					w := st(streamWords, int64(s.Nr))
-					data := make([]byte, k)
+					w := streams.words
+					data := alloc(int(k))
 					for x := 0; x < int(k); x += 8 {
 						binary.LittleEndian.PutUint64(data[x:], le64(pk.Out[j].Data[x:])+w.svarint("time word difference"))
 					}
 					s.Out[j].Data = data
 				case k > 0:
-					data := st(streamData, int64(s.Nr))
+					data := streams.data
 					if k > uint64(data.remaining()) {
 						outs.failf("output data length %d does not fit in the %d bytes left in the %s", k, data.remaining(), streamID{streamData, int64(s.Nr)})
 						break
 					}
-					s.Out[j].Data = append([]byte(nil), data.take(int(k), "output data")...)
+					b := alloc(int(k))
+					copy(b, data.take(int(k), "output data"))
+					s.Out[j].Data = b
 				}
 			}
 		}
 		if nPages > 0 {
-			pages := st(streamPages, 0)
-			if !pages.fits(nPages, pageRefSize, "mapped file pages") {
+			if !pageSt.fits(nPages, pageRefSize, "mapped file pages") {
 				break
 			}
 			s.Pages = make([]PageRef, nPages)
 			for j := range s.Pages {
-				s.Pages[j].Addr = pages.u64("mapped file page address")
-				s.Pages[j].Hash = pages.hash("mapped file page hash")
+				s.Pages[j].Addr = pageSt.u64("mapped file page address")
+				s.Pages[j].Hash = pageSt.hash("mapped file page hash")
 			}
 		}
 		if i%4096 == 0 && fail() {
 			return nil
 		}
-		m.note(s)
+		m.note(s, num, key)
 	}
 	if fail() {
 		return nil
