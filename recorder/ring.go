@@ -1,6 +1,8 @@
 package recorder
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -34,11 +36,31 @@ type interval struct {
 // pageRun is a run of consecutive present pages [start, end).
 type pageRun struct{ start, end uint64 }
 
-// blob is a compressed page shared by every interval that refers to it.
+// blob is a stored page shared by every interval that refers to it: s2
+// compressed, raw, or the words in which it differs from another blob.
 type blob struct {
-	data []byte // s2 block, or the raw page when it does not compress
+	data []byte // s2 block, the raw page when it does not compress, or a delta
 	raw  bool
-	refs int
+	// base is the blob a delta applies to (appendDelta); depth counts the
+	// deltas down to a page stored whole.
+	base  *blob
+	depth int
+	hash  format.Hash
+	refs  int // intervals and deltas that refer to it
+}
+
+// maxDeltaDepth bounds the deltas read to rebuild one page.
+const maxDeltaDepth = 8
+
+// maxDeltaBytes is the largest delta kept as one: a page that changed more
+// is compressed whole.
+const maxDeltaBytes = 1024
+
+// deltaSource is an original saved at the previous boundary, which an
+// original of the same address at this one may be stored against.
+type deltaSource struct {
+	data []byte
+	b    *blob
 }
 
 // ring holds the last intervals and their original pages, content-addressed:
@@ -61,6 +83,13 @@ type ring struct {
 	// profile of a recording saving 9,000 originals a second put most of
 	// the recorder's CPU there), for a slightly better ratio (2.71 vs 2.62).
 	scratch []byte
+	// prev and cur are the originals of the previous boundary and of this
+	// one, by address (beginOriginals). A page a server rewrites every
+	// interval changes in a few words from one original to the next: as a
+	// delta against the previous one, a redis-server's heap page took 117
+	// bytes instead of 1,415 s2-compressed (BENCHMARKS.md), and no
+	// compression.
+	prev, cur map[uint64]deltaSource
 }
 
 func newRing(keep int, maxBytes int64) *ring {
@@ -77,28 +106,115 @@ func (r *ring) lastWritten(index int) []format.PageRef {
 	return nil
 }
 
+// beginOriginals starts the originals of a boundary; with deltas false
+// they are not kept as delta sources (the buffer holding them is too large
+// to keep one boundary longer).
+func (r *ring) beginOriginals(deltas bool) {
+	r.prev, r.cur = r.cur, nil
+	if deltas {
+		r.cur = map[uint64]deltaSource{}
+	}
+}
+
+// maxDeltaSources bounds the originals of one boundary kept as delta
+// sources until the next: their buffer lives that long.
+const maxDeltaSources = 4096
+
+// addPage stores one original page for iv. data must not change until the
+// next boundary's originals (it may be a delta source).
 func (r *ring) addPage(iv *interval, addr uint64, data []byte) {
 	h := format.HashPage(data)
 	iv.meta.Written = append(iv.meta.Written, format.PageRef{Addr: addr, Hash: h})
 	if h == format.ZeroHash {
 		return
 	}
-	if b, ok := r.pages[h]; ok {
+	b, ok := r.pages[h]
+	if ok {
 		b.refs++
-		return
+	} else {
+		b = r.store(h, addr, data)
+		r.pages[h] = b
+		r.bytes += int64(len(b.data))
+	}
+	if r.cur != nil {
+		r.cur[addr] = deltaSource{data, b}
+	}
+}
+
+// store makes the blob of a new page: a delta against the previous
+// original of its address when that one is still stored and the delta is
+// small, else the page s2-compressed (or raw when that does not shrink it).
+func (r *ring) store(h format.Hash, addr uint64, data []byte) *blob {
+	if p, ok := r.prev[addr]; ok && p.b.refs > 0 && p.b.depth < maxDeltaDepth {
+		if d, ok := appendDelta(nil, data, p.data); ok {
+			p.b.refs++
+			return &blob{data: d, base: p.b, depth: p.b.depth + 1, hash: h, refs: 1}
+		}
 	}
 	if need := s2.MaxEncodedLen(len(data)); len(r.scratch) < need {
 		r.scratch = make([]byte, need)
 	}
 	z := s2.Encode(r.scratch, data)
-	b := &blob{refs: 1}
+	b := &blob{hash: h, refs: 1}
 	if len(z) == 0 || len(z) >= len(data) {
 		b.data, b.raw = append([]byte(nil), data...), true
 	} else {
 		b.data = append([]byte(nil), z...)
 	}
-	r.pages[h] = b
-	r.bytes += int64(len(b.data))
+	return b
+}
+
+// release drops one reference to b; a blob no longer referred to leaves
+// the ring and releases its base.
+func (r *ring) release(b *blob) {
+	for b != nil {
+		if b.refs--; b.refs > 0 {
+			return
+		}
+		if r.pages[b.hash] == b {
+			delete(r.pages, b.hash)
+			r.bytes -= int64(len(b.data))
+		}
+		b = b.base
+	}
+}
+
+// appendDelta appends to dst the 8-byte words in which page differs from
+// base, each as the uvarint number of equal words before it and the word
+// XOR its base word, and reports whether that stayed within maxDeltaBytes.
+func appendDelta(dst, page, base []byte) ([]byte, bool) {
+	gap := uint64(0)
+	for i := 0; i < format.PageSize; i += 8 {
+		x := binary.LittleEndian.Uint64(page[i:]) ^ binary.LittleEndian.Uint64(base[i:])
+		if x == 0 {
+			gap++
+			continue
+		}
+		dst = binary.AppendUvarint(dst, gap)
+		dst = binary.LittleEndian.AppendUint64(dst, x)
+		gap = 0
+		if len(dst) > maxDeltaBytes {
+			return nil, false
+		}
+	}
+	return dst, true
+}
+
+// applyDelta applies a delta of appendDelta to page, in place.
+func applyDelta(page, d []byte) error {
+	w := 0
+	for len(d) > 0 {
+		gap, n := binary.Uvarint(d)
+		if n <= 0 || len(d) < n+8 || gap >= uint64(format.PageSize/8-w) {
+			return errors.New("damaged page delta")
+		}
+		w += int(gap)
+		x := binary.LittleEndian.Uint64(d[n:])
+		binary.LittleEndian.PutUint64(page[8*w:], binary.LittleEndian.Uint64(page[8*w:])^x)
+		w++
+		d = d[n+8:]
+	}
+	return nil
 }
 
 // page returns the content of a stored page.
@@ -116,6 +232,31 @@ func (r *ring) page(h format.Hash) ([]byte, error) {
 // page returns the blob's content. Blobs never change once stored, so a
 // dump may read them after the ring dropped them.
 func (b *blob) page() ([]byte, error) {
+	if b.base != nil {
+		// The page whole at the root of the chain, then each delta
+		// from the oldest, in one buffer.
+		var chain [maxDeltaDepth + 1]*blob
+		n := 0
+		for d := b; d.base != nil; d = d.base {
+			if n == len(chain) {
+				return nil, errors.New("page delta chain too long")
+			}
+			chain[n] = d
+			n++
+		}
+		root, err := chain[n-1].base.page()
+		if err != nil {
+			return nil, err
+		}
+		out := make([]byte, format.PageSize)
+		copy(out, root)
+		for i := n - 1; i >= 0; i-- {
+			if err := applyDelta(out, chain[i].data); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
 	if b.raw {
 		return b.data, nil
 	}
@@ -309,13 +450,8 @@ func (r *ring) drop() {
 	iv.closeFiles()
 	r.bytes -= iv.logBytes
 	for _, p := range iv.meta.Written {
-		b, ok := r.pages[p.Hash]
-		if !ok {
-			continue
-		}
-		if b.refs--; b.refs == 0 {
-			delete(r.pages, p.Hash)
-			r.bytes -= int64(len(b.data))
+		if b, ok := r.pages[p.Hash]; ok {
+			r.release(b)
 		}
 	}
 }
@@ -327,5 +463,6 @@ func (r *ring) reset() {
 	}
 	r.intervals = nil
 	r.pages = map[format.Hash]*blob{}
+	r.prev, r.cur = nil, nil
 	r.bytes = 0
 }

@@ -459,3 +459,81 @@ func TestCallLogSharesRepeatedOutputs(t *testing.T) {
 		t.Errorf("log holds %d bytes, want under 4 MiB", l.bytes)
 	}
 }
+
+// A page rewritten in a few words every interval is stored as deltas
+// against its previous original, read back exactly, and its bases stay
+// while a delta refers to them; every byte is accounted for and released.
+func TestRingDeltaOriginals(t *testing.T) {
+	r := newRing(4, 1<<30)
+	rng := rand.New(rand.NewSource(7))
+	cur := noise(1)
+	big := noise(2)
+	held := map[format.Hash][]byte{}
+	for i := 0; i < 30; i++ {
+		r.beginOriginals(true)
+		iv := &interval{meta: format.Interval{Index: i}}
+		orig := slices.Clone(cur)
+		r.addPage(iv, 0x1000, orig)
+		held[format.HashPage(orig)] = orig
+		if i%5 != 0 {
+			// An original the previous boundary did not save: no base.
+			r.addPage(iv, 0x9000, noise(int64(100+i)))
+		}
+		b := slices.Clone(big)
+		r.addPage(iv, 0x2000, b)
+		held[format.HashPage(b)] = b
+		r.push(iv, true)
+		// The interval's writes: a few words of one page, all of the other.
+		for k := 0; k < 3; k++ {
+			cur[rng.Intn(format.PageSize)] ^= 0x5a
+		}
+		big = noise(int64(1000 + i))
+	}
+	deltas, depth := 0, 0
+	for _, iv := range r.intervals {
+		for _, p := range iv.meta.Written {
+			got, err := r.page(p.Hash)
+			if err != nil || !bytes.Equal(got, held[p.Hash]) && held[p.Hash] != nil || format.HashPage(got) != p.Hash {
+				t.Fatalf("interval %d page %#x: %v", iv.meta.Index, p.Addr, err)
+			}
+			if b := r.pages[p.Hash]; b.base != nil {
+				deltas++
+				depth = max(depth, b.depth)
+				if p.Addr != 0x1000 {
+					t.Fatalf("page %#x, rewritten whole, is a delta", p.Addr)
+				}
+				if len(b.data) > 64 {
+					t.Fatalf("a delta of 3 changed bytes takes %d bytes", len(b.data))
+				}
+			}
+		}
+	}
+	// Interval 27 starts a new chain: 26 was the maxDeltaDepth-th delta.
+	if deltas != 3 || depth != maxDeltaDepth {
+		t.Fatalf("%d of the last 4 originals of the rewritten page are deltas (depth up to %d), want 3 (up to %d)", deltas, depth, maxDeltaDepth)
+	}
+	var sum int64
+	for _, b := range r.pages {
+		sum += int64(len(b.data))
+		if b.refs <= 0 {
+			t.Fatalf("a blob with %d references is stored", b.refs)
+		}
+	}
+	if sum != r.bytes-r.logBytes() {
+		t.Fatalf("the ring counts %d bytes of pages, its blobs hold %d", r.bytes-r.logBytes(), sum)
+	}
+	for len(r.intervals) > 0 {
+		r.drop()
+	}
+	if len(r.pages) != 0 || r.bytes != 0 {
+		t.Fatalf("after every interval is dropped: %d blobs, %d bytes", len(r.pages), r.bytes)
+	}
+}
+
+func (r *ring) logBytes() int64 {
+	var n int64
+	for _, iv := range r.intervals {
+		n += iv.logBytes
+	}
+	return n
+}
