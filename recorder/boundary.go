@@ -296,7 +296,7 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 	grown := newPages(iv.meta.Maps, snap)
 	written = withoutPages(written, fresh) // zeros at the start: nothing to read
 	save := func() {
-		s.ring.beginOriginals(len(written)+len(sharedOrig) <= maxDeltaSources)
+		s.ring.beginOriginals(len(written) + len(sharedOrig))
 		buf := make([]byte, len(written)*format.PageSize)
 		if err := proc.ReadPages(sh.pid, written, buf); err != nil {
 			// Read one by one; a page the shadow cannot give (beyond the end of a

@@ -106,18 +106,17 @@ func (r *ring) lastWritten(index int) []format.PageRef {
 	return nil
 }
 
-// beginOriginals starts the originals of a boundary; with deltas false
-// they are not kept as delta sources (the buffer holding them is too large
-// to keep one boundary longer).
-func (r *ring) beginOriginals(deltas bool) {
+// beginOriginals starts the originals of a boundary, n pages. They are
+// kept as delta sources until the next boundary, which keeps their buffer
+// that long, unless there are more than maxDeltaSources or they would take
+// more than a quarter of the ring's budget.
+func (r *ring) beginOriginals(n int) {
 	r.prev, r.cur = r.cur, nil
-	if deltas {
-		r.cur = map[uint64]deltaSource{}
+	if n <= maxDeltaSources && int64(n)*format.PageSize <= r.maxBytes/4 {
+		r.cur = make(map[uint64]deltaSource, n)
 	}
 }
 
-// maxDeltaSources bounds the originals of one boundary kept as delta
-// sources until the next: their buffer lives that long.
 const maxDeltaSources = 4096
 
 // addPage stores one original page for iv. data must not change until the

@@ -470,7 +470,7 @@ func TestRingDeltaOriginals(t *testing.T) {
 	big := noise(2)
 	held := map[format.Hash][]byte{}
 	for i := 0; i < 30; i++ {
-		r.beginOriginals(true)
+		r.beginOriginals(3)
 		iv := &interval{meta: format.Interval{Index: i}}
 		orig := slices.Clone(cur)
 		r.addPage(iv, 0x1000, orig)
