@@ -53,7 +53,9 @@ func (s *session) dump(end format.EndState, reason string) error {
 		defer dumpMemory(src.heapBytes)()
 		src.pid = live
 		fclk := newStepClock()
+		gcOn := assembling()
 		err := assemble()
+		gcOn()
 		fclk.mark("assemble")
 		if err == nil {
 			err = s.finish(path, c, src, t0, held, fclk)
