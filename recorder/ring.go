@@ -86,9 +86,9 @@ type ring struct {
 	// prev and cur are the originals of the previous boundary and of this
 	// one, by address (beginOriginals). A page a server rewrites every
 	// interval changes in a few words from one original to the next: as a
-	// delta against the previous one, a redis-server's heap page took 117
-	// bytes instead of 1,415 s2-compressed (BENCHMARKS.md), and no
-	// compression.
+	// delta against the previous one, a redis-server's heap page took 99
+	// bytes on average instead of 1,415 s2-compressed, in 2.2 us instead
+	// of 10.4 (BENCHMARKS.md).
 	prev, cur map[uint64]deltaSource
 }
 
