@@ -173,7 +173,7 @@ func (m *logModel) outSlot(nr int, num *modelSlot) *modelSlot {
 }
 
 // lastData is what output j of a record with number nr and slots num and
-// key repeats when its repeat bit is set (version 6): the last non-empty
+// key repeats when its repeat bit is set (version 6 on): the last non-empty
 // bytes of output j of the records with that number and first argument, if
 // any had outputs, else of the records with that number. A program that
 // reads a file to its end reads data, then nothing, on the same descriptor:
