@@ -119,12 +119,7 @@ func (m *logModel) number(nr int) *modelSlot {
 		}
 		return m.low[nr]
 	}
-	p := m.byNr[nr]
-	if p == nil {
-		p = &modelSlot{}
-		m.byNr[nr] = p
-	}
-	return p
+	return slotIn(m.byNr, nr)
 }
 
 // keyed is the slot of number nr and first argument a0, nil when a0 keys
@@ -136,11 +131,14 @@ func (m *logModel) keyed(nr int, a0 uint64) *modelSlot {
 	return m.keySlot(modelKey(nr, a0))
 }
 
-func (m *logModel) keySlot(k int64) *modelSlot {
-	p := m.byKey[k]
+func (m *logModel) keySlot(k int64) *modelSlot { return slotIn(m.byKey, k) }
+
+// slotIn returns the slot of k in slots, made when missing.
+func slotIn[K comparable](slots map[K]*modelSlot, k K) *modelSlot {
+	p := slots[k]
 	if p == nil {
 		p = &modelSlot{}
-		m.byKey[k] = p
+		slots[k] = p
 	}
 	return p
 }
