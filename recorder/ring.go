@@ -1,7 +1,6 @@
 package recorder
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -9,6 +8,7 @@ import (
 	"github.com/klauspost/compress/s2"
 	"github.com/pierrec/lz4/v4"
 	"github.com/tprec/tprec/format"
+	"github.com/tprec/tprec/internal/pagedelta"
 )
 
 // interval is one recording interval while it lives in the ring.
@@ -41,7 +41,7 @@ type pageRun struct{ start, end uint64 }
 type blob struct {
 	data []byte // s2 block, the raw page when it does not compress, or a delta
 	raw  bool
-	// base is the blob a delta applies to (appendDelta); depth counts the
+	// base is the blob a delta applies to (pagedelta); depth counts the
 	// deltas down to a page stored whole.
 	base  *blob
 	depth int
@@ -144,14 +144,14 @@ func (r *ring) addPage(iv *interval, addr uint64, data []byte) {
 // original of its address when that one is still stored and the delta is
 // small, else the page s2-compressed (or raw when that does not shrink it).
 func (r *ring) store(h format.Hash, addr uint64, data []byte) *blob {
-	if p, ok := r.prev[addr]; ok && p.b.refs > 0 && p.b.depth < maxDeltaDepth {
-		if d, ok := appendDelta(nil, data, p.data); ok {
-			p.b.refs++
-			return &blob{data: d, base: p.b, depth: p.b.depth + 1, hash: h, refs: 1}
-		}
-	}
 	if need := s2.MaxEncodedLen(len(data)); len(r.scratch) < need {
 		r.scratch = make([]byte, need)
+	}
+	if p, ok := r.prev[addr]; ok && p.b.refs > 0 && p.b.depth < maxDeltaDepth {
+		if d, ok := pagedelta.Append(r.scratch[:0], data, p.data, maxDeltaBytes); ok {
+			p.b.refs++
+			return &blob{data: append([]byte(nil), d...), base: p.b, depth: p.b.depth + 1, hash: h, refs: 1}
+		}
 	}
 	z := s2.Encode(r.scratch, data)
 	b := &blob{hash: h, refs: 1}
@@ -176,44 +176,6 @@ func (r *ring) release(b *blob) {
 		}
 		b = b.base
 	}
-}
-
-// appendDelta appends to dst the 8-byte words in which page differs from
-// base, each as the uvarint number of equal words before it and the word
-// XOR its base word, and reports whether that stayed within maxDeltaBytes.
-func appendDelta(dst, page, base []byte) ([]byte, bool) {
-	gap := uint64(0)
-	for i := 0; i < format.PageSize; i += 8 {
-		x := binary.LittleEndian.Uint64(page[i:]) ^ binary.LittleEndian.Uint64(base[i:])
-		if x == 0 {
-			gap++
-			continue
-		}
-		dst = binary.AppendUvarint(dst, gap)
-		dst = binary.LittleEndian.AppendUint64(dst, x)
-		gap = 0
-		if len(dst) > maxDeltaBytes {
-			return nil, false
-		}
-	}
-	return dst, true
-}
-
-// applyDelta applies a delta of appendDelta to page, in place.
-func applyDelta(page, d []byte) error {
-	w := 0
-	for len(d) > 0 {
-		gap, n := binary.Uvarint(d)
-		if n <= 0 || len(d) < n+8 || gap >= uint64(format.PageSize/8-w) {
-			return errors.New("damaged page delta")
-		}
-		w += int(gap)
-		x := binary.LittleEndian.Uint64(d[n:])
-		binary.LittleEndian.PutUint64(page[8*w:], binary.LittleEndian.Uint64(page[8*w:])^x)
-		w++
-		d = d[n+8:]
-	}
-	return nil
 }
 
 // page returns the content of a stored page.
@@ -250,7 +212,7 @@ func (b *blob) page() ([]byte, error) {
 		out := make([]byte, format.PageSize)
 		copy(out, root)
 		for i := n - 1; i >= 0; i-- {
-			if err := applyDelta(out, chain[i].data); err != nil {
+			if err := pagedelta.Apply(out, chain[i].data); err != nil {
 				return nil, err
 			}
 		}

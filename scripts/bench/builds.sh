@@ -7,6 +7,10 @@
 # WORKLOAD=readloop: Debian's python3 opening and reading a 1.6 KB file for
 #   4 s, tprec attached during its first second; prints the iterations
 #   (higher is better).
+# WORKLOAD=redis: redis-server under redis-benchmark -c 10 -r 100000 set,get,
+#   tprec attached after 1 s; over 6 s from 2 s later prints the requests a
+#   second (redis-cli INFO stats) and tprec's own CPU in percent of one CPU
+#   (/proc/PID/stat), unrecorded: requests only. Needs redis-server.
 # Build an older commit with: git worktree add /tmp/old COMMIT && make -C /tmp/old build
 # Needs root.
 set -euo pipefail
@@ -45,6 +49,26 @@ run() { # run BIN|none: one measurement
 		wait "$p"
 		[ -n "$r" ] && { kill -INT "$r" 2>/dev/null; wait "$r" 2>/dev/null || true; }
 		tail -1 "$WORK/out"
+		;;
+	redis)
+		local port=7470 r= t0= t1= c0 c1
+		redis-server --port $port --save "" --appendonly no >/dev/null 2>&1 &
+		local p=$!
+		until redis-cli -p $port ping >/dev/null 2>&1; do sleep 0.1; done
+		redis-benchmark -p $port -n 100000000 -c 10 -r 100000 -t set,get -q >/dev/null 2>&1 &
+		local load=$!
+		sleep 1
+		if [ "$1" != none ]; then "$1/tprec" -q --pid "$p" -o "$ck" 2>/dev/null & r=$!; fi
+		sleep 2
+		requests() { redis-cli -p $port info stats | tr -d '\r' | sed -n 's/^total_commands_processed://p'; }
+		cpu() { [ -n "$r" ] && awk '{print $14 + $15}' "/proc/$r/stat"; }
+		c0=$(requests) t0=$(cpu)
+		sleep 6
+		c1=$(requests) t1=$(cpu)
+		echo "req/s $(( (c1 - c0) / 6 ))${r:+ tprec_cpu% $(( (t1 - t0) * 100 / $(getconf CLK_TCK) / 6 ))}"
+		[ -n "$r" ] && { kill -INT "$r" 2>/dev/null; wait "$r" 2>/dev/null || true; }
+		kill "$load" "$p" 2>/dev/null || true
+		wait "$load" "$p" 2>/dev/null || true
 		;;
 	*) echo "unknown WORKLOAD $WORKLOAD" >&2; exit 2 ;;
 	esac
