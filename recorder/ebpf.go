@@ -39,8 +39,15 @@ const DefaultRingbufSize = 64 << 20
 const MaxCapture = 1 << 20
 
 // pollPeriod is how often the reader looks at the ring buffer when the
-// programs did not wake it (they wake it only when it is half full).
-const pollPeriod = 2 * time.Millisecond
+// programs did not wake it (they wake it only when it is half full). Each
+// look that finds the ring empty doubles the wait, up to idlePollPeriod,
+// and one that finds records brings it back: a reader looking every 2 ms at
+// an idle target woke 500 times a second for nothing, 60% of what tprec
+// recording a sleeping process cost.
+const (
+	pollPeriod     = 2 * time.Millisecond
+	idlePollPeriod = 64 * time.Millisecond
+)
 
 // ErrEBPFUnavailable wraps every reason the eBPF backend cannot run.
 var ErrEBPFUnavailable = errors.New("eBPF backend unavailable")
@@ -338,6 +345,7 @@ func (e *ebpfSource) resumeRequest() int { return unix.PTRACE_CONT }
 func (e *ebpfSource) read() {
 	defer close(e.done)
 	const batch = 1024
+	period := pollPeriod
 	for !e.stop.Load() {
 		asked := false
 		select {
@@ -345,7 +353,12 @@ func (e *ebpfSource) read() {
 			asked = true
 		default:
 		}
-		err := e.drainRing(batch, asked)
+		n, err := e.drainRing(batch, asked)
+		if n > 0 {
+			period = pollPeriod
+		} else {
+			period = min(2*period, idlePollPeriod)
+		}
 		if asked {
 			e.flushed <- err
 		}
@@ -358,7 +371,7 @@ func (e *ebpfSource) read() {
 		if !asked {
 			// The programs send without waking the reader (unless the
 			// ring is more than half full): look again soon.
-			if err := e.ring.wait(pollPeriod); err != nil {
+			if err := e.ring.wait(period); err != nil {
 				e.mu.Lock()
 				e.readerErr = err
 				e.mu.Unlock()
@@ -368,26 +381,29 @@ func (e *ebpfSource) read() {
 	}
 }
 
-// drainRing consumes every committed record, batch records per hold of e.mu.
-// With all, it also waits for records still being written (another
-// process's call in flight), up to a second: a drain must see everything.
-func (e *ebpfSource) drainRing(batch int, all bool) error {
+// drainRing consumes every committed record, batch records per hold of e.mu,
+// and returns how many. With all, it also waits for records still being
+// written (another process's call in flight), up to a second: a drain must
+// see everything.
+func (e *ebpfSource) drainRing(batch int, all bool) (int, error) {
 	deadline := time.Now().Add(time.Second)
+	total := 0
 	for {
 		e.mu.Lock()
 		n, err := e.ring.drain(batch, e.consume)
 		e.mu.Unlock()
+		total += n
 		if err != nil {
-			return err
+			return total, err
 		}
 		if n == batch {
 			continue
 		}
 		if !all || e.ring.pending() == 0 {
-			return nil
+			return total, nil
 		}
 		if time.Now().After(deadline) {
-			return errors.New("a ring buffer record stayed uncommitted for a second")
+			return total, errors.New("a ring buffer record stayed uncommitted for a second")
 		}
 		runtime.Gosched()
 	}
@@ -568,6 +584,28 @@ func (e *ebpfSource) losses() (lostCalls, lostFaults uint64, err error) {
 
 // sync hands every call the stopped target completed to the session, in
 // sequence order, and checks that nothing was lost.
+// activity counts the open interval's calls read so far, with those in
+// parts and the records not read yet (one per 64 bytes of the ring buffer,
+// a call's least), and the pages it wrote. A write of the kernel's to a
+// page of own is not counted: the kernel updates a thread's rseq area
+// (rseq(2)) each time the thread resumes, the boundary's own resume
+// included, and such a page is in own.
+func (e *ebpfSource) activity(own []uint64) (calls, pages int) {
+	calls = int(min((e.ring.pending()+63)/64, 1<<30))
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	calls += len(e.calls) + e.badRecs
+	if e.log != nil {
+		calls += e.log.calls.len()
+	}
+	for addr, flags := range e.faults {
+		if flags != uint8(bpf.TprecTpFaultFlagsTP_FAULT_WRITE|bpf.TprecTpFaultFlagsTP_FAULT_KERNEL) || !slices.Contains(own, addr) {
+			pages++
+		}
+	}
+	return calls, pages
+}
+
 func (e *ebpfSource) sync(s *session) error {
 	t0 := time.Now()
 	backlog := e.ring.pending()

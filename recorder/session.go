@@ -109,8 +109,16 @@ type session struct {
 	deferred []func()
 	// marked are files opened at the eBPF programs' signal after a file
 	// mmap, waiting for their call's record (resolveMmaps).
-	marked      []*mappedFile
-	want        struct{ boundary, dump bool }
+	marked []*mappedFile
+	want   struct{ boundary, dump bool }
+	// calm is what the open interval's start left for skipTick: the stops
+	// handled since, and the target's CPU time then (cpuOK: it was read).
+	calm struct {
+		stops int
+		cpu   uint64
+		cpuOK bool
+	}
+	skipped     int // boundaries skipped because the target was quiet
 	gone        bool
 	exitStatus  unix.WaitStatus
 	dumps       []string
@@ -137,6 +145,9 @@ type thread struct {
 	// the delivery of a signal the program catches, recorded when released.
 	held, listen, exiting, fatal, caught bool
 	req, sig                             int
+	// reentry: the thread's last syscall stop was the exit of a call the
+	// kernel restarts, so its next entry stop is that restart (skipTick).
+	reentry bool
 }
 
 func (t *thread) hold(req, sig int) { t.held, t.req, t.sig = true, req, sig }
@@ -447,6 +458,10 @@ func (s *session) loop(ctx context.Context, tick <-chan time.Time, requests <-ch
 				s.logf("%s", s.statusLine(time.Now()))
 			}
 		case <-tick:
+			if s.state == stateRecording && !s.want.boundary && !s.want.dump && s.skipTick() {
+				s.skipped++
+				continue
+			}
 			if s.state == stateRecording || s.state == stateStarting {
 				// Starting: setup was put off (a thread did not stop in
 				// time, act); ask again.
@@ -511,6 +526,9 @@ func (s *session) handle(st proc.Stop) error {
 		s.logf("stop: %v status %#x", st, uint32(st.Status))
 	}
 	t := s.threads[st.Tid]
+	if !st.SyscallStop() {
+		s.calm.stops++
+	}
 	if t == nil {
 		// A shadow, or a killed one reporting its exit.
 		return nil
@@ -652,7 +670,10 @@ func (s *session) onSyscall(t *thread) error {
 		return err
 	}
 	if si.Op == proc.SyscallEntry {
-		t.entry = &si
+		if !t.reentry && si.Nr != unix.SYS_RESTART_SYSCALL {
+			s.calm.stops++
+		}
+		t.entry, t.reentry = &si, false
 		if err := s.resume(t.tid, 0); err != nil {
 			return err
 		}
@@ -665,6 +686,12 @@ func (s *session) onSyscall(t *thread) error {
 		return nil
 	}
 	if si.Op == proc.SyscallExit {
+		// A call cut short to be restarted (a boundary's interrupt)
+		// did nothing yet, and its restart is no news either.
+		t.reentry = restarting(si.Ret)
+		if !t.reentry {
+			s.calm.stops++
+		}
 		s.syscallExit(t, si)
 	}
 	if t.tid == s.pid && s.wanted() {
@@ -1559,6 +1586,9 @@ func (s *session) statusLine(now time.Time) string {
 		s.pid, s.history(now).Seconds(), len(s.ring.intervals)+1, float64(s.ring.bytes)/(1<<20), float64(s.o.MaxMemory)/(1<<20), float64(residentBytes())/(1<<20), s.seq, lost)
 	if n, d := s.src.heldFor(); n > 0 {
 		line += fmt.Sprintf(", held %d times (%v in all) for the eBPF reader to catch up", n, d.Round(time.Millisecond))
+	}
+	if s.skipped > 0 {
+		line += fmt.Sprintf(", %d boundaries skipped (the process was idle)", s.skipped)
 	}
 	return line
 }

@@ -40,6 +40,11 @@ type source interface {
 	// checkWritten sees the pagemap's written set of the interval that
 	// sync closed, over the mappings present at its start.
 	checkWritten(s *session, maps []format.Mapping, written []uint64)
+	// activity counts the calls of the open interval the source holds or
+	// has not read yet, and the pages it saw written other than the
+	// kernel's writes to the pages of own (skipTick). A source whose calls
+	// are stops counts neither: the session counts its stops.
+	activity(own []uint64) (calls, pages int)
 	// lastSeq returns the sequence number of the last syscall the target
 	// completed, called with the thread that matters stopped.
 	lastSeq(s *session) (uint64, error)
@@ -59,6 +64,8 @@ func (ptraceSource) heldFor() (int, time.Duration)                     { return 
 func (ptraceSource) close()                                            {}
 func (ptraceSource) checkWritten(*session, []format.Mapping, []uint64) {}
 func (ptraceSource) lastSeq(s *session) (uint64, error)                { return s.seq, nil }
+
+func (ptraceSource) activity([]uint64) (int, int) { return 0, 0 }
 
 // appendSyscall adds one completed syscall to the current interval, giving
 // it the next sequence number. problem, if set, says why its outputs could

@@ -42,12 +42,15 @@ type vforkCapture struct {
 	problem string // set when the outputs could not be taken
 }
 
-// vforkCaptures holds, per thread, the last vfork captured and not yet
-// matched with its syscall record. The eBPF reader matches records on its
-// own goroutine, hence the lock.
+// vforkCaptures holds, per thread, the vforks captured and not yet matched
+// with their syscall records, oldest first. The eBPF reader matches records
+// on its own goroutine, hence the lock, and may read a call's record after
+// the thread made its next vfork (the reader looks at the ring buffer less
+// often while it finds it empty), so a record takes the capture of its own
+// child.
 type vforkCaptures struct {
 	mu  sync.Mutex
-	tid map[int]*vforkCapture
+	tid map[int][]*vforkCapture
 	// threads are the threads the target started (onClone): a clone3 that
 	// returned one of them made a thread, which replay creates too.
 	threads map[int]bool
@@ -81,30 +84,52 @@ func (v *vforkCaptures) release(bufs ...[]byte) {
 	}
 }
 
+// maxPendingVforks bounds the captures a thread keeps unmatched: a record
+// that never came (lost) leaves its capture behind.
+const maxPendingVforks = 16
+
 func (v *vforkCaptures) put(tid int, c *vforkCapture) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.tid == nil {
-		v.tid = map[int]*vforkCapture{}
+		v.tid = map[int][]*vforkCapture{}
 	}
-	v.tid[tid] = c
+	l := append(v.tid[tid], c)
+	if len(l) > maxPendingVforks {
+		l = l[len(l)-maxPendingVforks:]
+	}
+	v.tid[tid] = l
 }
 
+// get returns the thread's latest capture: the vfork it is in.
 func (v *vforkCaptures) get(tid int) *vforkCapture {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return v.tid[tid]
+	if l := v.tid[tid]; len(l) > 0 {
+		return l[len(l)-1]
+	}
+	return nil
 }
 
-func (v *vforkCaptures) take(tid int) *vforkCapture {
+// take removes and returns the thread's capture of child, if any.
+func (v *vforkCaptures) take(tid, child int) *vforkCapture {
 	if v == nil {
 		return nil
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	c := v.tid[tid]
-	delete(v.tid, tid)
-	return c
+	l := v.tid[tid]
+	for i, c := range l {
+		if c.child == child {
+			if l = slices.Delete(l, i, i+1); len(l) == 0 {
+				delete(v.tid, tid)
+			} else {
+				v.tid[tid] = l
+			}
+			return c
+		}
+	}
+	return nil
 }
 
 // vforkCall reports whether rec may have made a vfork child: vfork, clone
@@ -126,7 +151,7 @@ func vforkCall(rec *format.Syscall) bool {
 // vfork whose child the recorder did not see through. A call that failed
 // made no child and wrote nothing.
 func (v *vforkCaptures) outputs(rec *format.Syscall) (why string) {
-	c := v.take(rec.Tid)
+	c := v.take(rec.Tid, int(rec.Ret))
 	switch {
 	case c == nil && rec.Ret < 0:
 		return ""
@@ -136,8 +161,6 @@ func (v *vforkCaptures) outputs(rec *format.Syscall) (why string) {
 		return fmt.Sprintf("clone3 at seq %d made a process sharing memory without CLONE_VFORK: such processes are not recorded", rec.Seq)
 	case c == nil:
 		return fmt.Sprintf("%s at seq %d made a vfork child the recorder did not see", callName(rec), rec.Seq)
-	case c.child != int(rec.Ret):
-		return fmt.Sprintf("%s at seq %d returned %d, the vfork child seen was %d", callName(rec), rec.Seq, rec.Ret, c.child)
 	case !c.done:
 		return fmt.Sprintf("%s at seq %d: the end of its vfork child was not seen", callName(rec), rec.Seq)
 	case c.problem != "":

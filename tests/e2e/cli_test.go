@@ -217,10 +217,11 @@ func TestCrashIsDeliveredUnchanged(t *testing.T) {
 
 // intervalInfo is one interval as tpinspect --json describes it.
 type intervalInfo struct {
-	Index      int    `json:"index"`
-	Replayable bool   `json:"replayable"`
-	Reason     string `json:"reason"`
-	Threads    int    `json:"threads"`
+	Index      int       `json:"index"`
+	Start      time.Time `json:"start"`
+	Replayable bool      `json:"replayable"`
+	Reason     string    `json:"reason"`
+	Threads    int       `json:"threads"`
 }
 
 // allReplayable requires every interval of a checkpoint to be replayable,

@@ -1,0 +1,68 @@
+package e2e
+
+import (
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// pythonIdleThenCrash sleeps, then reads a file in a loop for a while, then
+// dereferences NULL.
+const pythonIdleThenCrash = `
+import ctypes, time
+time.sleep(2.5)
+t0 = time.time()
+while time.time() - t0 < 0.6:
+    with open("/proc/self/stat") as f:
+        f.read()
+ctypes.string_at(0)
+`
+
+// A target that does nothing (no call, no fault, no CPU time) costs no
+// boundary: the interval it sleeps in goes on until it does something, and
+// that long interval replays and verifies like any other. Recorded from
+// inside python3's sleep, the first interval spans the rest of the sleep
+// instead of being cut every 250 ms.
+func TestQuietTargetSkipsBoundaries(t *testing.T) {
+	requireRoot(t)
+	script := pythonScript(t, "idle.py", pythonIdleThenCrash)
+	forBackends(t, func(t *testing.T, backend string) {
+		target, _, done := startTarget(t, "/usr/bin/python3", "-S", script)
+		time.Sleep(300 * time.Millisecond)
+		dir := t.TempDir()
+		rec := startTprec(t, "--pid", fmt.Sprint(target.Process.Pid), "--output", dir, "--keep", "100", "--backend", backend)
+		rec.waitRecording(t)
+		attached := time.Now()
+		select {
+		case err := <-done:
+			ws, ok := target.ProcessState.Sys().(syscall.WaitStatus)
+			if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGSEGV {
+				t.Fatalf("target did not die of SIGSEGV: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("target did not crash; tprec:\n%s", rec.quit())
+		}
+		if err := rec.wait(t, 60*time.Second); err != nil {
+			t.Fatalf("tprec: %v\n%s", err, rec.stderr)
+		}
+		cks := checkpoints(t, dir)
+		if len(cks) != 1 {
+			t.Fatalf("want one checkpoint, got %v\n%s", cks, rec.stderr)
+		}
+		ivs := intervalsIn(t, cks[0])
+		if len(ivs) < 2 {
+			t.Fatalf("want the sleep's interval and the busy ones, got %d intervals\n%s", len(ivs), rec.stderr)
+		}
+		// The sleep went on for about 2 s after tprec attached.
+		slept := ivs[1].Start.Sub(ivs[0].Start)
+		if slept < time.Second {
+			t.Errorf("the first interval lasted %v: the boundaries during the sleep were not skipped\n%s", slept, rec.stderr)
+		}
+		if ivs[0].Start.Sub(attached) > 100*time.Millisecond {
+			t.Errorf("the first interval starts %v after recording began", ivs[0].Start.Sub(attached))
+		}
+		t.Logf("%d intervals, the first %v long", len(ivs), slept)
+		replay(t, cks[0])
+	})
+}
