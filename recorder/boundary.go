@@ -132,29 +132,46 @@ func (s *session) openIntervalFrom(now time.Time, snap *pageSnapshot) error {
 	s.cur = iv
 	err = s.src.opened(s)
 	clk.mark("opened")
-	s.calm.stops = 0
-	s.calm.cpu, s.calm.cpuOK = 0, false
+	s.calm.stops, s.calm.settled, s.calm.cpuOK = 0, false, false
 	if cpu, err := proc.CPUTicks(s.pid); err == nil {
-		s.calm.cpu, s.calm.cpuOK = cpu, true
+		s.calm.start, s.calm.last, s.calm.cpuOK = cpu, activity{cpu: cpu}, true
 	}
 	return err
 }
 
+// activity is what skipTick compares: the calls and stops of the open
+// interval so far, the pages it wrote, and the target's CPU time.
+type activity struct {
+	calls, pages int
+	cpu          uint64
+}
+
+// echoPerThread bounds, per thread, the calls and the pages written that
+// skipTick takes for a boundary's echo: a thread blocked in epoll_wait
+// returns EINTR from the boundary's interrupt, and the program handles it
+// and waits again (an idle nginx worker: 4 calls and 7 pages).
+const echoPerThread = 16
+
 // skipTick reports whether the boundary of a tick can wait because the
-// target did nothing since the open interval began: no stop reached the
-// recorder, the source has no call or fault of it, and it used no CPU time.
-// The interval then goes on. The target's memory is what the interval's
-// shadow holds (after the shadow's fork every first write to a page
-// faults), so an idle process costs no stop, fork or pagemap scan; such
-// boundaries cost a sleeping python3 of 1 GB 13% of a CPU and tprec 18%
-// (BENCHMARKS.md). A target that only looks idle (a thread that computed
-// less than a clock tick without a call or a fault) makes one interval
-// longer, closed and saved like any other: skipping is safe whatever the
-// answer. A server blocked in epoll_wait is idle until a boundary's
-// interrupt makes the wait return EINTR ("Idle threads in epoll_wait"),
-// and then never is.
+// target is idle, and notes what it saw. The target counts as idle when
+// nothing changed since the last look (the interval's start, or the tick
+// that let an echo settle): no stop reached the recorder (with the ptrace
+// backend every call is two), the source has no new call or fault of it,
+// and its CPU time did not grow. A first tick that finds only as much as a
+// boundary's own echo (at most echoPerThread calls and pages a thread, one
+// clock tick of CPU) lets it settle: it is skipped too, and the next
+// compares with what it saw. The interval then goes on.
+//
+// The target's memory is still what the interval's shadow holds (after the
+// shadow's fork every first write to a page faults), so an idle process
+// costs no stop, fork or pagemap scan; such boundaries cost a sleeping
+// python3 of 1 GB 4% of a CPU and tprec 20-25% (BENCHMARKS.md). Skipping is
+// safe whatever the answer: a longer interval is closed and saved like any
+// other, and a target that only looked idle (a thread that computed less
+// than a clock tick without a call or a fault) or did a little after the
+// echo makes one interval longer.
 func (s *session) skipTick() bool {
-	if s.cur == nil || !s.calm.cpuOK || s.calm.stops > 0 {
+	if s.cur == nil || !s.calm.cpuOK {
 		return false
 	}
 	var rseq []uint64
@@ -163,11 +180,23 @@ func (s *session) skipTick() bool {
 			rseq = append(rseq, t.Rseq.Addr&^(format.PageSize-1))
 		}
 	}
-	if calls, pages := s.src.activity(rseq); calls > 0 || pages > 0 {
+	var now activity
+	now.calls, now.pages = s.src.activity(rseq)
+	now.calls += s.calm.stops
+	cpu, err := proc.CPUTicks(s.pid)
+	if err != nil {
 		return false
 	}
-	cpu, err := proc.CPUTicks(s.pid)
-	return err == nil && cpu == s.calm.cpu
+	now.cpu = cpu
+	switch {
+	case now == s.calm.last:
+		return true
+	case !s.calm.settled && now.cpu <= s.calm.start+1 &&
+		now.calls <= echoPerThread*len(s.cur.meta.Threads) && now.pages <= echoPerThread*len(s.cur.meta.Threads):
+		s.calm.settled, s.calm.last = true, now
+		return true
+	}
+	return false
 }
 
 // threadStates reads the state of every thread at an interval start (the

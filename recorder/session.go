@@ -111,12 +111,15 @@ type session struct {
 	// mmap, waiting for their call's record (resolveMmaps).
 	marked []*mappedFile
 	want   struct{ boundary, dump bool }
-	// calm is what the open interval's start left for skipTick: the stops
-	// handled since, and the target's CPU time then (cpuOK: it was read).
+	// calm is what skipTick compares with: the stops handled since the
+	// open interval began, the target's CPU time then (cpuOK: it was
+	// read), and the activity of its last look; settled: a tick let the
+	// boundary's echo settle.
 	calm struct {
-		stops int
-		cpu   uint64
-		cpuOK bool
+		stops          int
+		start          uint64
+		last           activity
+		cpuOK, settled bool
 	}
 	skipped     int // boundaries skipped because the target was quiet
 	gone        bool

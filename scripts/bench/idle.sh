@@ -3,9 +3,11 @@
 # use over SECS seconds while the target sleeps, for two or more builds
 # taking turns.
 #   BINS="/tmp/old/bin ./bin" ROUNDS=3 bash scripts/bench/idle.sh
+# TARGETS="python-1g sleep nginx redis" chooses the targets.
 # Targets: Debian's python3 holding 1 GB it wrote, asleep in time.sleep;
-# coreutils' sleep; redis-server with no client (its timer wakes it ten times
-# a second, so it is never idle: the figure for a nearly idle server).
+# coreutils' sleep; an nginx worker with no client (in epoll_wait, which
+# each boundary's interrupt makes return EINTR); redis-server with no client
+# (its timer wakes it ten times a second: a nearly idle server).
 # Prints, per target and build, tprec's and the target's CPU in percent of
 # one CPU (/proc/PID/stat, utime + stime), and the intervals tprec reports.
 # Build an older commit with: git worktree add /tmp/old COMMIT && make -C /tmp/old build
@@ -17,9 +19,10 @@ ROUNDS=${ROUNDS:-3}
 SECS=${SECS:-10}
 PY=${PY:-/usr/bin/python3}
 WORK=$(mktemp -d)
-TP= REC=
+TP= REC= NGINX=
 cleanup() {
 	[ -n "$REC" ] && kill -INT "$REC" 2>/dev/null && wait "$REC" 2>/dev/null
+	[ -n "$NGINX" ] && kill "$NGINX" 2>/dev/null && wait "$NGINX" 2>/dev/null
 	[ -n "$TP" ] && kill "$TP" 2>/dev/null && wait "$TP" 2>/dev/null
 	rm -rf "$WORK"
 }
@@ -35,6 +38,25 @@ start() { # start TARGET: sets TP once the target is idle
 		for _ in $(seq 300); do grep -q ready "$WORK/py.out" 2>/dev/null && break; sleep 0.1; done ;;
 	sleep)
 		sleep 3600 & TP=$! ;;
+	nginx)
+		mkdir -p "$WORK/ng"
+		cat >"$WORK/ng/nginx.conf" <<NG
+daemon off;
+master_process on;
+worker_processes 1;
+pid $WORK/ng/nginx.pid;
+error_log $WORK/ng/error.log;
+events { worker_connections 64; }
+http {
+  access_log off;
+  client_body_temp_path $WORK/ng/b; proxy_temp_path $WORK/ng/p; fastcgi_temp_path $WORK/ng/f;
+  uwsgi_temp_path $WORK/ng/u; scgi_temp_path $WORK/ng/s;
+  server { listen 127.0.0.1:8097; root $WORK/ng; }
+}
+NG
+		nginx -p "$WORK/ng" -c "$WORK/ng/nginx.conf" &
+		NGINX=$!
+		for _ in $(seq 100); do TP=$(pgrep -P "$NGINX" | head -1) && [ -n "$TP" ] && break; sleep 0.1; done ;;
 	redis)
 		redis-server --port 6395 --save "" --appendonly no --daemonize no >/dev/null 2>&1 &
 		TP=$!
@@ -54,7 +76,12 @@ measure() { # measure TARGET BIN
 	sleep "$SECS"
 	r1=$(ticks "$REC") t1=$(ticks "$TP")
 	kill -INT "$REC"; wait "$REC" 2>/dev/null || true; REC=
-	kill "$TP"; wait "$TP" 2>/dev/null || true; TP=
+	if [ "$1" = nginx ]; then
+		kill "$NGINX"; wait "$NGINX" 2>/dev/null || true
+	else
+		kill "$TP"; wait "$TP" 2>/dev/null || true
+	fi
+	TP=
 	local status
 	status=$(grep 'of history in' "$WORK/rec.log" | tail -1 | sed -E 's/.*: ([0-9.]+ s of history in [0-9]+ intervals).*/\1/')
 	printf '%-10s %-24s tprec %5.1f%%  target %5.1f%%  (%s)\n' "$1" "$2" \
@@ -64,7 +91,7 @@ measure() { # measure TARGET BIN
 
 echo "# $(date -u +%FT%TZ) $(uname -r) $(nproc) CPUs, rounds=$ROUNDS, secs=$SECS"
 for r in $(seq "$ROUNDS"); do
-	for target in python-1g sleep redis; do
+	for target in ${TARGETS:-python-1g sleep nginx redis}; do
 		for b in $BINS; do
 			measure "$target" "$b"
 		done

@@ -2,9 +2,15 @@ package e2e
 
 import (
 	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // pythonIdleThenCrash sleeps, then reads a file in a loop for a while, then
@@ -63,6 +69,62 @@ func TestQuietTargetSkipsBoundaries(t *testing.T) {
 			t.Errorf("the first interval starts %v after recording began", ivs[0].Start.Sub(attached))
 		}
 		t.Logf("%d intervals, the first %v long", len(ivs), slept)
+		replay(t, cks[0])
+	})
+}
+
+// An idle nginx worker (Debian's) waits in epoll_wait, which a boundary's
+// interrupt makes return EINTR: the worker handles it and waits again. The
+// recorder lets that echo of its own boundary settle, so the idle worker
+// costs no boundary every 250 ms; requests then start intervals again, and
+// the crash after them replays.
+func TestIdleNginxSkipsBoundaries(t *testing.T) {
+	requireRoot(t)
+	forBackends(t, func(t *testing.T, backend string) {
+		worker, base := startNginx(t)
+		done := make(chan struct{})
+		go func() {
+			// The worker is nginx's child, not ours: wait for it to go.
+			for unix.Kill(worker, 0) == nil {
+				time.Sleep(20 * time.Millisecond)
+			}
+			close(done)
+		}()
+		dir := t.TempDir()
+		rec := startTprec(t, "--pid", strconv.Itoa(worker), "--output", dir, "--keep", "100", "--backend", backend)
+		rec.waitRecording(t)
+		time.Sleep(2 * time.Second)
+		for i := 0; i < 20; i++ {
+			if r, err := http.Get(base + "/"); err == nil {
+				io.Copy(io.Discard, r.Body)
+				r.Body.Close()
+			}
+		}
+		time.Sleep(300 * time.Millisecond)
+		if err := unix.Tgkill(worker, worker, unix.SIGSEGV); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the worker did not die; tprec:\n%s", rec.stderr)
+		}
+		if err := rec.wait(t, 60*time.Second); err != nil {
+			t.Fatalf("tprec: %v\n%s", err, rec.stderr)
+		}
+		cks := checkpoints(t, dir)
+		if len(cks) != 1 {
+			t.Fatalf("want one checkpoint, got %v\n%s", cks, rec.stderr)
+		}
+		// 2.3 s of recording: ten intervals if every tick made a boundary.
+		ivs := intervalsIn(t, cks[0])
+		if len(ivs) > 5 {
+			t.Errorf("%d intervals for 2 s of an idle worker and a few requests: boundaries were not skipped\n%s", len(ivs), rec.stderr)
+		}
+		t.Logf("%d intervals", len(ivs))
+		if strings.Contains(rec.stderr.String(), "trial replay failed") {
+			t.Errorf("the trial replay failed:\n%s", rec.stderr)
+		}
 		replay(t, cks[0])
 	})
 }

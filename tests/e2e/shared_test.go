@@ -38,61 +38,7 @@ func TestSharedMemoryWindow(t *testing.T) {
 // replay needs that page's content at the window start.
 func TestNginxWorker(t *testing.T) {
 	requireRoot(t)
-	nginx := needTool(t, "nginx")
-	dir := t.TempDir()
-	// The worker runs as www-data: it must reach the document root.
-	for d := dir; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
-		os.Chmod(d, 0o755)
-	}
-	html := filepath.Join(dir, "html")
-	os.Mkdir(html, 0o755)
-	os.WriteFile(filepath.Join(html, "index.html"), []byte("hello\n"), 0o644)
-	os.WriteFile(filepath.Join(html, "big.txt"), []byte(strings.Repeat("0123456789abcdef\n", 2000)), 0o644)
-	port := freePort(t)
-	conf := filepath.Join(dir, "nginx.conf")
-	os.WriteFile(conf, []byte(fmt.Sprintf(`daemon off;
-master_process on;
-worker_processes 1;
-pid %[1]s/nginx.pid;
-error_log %[1]s/error.log info;
-events { worker_connections 256; }
-http {
-  access_log %[1]s/access.log;
-  client_body_temp_path %[1]s/body;
-  proxy_temp_path %[1]s/proxy;
-  fastcgi_temp_path %[1]s/fastcgi;
-  uwsgi_temp_path %[1]s/uwsgi;
-  scgi_temp_path %[1]s/scgi;
-  server { listen 127.0.0.1:%[2]d; root %[3]s; }
-}
-`, dir, port, html)), 0o644)
-	master, _, exited := startTarget(t, nginx, "-p", dir, "-c", conf)
-	t.Cleanup(func() {
-		// SIGTERM, so that the master takes the worker it started after the
-		// crash down with it.
-		master.Process.Signal(unix.SIGTERM)
-		select {
-		case err := <-exited:
-			exited <- err
-		case <-time.After(10 * time.Second):
-		}
-	})
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	for i := 0; ; i++ {
-		if r, err := http.Get(base + "/"); err == nil {
-			r.Body.Close()
-			break
-		}
-		if i == 100 {
-			t.Fatal("nginx did not answer")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	workers := childrenOf(master.Process.Pid)
-	if len(workers) != 1 {
-		t.Fatalf("nginx workers: %v, want one", workers)
-	}
-	worker := workers[0]
+	worker, base := startNginx(t)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for c := 0; c < 3; c++ {
@@ -152,6 +98,68 @@ http {
 		t.Errorf("%d intervals, want the whole window", len(ivs))
 	}
 	replay(t, cks[0])
+}
+
+// startNginx starts Debian's nginx with one worker serving a directory of
+// two files on a free loopback port, waits until it answers, and returns
+// the worker's pid and the server's base URL.
+func startNginx(t *testing.T) (int, string) {
+	t.Helper()
+	nginx := needTool(t, "nginx")
+	dir := t.TempDir()
+	// The worker runs as www-data: it must reach the document root.
+	for d := dir; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+		os.Chmod(d, 0o755)
+	}
+	html := filepath.Join(dir, "html")
+	os.Mkdir(html, 0o755)
+	os.WriteFile(filepath.Join(html, "index.html"), []byte("hello\n"), 0o644)
+	os.WriteFile(filepath.Join(html, "big.txt"), []byte(strings.Repeat("0123456789abcdef\n", 2000)), 0o644)
+	port := freePort(t)
+	conf := filepath.Join(dir, "nginx.conf")
+	os.WriteFile(conf, []byte(fmt.Sprintf(`daemon off;
+master_process on;
+worker_processes 1;
+pid %[1]s/nginx.pid;
+error_log %[1]s/error.log info;
+events { worker_connections 256; }
+http {
+  access_log %[1]s/access.log;
+  client_body_temp_path %[1]s/body;
+  proxy_temp_path %[1]s/proxy;
+  fastcgi_temp_path %[1]s/fastcgi;
+  uwsgi_temp_path %[1]s/uwsgi;
+  scgi_temp_path %[1]s/scgi;
+  server { listen 127.0.0.1:%[2]d; root %[3]s; }
+}
+`, dir, port, html)), 0o644)
+	master, _, exited := startTarget(t, nginx, "-p", dir, "-c", conf)
+	t.Cleanup(func() {
+		// SIGTERM, so that the master takes the worker it started after the
+		// crash down with it.
+		master.Process.Signal(unix.SIGTERM)
+		select {
+		case err := <-exited:
+			exited <- err
+		case <-time.After(10 * time.Second):
+		}
+	})
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	for i := 0; ; i++ {
+		if r, err := http.Get(base + "/"); err == nil {
+			r.Body.Close()
+			break
+		}
+		if i == 100 {
+			t.Fatal("nginx did not answer")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	workers := childrenOf(master.Process.Pid)
+	if len(workers) != 1 {
+		t.Fatalf("nginx workers: %v, want one", workers)
+	}
+	return workers[0], base
 }
 
 // freePort returns a loopback TCP port nothing listens on.
