@@ -313,12 +313,11 @@ func keepFailed(t *testing.T, ckpt string) {
 	}
 }
 
-// recordOne runs tprec with args (which write into dir) until it exits and
-// returns the one checkpoint it wrote there.
-func recordOne(t *testing.T, dir string, args ...string) string {
+// oneCheckpoint waits up to timeout for tprec to exit and returns the one
+// checkpoint it wrote into dir.
+func oneCheckpoint(t *testing.T, rec *recording, dir string, timeout time.Duration) string {
 	t.Helper()
-	rec := startTprec(t, args...)
-	if err := rec.wait(t, 120*time.Second); err != nil {
+	if err := rec.wait(t, timeout); err != nil {
 		t.Fatalf("tprec: %v\n%s", err, rec.stderr)
 	}
 	cks := checkpoints(t, dir)
@@ -326,4 +325,11 @@ func recordOne(t *testing.T, dir string, args ...string) string {
 		t.Fatalf("want one checkpoint, got %v\n%s", cks, rec.stderr)
 	}
 	return cks[0]
+}
+
+// recordOne runs tprec with args (which write into dir) until it exits and
+// returns the one checkpoint it wrote there.
+func recordOne(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	return oneCheckpoint(t, startTprec(t, args...), dir, 120*time.Second)
 }

@@ -9,8 +9,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // pythonIdleThenCrash sleeps, then reads a file in a loop for a while, then
@@ -49,14 +47,8 @@ func TestQuietTargetSkipsBoundaries(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			t.Fatalf("target did not crash; tprec:\n%s", rec.quit())
 		}
-		if err := rec.wait(t, 60*time.Second); err != nil {
-			t.Fatalf("tprec: %v\n%s", err, rec.stderr)
-		}
-		cks := checkpoints(t, dir)
-		if len(cks) != 1 {
-			t.Fatalf("want one checkpoint, got %v\n%s", cks, rec.stderr)
-		}
-		ivs := intervalsIn(t, cks[0])
+		ck := oneCheckpoint(t, rec, dir, 60*time.Second)
+		ivs := intervalsIn(t, ck)
 		if len(ivs) < 2 {
 			t.Fatalf("want the sleep's interval and the busy ones, got %d intervals\n%s", len(ivs), rec.stderr)
 		}
@@ -69,7 +61,7 @@ func TestQuietTargetSkipsBoundaries(t *testing.T) {
 			t.Errorf("the first interval starts %v after recording began", ivs[0].Start.Sub(attached))
 		}
 		t.Logf("%d intervals, the first %v long", len(ivs), slept)
-		replay(t, cks[0])
+		replay(t, ck)
 	})
 }
 
@@ -82,14 +74,6 @@ func TestIdleNginxSkipsBoundaries(t *testing.T) {
 	requireRoot(t)
 	forBackends(t, func(t *testing.T, backend string) {
 		worker, base := startNginx(t)
-		done := make(chan struct{})
-		go func() {
-			// The worker is nginx's child, not ours: wait for it to go.
-			for unix.Kill(worker, 0) == nil {
-				time.Sleep(20 * time.Millisecond)
-			}
-			close(done)
-		}()
 		dir := t.TempDir()
 		rec := startTprec(t, "--pid", strconv.Itoa(worker), "--output", dir, "--keep", "100", "--backend", backend)
 		rec.waitRecording(t)
@@ -101,23 +85,9 @@ func TestIdleNginxSkipsBoundaries(t *testing.T) {
 			}
 		}
 		time.Sleep(300 * time.Millisecond)
-		if err := unix.Tgkill(worker, worker, unix.SIGSEGV); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Fatalf("the worker did not die; tprec:\n%s", rec.stderr)
-		}
-		if err := rec.wait(t, 60*time.Second); err != nil {
-			t.Fatalf("tprec: %v\n%s", err, rec.stderr)
-		}
-		cks := checkpoints(t, dir)
-		if len(cks) != 1 {
-			t.Fatalf("want one checkpoint, got %v\n%s", cks, rec.stderr)
-		}
+		ck := crashNginxWorker(t, worker, rec, dir)
 		// 2.3 s of recording: ten intervals if every tick made a boundary.
-		ivs := intervalsIn(t, cks[0])
+		ivs := intervalsIn(t, ck)
 		if len(ivs) > 5 {
 			t.Errorf("%d intervals for 2 s of an idle worker and a few requests: boundaries were not skipped\n%s", len(ivs), rec.stderr)
 		}
@@ -125,6 +95,6 @@ func TestIdleNginxSkipsBoundaries(t *testing.T) {
 		if strings.Contains(rec.stderr.String(), "trial replay failed") {
 			t.Errorf("the trial replay failed:\n%s", rec.stderr)
 		}
-		replay(t, cks[0])
+		replay(t, ck)
 	})
 }

@@ -62,42 +62,36 @@ func TestNginxWorker(t *testing.T) {
 		}(c)
 	}
 	t.Cleanup(func() { close(stop); wg.Wait() })
-	done := make(chan error, 1)
-	go func() {
-		// The worker is nginx's child, not ours: wait for it to go.
-		for unix.Kill(worker, 0) == nil {
-			time.Sleep(20 * time.Millisecond)
-		}
-		done <- nil
-	}()
 	dirOut := t.TempDir()
 	rec := startTprec(t, "--pid", strconv.Itoa(worker), "--output", dirOut)
 	rec.waitRecording(t)
 	time.Sleep(2 * time.Second)
-	if err := unix.Tgkill(worker, worker, unix.SIGSEGV); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the worker did not die; tprec:\n%s", rec.stderr)
-	}
-	if err := rec.wait(t, 60*time.Second); err != nil {
-		t.Fatalf("tprec: %v\n%s", err, rec.stderr)
-	}
+	ck := crashNginxWorker(t, worker, rec, dirOut)
 	t.Logf("tprec:\n%s", rec.stderr)
 	log := rec.stderr.String()
 	if !strings.Contains(log, "killed by SIGSEGV") || strings.Contains(log, "trial replay failed") {
 		t.Errorf("want the worker's crash checkpointed after a successful trial replay:\n%s", log)
 	}
-	cks := checkpoints(t, dirOut)
-	if len(cks) != 1 {
-		t.Fatalf("want one checkpoint, got %v", cks)
-	}
-	if ivs := intervalsIn(t, cks[0]); len(ivs) < 4 {
+	if ivs := intervalsIn(t, ck); len(ivs) < 4 {
 		t.Errorf("%d intervals, want the whole window", len(ivs))
 	}
-	replay(t, cks[0])
+	replay(t, ck)
+}
+
+// crashNginxWorker sends SIGSEGV to the nginx worker rec records (nginx's
+// child, not the test's), waits for it to die, and returns the one
+// checkpoint tprec wrote into dir.
+func crashNginxWorker(t *testing.T, worker int, rec *recording, dir string) string {
+	t.Helper()
+	if err := unix.Tgkill(worker, worker, unix.SIGSEGV); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); unix.Kill(worker, 0) == nil; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the worker did not die; tprec:\n%s", rec.stderr)
+		}
+	}
+	return oneCheckpoint(t, rec, dir, 60*time.Second)
 }
 
 // startNginx starts Debian's nginx with one worker serving a directory of
