@@ -121,7 +121,7 @@ type session struct {
 		last           activity
 		cpuOK, settled bool
 	}
-	skipped     int // boundaries skipped because the target was quiet
+	skipped     int // boundaries skipped because the target was idle (skipTick)
 	gone        bool
 	exitStatus  unix.WaitStatus
 	dumps       []string
