@@ -205,6 +205,14 @@ if command -v gdb >/dev/null; then
 	log "dd count=$small: unrecorded $(awk -v a=$t0 -v b=$t1 'BEGIN{printf "%.3f", b-a}') s, gdb record full $(awk -v a=$t1 -v b=$t2 'BEGIN{printf "%.3f", b-a}') s, tprec eBPF (with start-up) $(awk -v a=$t3 -v b=$t4 'BEGIN{printf "%.3f", b-a}') s"
 fi
 
+# --- what an idle process costs recorded (BENCHMARKS.md, "Idle processes"):
+# tprec's and the target's CPU while it sleeps; IDLE=no leaves it out.
+if [ "${IDLE:-yes}" != no ]; then
+	BINS="$(dirname "$TPREC")" ROUNDS="$RUNS" SECS=5 bash scripts/bench/idle.sh | grep -v '^#' | while read -r line; do
+		log "idle: $line"
+	done
+fi
+
 # Checkpoint size, dump latency and replay time (its own section of
 # BENCHMARKS.md); CHECKPOINTS=no leaves it out.
 [ "${CHECKPOINTS:-yes}" = no ] || bash scripts/bench/checkpoints.sh

@@ -8,6 +8,7 @@
 # coreutils' sleep; an nginx worker with no client (in epoll_wait, which
 # each boundary's interrupt makes return EINTR); redis-server with no client
 # (its timer wakes it ten times a second: a nearly idle server).
+# A target whose program is missing is skipped, with a line saying so.
 # Prints, per target and build, tprec's and the target's CPU in percent of
 # one CPU (/proc/PID/stat, utime + stime), and the intervals tprec reports.
 # Build an older commit with: git worktree add /tmp/old COMMIT && make -C /tmp/old build
@@ -92,6 +93,12 @@ measure() { # measure TARGET BIN
 echo "# $(date -u +%FT%TZ) $(uname -r) $(nproc) CPUs, rounds=$ROUNDS, secs=$SECS"
 for r in $(seq "$ROUNDS"); do
 	for target in ${TARGETS:-python-1g sleep nginx redis}; do
+		need=$target
+		case $target in python-1g) need=$PY ;; redis) need=redis-server ;; esac
+		if ! command -v "$need" >/dev/null; then
+			echo "$target: $need missing: skipped"
+			continue
+		fi
 		for b in $BINS; do
 			measure "$target" "$b"
 		done
