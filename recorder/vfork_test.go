@@ -28,6 +28,16 @@ func TestVforkCapturesMatchTheirChild(t *testing.T) {
 			t.Errorf("vfork returning %d got the outputs %+v", child, rec.Out)
 		}
 	}
+	// Out of order too.
+	for _, child := range []int{300, 301} {
+		v.put(9, &vforkCapture{child: child, done: true, outs: []format.OutBuf{{Addr: uint64(child)}}})
+	}
+	for _, child := range []int{301, 300} {
+		rec := format.Syscall{Tid: 9, Nr: unix.SYS_CLONE3, Ret: int64(child)}
+		if why := v.outputs(&rec); why != "" || len(rec.Out) != 1 || rec.Out[0].Addr != uint64(child) {
+			t.Errorf("clone3 returning %d: %q, outputs %+v", child, why, rec.Out)
+		}
+	}
 	rec := format.Syscall{Seq: 3, Tid: 7, Nr: unix.SYS_VFORK, Ret: 102}
 	if why := v.outputs(&rec); !strings.Contains(why, "did not see") {
 		t.Errorf("a vfork whose child was not captured: %q", why)
