@@ -132,11 +132,17 @@ func (s *session) openIntervalFrom(now time.Time, snap *pageSnapshot) error {
 	s.cur = iv
 	err = s.src.opened(s)
 	clk.mark("opened")
+	s.resetCalm()
+	return err
+}
+
+// resetCalm starts what skipTick compares with afresh, at an interval start
+// (after the boundary's own injected calls, whose CPU time is the target's).
+func (s *session) resetCalm() {
 	s.calm.stops, s.calm.settled, s.calm.cpuOK = 0, false, false
 	if cpu, err := proc.CPUTicks(s.pid); err == nil {
 		s.calm.start, s.calm.last, s.calm.cpuOK = cpu, activity{cpu: cpu}, true
 	}
-	return err
 }
 
 // activity is what skipTick compares: the calls and stops of the open
