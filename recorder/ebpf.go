@@ -582,8 +582,6 @@ func (e *ebpfSource) losses() (lostCalls, lostFaults uint64, err error) {
 	return lostCalls, lostFaults, nil
 }
 
-// sync hands every call the stopped target completed to the session, in
-// sequence order, and checks that nothing was lost.
 // activity counts the open interval's calls read so far, with those in
 // parts and the records not read yet (one per 64 bytes of the ring buffer,
 // a call's least), and the pages it wrote. A write of the kernel's to a
@@ -606,6 +604,8 @@ func (e *ebpfSource) activity(own []uint64) (calls, pages int) {
 	return calls, pages
 }
 
+// sync hands every call the stopped target completed to the session, in
+// sequence order, and checks that nothing was lost.
 func (e *ebpfSource) sync(s *session) error {
 	t0 := time.Now()
 	backlog := e.ring.pending()

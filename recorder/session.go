@@ -529,12 +529,12 @@ func (s *session) handle(st proc.Stop) error {
 		s.logf("stop: %v status %#x", st, uint32(st.Status))
 	}
 	t := s.threads[st.Tid]
-	if !st.SyscallStop() {
-		s.calm.stops++
-	}
 	if t == nil {
 		// A shadow, or a killed one reporting its exit.
 		return nil
+	}
+	if !st.SyscallStop() {
+		s.calm.stops++
 	}
 	if st.Exited() {
 		if t.tid == s.requeuedTid {
