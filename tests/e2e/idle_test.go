@@ -15,7 +15,7 @@ import (
 // dereferences NULL.
 const pythonIdleThenCrash = `
 import ctypes, time
-time.sleep(2.5)
+time.sleep(3.5)
 t0 = time.time()
 while time.time() - t0 < 0.6:
     with open("/proc/self/stat") as f:
@@ -32,6 +32,7 @@ func TestQuietTargetSkipsBoundaries(t *testing.T) {
 	requireRoot(t)
 	script := pythonScript(t, "idle.py", pythonIdleThenCrash)
 	forBackends(t, func(t *testing.T, backend string) {
+		launched := time.Now()
 		target, _, done := startTarget(t, "/usr/bin/python3", "-S", script)
 		time.Sleep(300 * time.Millisecond)
 		dir := t.TempDir()
@@ -52,10 +53,17 @@ func TestQuietTargetSkipsBoundaries(t *testing.T) {
 		if len(ivs) < 2 {
 			t.Fatalf("want the sleep's interval and the busy ones, got %d intervals\n%s", len(ivs), rec.stderr)
 		}
-		// The sleep went on for about 2 s after tprec attached.
+		// The sleep went on for what was left of its 3.5 s when tprec
+		// began (tprec takes a second or so to start on a loaded machine):
+		// the first interval spans that, where every tick would cut it
+		// after 250 ms.
+		left := launched.Add(3500 * time.Millisecond).Sub(ivs[0].Start)
+		if left < time.Second {
+			t.Fatalf("tprec began recording %v before the sleep's end: too late to tell", left)
+		}
 		slept := ivs[1].Start.Sub(ivs[0].Start)
-		if slept < time.Second {
-			t.Errorf("the first interval lasted %v: the boundaries during the sleep were not skipped\n%s", slept, rec.stderr)
+		if slept < left-400*time.Millisecond {
+			t.Errorf("the first interval lasted %v of the %v the sleep had left: the boundaries during the sleep were not skipped\n%s", slept, left, rec.stderr)
 		}
 		if ivs[0].Start.Sub(attached) > 100*time.Millisecond {
 			t.Errorf("the first interval starts %v after recording began", ivs[0].Start.Sub(attached))
