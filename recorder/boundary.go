@@ -137,11 +137,17 @@ func (s *session) openIntervalFrom(now time.Time, snap *pageSnapshot) error {
 }
 
 // resetCalm starts what skipTick compares with afresh, at an interval start
-// (after the boundary's own injected calls, whose CPU time is the target's).
+// (after the boundary's own injected calls, whose CPU time is the target's),
+// and notes the pages of the threads' rseq areas.
 func (s *session) resetCalm() {
-	s.calm.stops, s.calm.settled, s.calm.cpuOK = 0, false, false
+	s.calm.stops, s.calm.settled, s.calm.cpuOK, s.calm.rseq = 0, false, false, s.calm.rseq[:0]
+	for _, t := range s.cur.meta.Threads {
+		if t.Rseq.Addr != 0 {
+			s.calm.rseq = append(s.calm.rseq, t.Rseq.Addr&^(format.PageSize-1))
+		}
+	}
 	if cpu, err := proc.CPUTicks(s.pid); err == nil {
-		s.calm.start, s.calm.last, s.calm.cpuOK = cpu, activity{cpu: cpu}, true
+		s.calm.last, s.calm.cpuOK = activity{cpu: cpu}, true
 	}
 }
 
@@ -180,14 +186,8 @@ func (s *session) skipTick() bool {
 	if s.cur == nil || !s.calm.cpuOK {
 		return false
 	}
-	var rseq []uint64
-	for _, t := range s.cur.meta.Threads {
-		if t.Rseq.Addr != 0 {
-			rseq = append(rseq, t.Rseq.Addr&^(format.PageSize-1))
-		}
-	}
 	var now activity
-	now.calls, now.pages = s.src.activity(rseq)
+	now.calls, now.pages = s.src.activity(s.calm.rseq)
 	now.calls += s.calm.stops
 	cpu, err := proc.CPUTicks(s.pid)
 	if err != nil {
@@ -197,7 +197,7 @@ func (s *session) skipTick() bool {
 	switch {
 	case now == s.calm.last:
 		return true
-	case !s.calm.settled && now.cpu <= s.calm.start+1 &&
+	case !s.calm.settled && now.cpu <= s.calm.last.cpu+1 &&
 		now.calls <= echoPerThread*len(s.cur.meta.Threads) && now.pages <= echoPerThread*len(s.cur.meta.Threads):
 		s.calm.settled, s.calm.last = true, now
 		return true

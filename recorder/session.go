@@ -112,13 +112,14 @@ type session struct {
 	marked []*mappedFile
 	want   struct{ boundary, dump bool }
 	// calm is what skipTick compares with: the stops handled since the
-	// open interval began, the target's CPU time then (cpuOK: it was
-	// read), and the activity of its last look; settled: a tick let the
-	// boundary's echo settle.
+	// open interval began, the activity of its last look (at the start:
+	// none, and the target's CPU time then; cpuOK: that was read), the
+	// pages of the threads' rseq areas; settled: a tick let the boundary's
+	// echo settle.
 	calm struct {
 		stops          int
-		start          uint64
 		last           activity
+		rseq           []uint64
 		cpuOK, settled bool
 	}
 	skipped     int // boundaries skipped because the target was idle (skipTick)

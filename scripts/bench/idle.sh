@@ -20,25 +20,24 @@ ROUNDS=${ROUNDS:-3}
 SECS=${SECS:-10}
 PY=${PY:-/usr/bin/python3}
 WORK=$(mktemp -d)
-TP= REC= NGINX=
+TP= REC= OWN=
 cleanup() {
 	[ -n "$REC" ] && kill -INT "$REC" 2>/dev/null && wait "$REC" 2>/dev/null
-	[ -n "$NGINX" ] && kill "$NGINX" 2>/dev/null && wait "$NGINX" 2>/dev/null
-	[ -n "$TP" ] && kill "$TP" 2>/dev/null && wait "$TP" 2>/dev/null
+	[ -n "$OWN" ] && kill "$OWN" 2>/dev/null && wait "$OWN" 2>/dev/null
 	rm -rf "$WORK"
 }
 trap cleanup EXIT
 ticks() { awk '{ n = split($0, f, ")"); split(f[n], g, " "); print g[12] + g[13] }' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
 
-start() { # start TARGET: sets TP once the target is idle
+start() { # start TARGET: sets TP, the process to record, once it is idle, and OWN, the one to stop
 	case $1 in
 	python-1g)
 		"$PY" -c 'import time; b = bytearray(1 << 30); print("ready", flush=True); time.sleep(3600)' >"$WORK/py.out" &
-		TP=$!
+		TP=$! OWN=$!
 		for _ in $(seq 300); do grep -q ready "$WORK/py.out" 2>/dev/null && break; sleep 0.1; done ;;
 	sleep)
-		sleep 3600 & TP=$! ;;
+		sleep 3600 & TP=$! OWN=$! ;;
 	nginx)
 		mkdir -p "$WORK/ng"
 		cat >"$WORK/ng/nginx.conf" <<NG
@@ -56,11 +55,11 @@ http {
 }
 NG
 		nginx -p "$WORK/ng" -c "$WORK/ng/nginx.conf" &
-		NGINX=$!
-		for _ in $(seq 100); do TP=$(pgrep -P "$NGINX" | head -1) && [ -n "$TP" ] && break; sleep 0.1; done ;;
+		OWN=$!
+		for _ in $(seq 100); do TP=$(pgrep -P "$OWN" | head -1) && [ -n "$TP" ] && break; sleep 0.1; done ;;
 	redis)
 		redis-server --port 6395 --save "" --appendonly no --daemonize no >/dev/null 2>&1 &
-		TP=$!
+		TP=$! OWN=$!
 		for _ in $(seq 100); do redis-cli -p 6395 ping >/dev/null 2>&1 && break; sleep 0.1; done ;;
 	esac
 	sleep 1
@@ -77,12 +76,8 @@ measure() { # measure TARGET BIN
 	sleep "$SECS"
 	r1=$(ticks "$REC") t1=$(ticks "$TP")
 	kill -INT "$REC"; wait "$REC" 2>/dev/null || true; REC=
-	if [ "$1" = nginx ]; then
-		kill "$NGINX"; wait "$NGINX" 2>/dev/null || true
-	else
-		kill "$TP"; wait "$TP" 2>/dev/null || true
-	fi
-	TP=
+	kill "$OWN"; wait "$OWN" 2>/dev/null || true
+	TP= OWN=
 	local status
 	status=$(grep 'of history in' "$WORK/rec.log" | tail -1 | sed -E 's/.*: ([0-9.]+ s of history in [0-9]+ intervals).*/\1/')
 	printf '%-10s %-24s tprec %5.1f%%  target %5.1f%%  (%s)\n' "$1" "$2" \
