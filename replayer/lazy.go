@@ -50,6 +50,11 @@ func (e *engine) serve(addr uint64) (bool, error) {
 		}
 	}
 	if g.prot != unix.PROT_NONE {
+		if e.skipExit {
+			// Resumed from there, the kernel skips the call and reports
+			// the single step at its exit, before the injected syscall ran.
+			return false, fmt.Errorf("serve page %#x: the thread stands at a PTRACE_SYSEMU entry, where no mprotect can be injected", page)
+		}
 		if _, err := e.stub.injectOK(fmt.Sprintf("serve %#x", page), unix.SYS_MPROTECT, page, pageSize, uint64(g.prot)); err != nil {
 			return false, err
 		}

@@ -617,11 +617,11 @@ func (e *engine) advance(req int, intercept trapIntercept) (event, error) {
 		at += e.inproc.arm(e)
 	}
 	if plain && at < len(e.log) &&
-		e.log[at].Tid == e.cur.rec.Tid && (!e.multi() || (len(e.startQ) == 0 && !e.lastOfEndAt(at))) && !e.startsThread(&e.log[at]) {
+		e.log[at].Tid == e.cur.rec.Tid && (!e.multi() || len(e.startQ) == 0) && !e.lastOfThread(at) && !e.startsThread(&e.log[at]) {
 		// With several threads, only for a call of the thread that runs
-		// (another one's entry parks it) and not for a call it waits after
-		// (threads.go); not for a call that starts a thread, which is made
-		// at its exit stop.
+		// (another one's entry parks it); not for a thread's last call of
+		// the window (lastOfThread), nor for a call that starts a thread,
+		// which is made at its exit stop.
 		// Not when a signal follows the call: delivering it may serve lazy
 		// pages, which takes the exit stop.
 		sigAfter := e.nextSig < len(e.sigs) && e.sigs[e.nextSig].Seq == e.log[at].Seq

@@ -869,19 +869,20 @@ func (e *engine) hasCalls(t *rthread) bool {
 	return false
 }
 
-// lastOfEndAt reports whether the record at position i of the log is the
-// end thread's last one with calls of other threads after it (its exit must
-// be a real stop, as the thread waits there: no PTRACE_SYSEMU).
-func (e *engine) lastOfEndAt(i int) bool {
-	if !e.multi() || i >= len(e.log) || e.log[i].Tid != e.thread.Tid {
-		return false
-	}
+// lastOfThread reports whether the record at position i of the log is its
+// thread's last one in the window. Its exit must then be a real stop, not a
+// completion at a PTRACE_SYSEMU entry: the end thread waits there when calls
+// of others follow, and what comes after a thread's last call may serve lazy
+// pages (the page of the recorded end's rip, where the search is armed, or
+// of a thread's stop), which the injected mprotect cannot do from an entry
+// stop.
+func (e *engine) lastOfThread(i int) bool {
 	for _, s := range e.log[i+1:] {
-		if s.Tid == e.thread.Tid {
+		if s.Tid == e.log[i].Tid {
 			return false
 		}
 	}
-	return i+1 < len(e.log)
+	return true
 }
 
 // endThreads is the recorded state of the threads where the replay ends:

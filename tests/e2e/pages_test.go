@@ -287,3 +287,31 @@ func TestFreshPagesStartAsZeros(t *testing.T) {
 }
 
 var freshRe = regexp.MustCompile(`written, (\d+) of them fresh\)`)
+
+// The trial replay finds where the recording ended after the window's last
+// call by the code at the end's rip, and a page nothing ran before in the
+// window is served there. An emulated last call completed at its
+// PTRACE_SYSEMU entry left the program where no mprotect can be injected,
+// and the trial failed ("inject syscall 10: stopped at ..."): the dump then
+// wrote every page. lastcall.c reads /dev/zero, then spins on a page of its
+// own until a timer's SIGSEGV ends it.
+func TestEndPageServedAfterLastCall(t *testing.T) {
+	requireRoot(t)
+	prog := cc(t, "testdata/lastcall.c", t.TempDir())
+	forBackends(t, func(t *testing.T, backend string) {
+		dir := t.TempDir()
+		rec := startTprec(t, "--backend", backend, "-o", dir, "--", prog, "1")
+		ck := oneCheckpoint(t, rec, dir, 60*time.Second)
+		if strings.Contains(rec.stderr.String(), "trial replay failed") {
+			keepFailed(t, ck)
+			t.Fatalf("the trial replay failed:\n%s", rec.stderr)
+		}
+		if !strings.Contains(rec.stderr.String(), "touched pages of") {
+			t.Fatalf("the checkpoint does not hold the touched pages only:\n%s", rec.stderr)
+		}
+		out := replay(t, ck)
+		if !strings.Contains(out, "signal SIGSEGV") {
+			t.Errorf("the replay did not end at the timer's SIGSEGV:\n%s", out)
+		}
+	})
+}
