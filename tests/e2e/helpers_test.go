@@ -327,6 +327,22 @@ func oneCheckpoint(t *testing.T, rec *recording, dir string, timeout time.Durati
 	return cks[0]
 }
 
+// recordMinimized runs prog with args under tprec --backend backend until it
+// ends, and returns its one checkpoint and tprec's log. The checkpoint must
+// hold the pages a trial replay touched: a trial that failed fails the test.
+func recordMinimized(t *testing.T, backend, prog string, args ...string) (string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	rec := startTprec(t, append([]string{"--backend", backend, "-o", dir, "--", prog}, args...)...)
+	ck := oneCheckpoint(t, rec, dir, 120*time.Second)
+	log := rec.stderr.String()
+	if strings.Contains(log, "trial replay failed") || !strings.Contains(log, "touched pages of") {
+		keepFailed(t, ck)
+		t.Fatalf("want a checkpoint minimized by a trial replay that succeeded:\n%s", log)
+	}
+	return ck, log
+}
+
 // recordOne runs tprec with args (which write into dir) until it exits and
 // returns the one checkpoint it wrote there.
 func recordOne(t *testing.T, dir string, args ...string) string {
