@@ -4,7 +4,7 @@ BIN     := bin
 TOOLS   := tprec tpreplay tpinspect
 GOFLAGS ?=
 
-.PHONY: all build test demo generate check-generate bench fuzz clean
+.PHONY: all build test demo generate check-generate bench soak fuzz clean
 
 all: build
 
@@ -36,6 +36,13 @@ check-generate: generate
 # needs root. Results go to bench-results.txt; BENCHMARKS.md discusses them.
 bench: build
 	bash scripts/bench.sh
+
+# Record real programs (redis, memcached, python3, gzip, bash) again and
+# again, each crashed at a random moment, and check every checkpoint: a
+# trial replay that succeeded, a replay that verifies. Needs root;
+# ROUNDS, WORKLOADS, BACKENDS as scripts/soak.sh says.
+soak: build
+	bash scripts/soak.sh
 
 fuzz:
 	$(GO) test ./format -run '^$$' -fuzz FuzzDecode -fuzztime 60s

@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# Soak test: records real programs again and again, crashing each at a random
+# moment, and checks every checkpoint the way a user relies on it: the dump's
+# trial replay succeeded (the file holds the touched pages, not every page),
+# and tpreplay verifies the crash. The moment of the crash decides where the
+# window begins and ends, what the last calls are and where the end rip
+# lies, so repeating it finds what one fixed run of the e2e tests does not.
+#
+#   sudo bash scripts/soak.sh                  # ROUNDS=5 of every workload
+#   ROUNDS=20 WORKLOADS="redis bash" BACKENDS=ptrace bash scripts/soak.sh
+#
+# WORKLOADS: redis (redis-server under redis-benchmark), memcached (four
+# workers, a python3 client), python (computes, reads a file, takes a
+# 7 ms SIGALRM), gzip (compresses random words), bash (a loop of forks and
+# execs). BACKENDS: the tprec backends taken in turn (default "ebpf ptrace").
+# A run that fails keeps its checkpoint and tprec's log in KEEP_DIR (default
+# /tmp/tprec-soak). Exits 1 if any run failed. Needs root and the programs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${ROUNDS:-5}
+WORKLOADS=${WORKLOADS:-redis memcached python gzip bash}
+BACKENDS=${BACKENDS:-ebpf ptrace}
+KEEP_DIR=${KEEP_DIR:-/tmp/tprec-soak}
+BIN=${BIN:-$PWD/bin}
+PORT=${PORT:-6412}
+WORK=$(mktemp -d)
+TPID= LOAD= REC=
+cleanup() {
+	for p in $REC $LOAD $TPID; do kill -KILL "$p" 2>/dev/null || true; done
+	rm -rf "$WORK"
+}
+trap cleanup EXIT
+[ -x "$BIN/tprec" ] || make -s build
+mkdir -p "$KEEP_DIR"
+
+gcc -O2 -o "$WORK/tgkill" -x c - <<'C'
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+int main(int argc, char **argv) { int p = atoi(argv[1]); return syscall(SYS_tgkill, p, p, SIGSEGV) != 0; }
+C
+
+waitfor() { # waitfor SECONDS CMD...: poll until CMD succeeds
+	local n=$(($1 * 20))
+	shift
+	for _ in $(seq "$n"); do "$@" && return 0; sleep 0.05; done
+	return 1
+}
+
+cat >"$WORK/compute.py" <<'EOF'
+import hashlib, signal, sys
+n = 0
+def on_alarm(sig, frame):
+    global n
+    n += 1
+signal.signal(signal.SIGALRM, on_alarm)
+signal.setitimer(signal.ITIMER_REAL, 0.007, 0.007)
+h, i = b"", 0
+print("ready", flush=True)
+while True:
+    h = hashlib.sha256(h + str(i).encode()).digest()
+    i += 1
+    if i % 500 == 0:
+        with open(sys.argv[1], "rb") as f:
+            f.read()
+EOF
+cat >"$WORK/mcclient.py" <<'EOF'
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+i = 0
+while True:
+    v = str(i).encode()
+    s.sendall(b"set k%d 0 0 %d\r\n%s\r\n" % (i % 1000, len(v), v))
+    s.recv(64)
+    s.sendall(b"get k%d\r\n" % ((i * 7) % 1000))
+    s.recv(256)
+    i += 1
+    time.sleep(0.0005)
+EOF
+python3 - "$WORK/words.txt" <<'EOF'
+import random, sys
+r = random.Random(1)
+words = ["".join(r.choice("abcdefghijklmnop") for _ in range(r.randint(2, 9))) for _ in range(5000)]
+with open(sys.argv[1], "w") as f:
+    f.write(" ".join(r.choices(words, k=40_000_000)))
+EOF
+
+# start WORKLOAD: starts the target (TPID) and its load (LOAD).
+start() {
+	LOAD=
+	case $1 in
+	redis)
+		redis-server --port "$PORT" --save "" --appendonly no >/dev/null 2>&1 &
+		TPID=$!
+		waitfor 10 redis-cli -p "$PORT" ping >/dev/null 2>&1
+		redis-benchmark -p "$PORT" -n 100000000 -c 10 -r 100000 -t set,get -q >/dev/null 2>&1 &
+		LOAD=$!
+		;;
+	memcached)
+		memcached -u root -p "$PORT" -U 0 -t 4 -o no_lru_crawler,no_lru_maintainer,no_hashexpand,no_slab_reassign,no_slab_automove >/dev/null 2>&1 &
+		TPID=$!
+		waitfor 10 bash -c "exec 3<>/dev/tcp/127.0.0.1/$PORT" 2>/dev/null
+		python3 "$WORK/mcclient.py" "$PORT" 2>/dev/null &
+		LOAD=$!
+		;;
+	python)
+		python3 -S "$WORK/compute.py" /etc/hostname >"$WORK/py.out" &
+		TPID=$!
+		waitfor 20 grep -q ready "$WORK/py.out"
+		;;
+	gzip)
+		gzip -c "$WORK/words.txt" >/dev/null &
+		TPID=$!
+		;;
+	bash)
+		bash -c 'i=0; while :; do /bin/true; i=$((i+1)); echo $i >/dev/null; done' &
+		TPID=$!
+		;;
+	esac
+}
+
+stop() {
+	[ -n "$LOAD" ] && { kill "$LOAD" 2>/dev/null || true; wait "$LOAD" 2>/dev/null || true; }
+	kill -KILL "$TPID" 2>/dev/null || true
+	wait "$TPID" 2>/dev/null || true
+	LOAD= TPID=
+}
+
+runs=0 failed=0
+# one WORKLOAD BACKEND RUN: one recorded run, crashed after a random 1-3 s.
+one() {
+	local w=$1 b=$2 run=$3 dir=$WORK/ck log=$WORK/tprec.log
+	rm -rf "$dir" && mkdir "$dir"
+	start "$w"
+	"$BIN/tprec" --backend "$b" --pid "$TPID" -o "$dir" 2>"$log" &
+	REC=$!
+	local after
+	after=$(awk -v r=$RANDOM 'BEGIN {printf "%.2f", 1 + 2 * r / 32767}')
+	local why=
+	if ! waitfor 20 grep -q 'recording process' "$log"; then
+		why="tprec did not start"
+		kill -INT "$REC" 2>/dev/null || true
+	else
+		sleep "$after"
+		"$WORK/tgkill" "$TPID" || true
+	fi
+	wait "$TPID" 2>/dev/null || true
+	wait "$REC" 2>/dev/null || true
+	REC=
+	stop
+	local ck
+	ck=$(ls "$dir"/*.tpc 2>/dev/null | head -1 || true)
+	if [ -z "$why" ] && [ -z "$ck" ]; then
+		why="no checkpoint"
+	elif [ -z "$why" ] && ! grep -q 'touched pages of' "$log"; then
+		why="the trial replay failed"
+	elif [ -z "$why" ] && ! "$BIN/tpreplay" "$ck" >"$WORK/replay.out" 2>&1; then
+		why="tpreplay did not verify"
+	fi
+	runs=$((runs + 1))
+	if [ -n "$why" ]; then
+		failed=$((failed + 1))
+		local keep="$KEEP_DIR/$w-$b-$run"
+		mkdir -p "$keep"
+		cp "$log" "$keep/tprec.log"
+		[ -z "$ck" ] || cp "$ck" "$keep/"
+		[ ! -s "$WORK/replay.out" ] || cp "$WORK/replay.out" "$keep/"
+		echo "$w $b run $run (crash after ${after}s): $why; kept in $keep"
+		grep -E 'trial replay failed|diverged|error' "$log" | head -3 | sed 's/^/    /' || true
+	else
+		echo "$w $b run $run (crash after ${after}s): verified, $(sed -nE 's/.* ([0-9]+ syscalls), ([0-9]+ touched pages of [0-9]+).*/\1, \2/p' "$log")"
+	fi
+	rm -f "$WORK/replay.out"
+}
+
+for run in $(seq "$ROUNDS"); do
+	for w in $WORKLOADS; do
+		for b in $BACKENDS; do
+			one "$w" "$b" "$run"
+		done
+	done
+done
+echo "soak: $runs runs, $failed failed"
+[ "$failed" -eq 0 ]
