@@ -323,6 +323,12 @@ func (e *engine) goalHit(regs proc.Regs) (res *Result, done bool, err error) {
 	if err != nil || searching {
 		return nil, true, err
 	}
+	if e.cur != e.endThread() && !e.hasCalls(e.cur) {
+		// As after a thread's last call (afterCall, which the search
+		// put off): it stops where the recording ended with it running,
+		// and the end is another thread's to reach.
+		return nil, true, e.armStop(e.cur)
+	}
 	if e.next == len(e.log) {
 		res, err = e.atLogEnd(regs)
 	}

@@ -920,3 +920,27 @@ func TestTargetUnharmedWhenTprecKilledAtRandom(t *testing.T) {
 		}
 	}
 }
+
+// testdata/sigafterlast.c: the main thread's last call is followed by a
+// SIGALRM delivered in its computation, whose handler it is still running
+// when a timer's SIGSEGV ends the worker, the end thread, in its read. After
+// delivering that signal, the replay must stop the main thread where the
+// recording ended with it running, as it does after a thread's last call;
+// it used to look for the end thread's end in the main thread instead, which
+// ran on: "still running ...; the recorded end rip was never reached" (a
+// one-in-ten failure of TestThreadsTimerSignals, where the end caught the
+// main thread at its handler's entry).
+func TestSignalAfterLastCallOfAThread(t *testing.T) {
+	requireRoot(t)
+	prog := cc(t, "testdata/sigafterlast.c", t.TempDir())
+	forBackends(t, func(t *testing.T, backend string) {
+		ck, _ := recordMinimized(t, backend, prog, "1")
+		out := replay(t, ck, "-v")
+		if n := threadsVerified(t, out); n != 2 {
+			t.Errorf("the replay ran %d threads, want 2", n)
+		}
+		if !strings.Contains(out, "SIGALRM: delivery point found in user code") {
+			t.Errorf("the replay did not deliver SIGALRM in the main thread's computation:\n%s", out)
+		}
+	})
+}
