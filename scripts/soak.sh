@@ -24,29 +24,9 @@ KEEP_DIR=${KEEP_DIR:-/tmp/tprec-soak}
 BIN=${BIN:-$PWD/bin}
 PORT=${PORT:-6412}
 WORK=$(mktemp -d)
-TPID= LOAD= REC=
-cleanup() {
-	for p in $REC $LOAD $TPID; do kill -KILL "$p" 2>/dev/null || true; done
-	rm -rf "$WORK"
-}
-trap cleanup EXIT
+. scripts/lib/targets.sh
 [ -x "$BIN/tprec" ] || make -s build
 mkdir -p "$KEEP_DIR"
-
-gcc -O2 -o "$WORK/tgkill" -x c - <<'C'
-#include <signal.h>
-#include <stdlib.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-int main(int argc, char **argv) { int p = atoi(argv[1]); return syscall(SYS_tgkill, p, p, SIGSEGV) != 0; }
-C
-
-waitfor() { # waitfor SECONDS CMD...: poll until CMD succeeds
-	local n=$(($1 * 20))
-	shift
-	for _ in $(seq "$n"); do "$@" && return 0; sleep 0.05; done
-	return 1
-}
 
 cat >"$WORK/compute.py" <<'EOF'
 import hashlib, signal, sys
@@ -91,11 +71,7 @@ start() {
 	LOAD=
 	case $1 in
 	redis)
-		redis-server --port "$PORT" --save "" --appendonly no >/dev/null 2>&1 &
-		TPID=$!
-		waitfor 10 redis-cli -p "$PORT" ping >/dev/null 2>&1
-		redis-benchmark -p "$PORT" -n 100000000 -c 10 -r 100000 -t set,get -q >/dev/null 2>&1 &
-		LOAD=$!
+		start_redis "$PORT"
 		;;
 	memcached)
 		memcached -u root -p "$PORT" -U 0 -t 4 -o no_lru_crawler,no_lru_maintainer,no_hashexpand,no_slab_reassign,no_slab_automove >/dev/null 2>&1 &
@@ -118,13 +94,6 @@ start() {
 		TPID=$!
 		;;
 	esac
-}
-
-stop() {
-	[ -n "$LOAD" ] && { kill "$LOAD" 2>/dev/null || true; wait "$LOAD" 2>/dev/null || true; }
-	kill -KILL "$TPID" 2>/dev/null || true
-	wait "$TPID" 2>/dev/null || true
-	LOAD= TPID=
 }
 
 runs=0 failed=0

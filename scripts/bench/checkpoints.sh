@@ -38,23 +38,8 @@ BIN=${BIN:-$PWD/bin}
 LOGS=${LOGS:-}
 PY=/usr/bin/python3
 WORK=$(mktemp -d)
-TPID= LOAD= REC=
-cleanup() {
-	for p in $REC $LOAD $TPID; do kill -KILL "$p" 2>/dev/null || true; done
-	rm -rf "$WORK"
-}
-trap cleanup EXIT
+. scripts/lib/targets.sh
 [ -x "$BIN/tprec" ] || make -s build
-# A fault lands in the thread that runs; a kill from outside may land in any
-# thread of a multi-threaded target (redis-server's idle background threads
-# too), so the crash is sent to the main thread with tgkill.
-gcc -O2 -o "$WORK/tgkill" -x c - <<'C'
-#include <signal.h>
-#include <stdlib.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-int main(int argc, char **argv) { int p = atoi(argv[1]); return syscall(SYS_tgkill, p, p, SIGSEGV) != 0; }
-C
 
 median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 
@@ -70,13 +55,6 @@ ms() {
 		}
 		printf "%.1f", t
 	}'
-}
-
-waitfor() { # waitfor SECONDS CMD...: poll until CMD succeeds
-	local n=$(($1 * 20))
-	shift
-	for _ in $(seq "$n"); do "$@" && return 0; sleep 0.05; done
-	return 1
 }
 
 cat >"$WORK/heap.py" <<'EOF'
@@ -119,11 +97,7 @@ start() {
 	LOAD=
 	case $1 in
 	redis)
-		redis-server --port "$PORT" --save "" --appendonly no --daemonize no >/dev/null 2>&1 &
-		TPID=$!
-		waitfor 10 redis-cli -p "$PORT" ping >/dev/null 2>&1
-		redis-benchmark -p "$PORT" -n 100000000 -c 10 -r 100000 -t set,get -q >/dev/null 2>&1 &
-		LOAD=$!
+		start_redis "$PORT"
 		;;
 	python)
 		rm -f "$WORK/py.out"
@@ -136,13 +110,6 @@ start() {
 		TPID=$!
 		;;
 	esac
-}
-
-stop() {
-	[ -n "$LOAD" ] && { kill "$LOAD" 2>/dev/null || true; wait "$LOAD" 2>/dev/null || true; }
-	kill -KILL "$TPID" 2>/dev/null || true
-	wait "$TPID" 2>/dev/null || true
-	LOAD= TPID=
 }
 
 # record WORKLOAD RUN: one recorded run, crashed after SECS; appends a row.

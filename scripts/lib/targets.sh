@@ -1,0 +1,46 @@
+# Shared by the scripts that crash real programs under tprec
+# (scripts/soak.sh, scripts/bench/checkpoints.sh). Source it after setting
+# WORK (a scratch directory). The running target is TPID, its load LOAD.
+
+TPID= LOAD= REC=
+cleanup() {
+	for p in $REC $LOAD $TPID; do kill -KILL "$p" 2>/dev/null || true; done
+	rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# $WORK/tgkill PID sends SIGSEGV to PID's main thread. A fault lands in the
+# thread that runs; a kill from outside may land in any thread of a
+# multi-threaded target (redis-server's idle background threads too).
+gcc -O2 -o "$WORK/tgkill" -x c - <<'C'
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+int main(int argc, char **argv) { int p = atoi(argv[1]); return syscall(SYS_tgkill, p, p, SIGSEGV) != 0; }
+C
+
+waitfor() { # waitfor SECONDS CMD...: poll until CMD succeeds
+	local n=$(($1 * 20))
+	shift
+	for _ in $(seq "$n"); do "$@" && return 0; sleep 0.05; done
+	return 1
+}
+
+# start_redis PORT: redis-server on PORT (TPID) under redis-benchmark over
+# 100,000 keys (LOAD).
+start_redis() {
+	redis-server --port "$1" --save "" --appendonly no >/dev/null 2>&1 &
+	TPID=$!
+	waitfor 10 redis-cli -p "$1" ping >/dev/null 2>&1
+	redis-benchmark -p "$1" -n 100000000 -c 10 -r 100000 -t set,get -q >/dev/null 2>&1 &
+	LOAD=$!
+}
+
+# stop: ends the load and the target.
+stop() {
+	[ -n "$LOAD" ] && { kill "$LOAD" 2>/dev/null || true; wait "$LOAD" 2>/dev/null || true; }
+	kill -KILL "$TPID" 2>/dev/null || true
+	wait "$TPID" 2>/dev/null || true
+	LOAD= TPID=
+}
