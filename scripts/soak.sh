@@ -58,13 +58,7 @@ while True:
     i += 1
     time.sleep(0.0005)
 EOF
-python3 - "$WORK/words.txt" <<'EOF'
-import random, sys
-r = random.Random(1)
-words = ["".join(r.choice("abcdefghijklmnop") for _ in range(r.randint(2, 9))) for _ in range(5000)]
-with open(sys.argv[1], "w") as f:
-    f.write(" ".join(r.choices(words, k=40_000_000)))
-EOF
+words_file "$WORK/words.txt" 400
 
 # start WORKLOAD: starts the target (TPID) and its load (LOAD).
 start() {

@@ -74,21 +74,8 @@ while True:
     time.time()
 EOF
 
-# Text of random words for gzip: compressible, and slow enough (about
-# 30 MB/s here) that gzip is still running when it is crashed.
 if [[ " $WORKLOADS " == *" gzip "* ]]; then
-	$PY - "$WORK/big.txt" "$GZIP_MB" <<'EOF'
-import random, sys
-r = random.Random(1)
-words = ["".join(r.choice("abcdefghijklmnop") for _ in range(r.randint(2, 9))) for _ in range(5000)]
-chunks = [" ".join(r.choices(words, k=700000)).encode() + b"\n" for _ in range(8)]
-with open(sys.argv[1], "wb") as f:
-    left = int(sys.argv[2]) << 20
-    while left > 0:
-        c = r.choice(chunks)[:left]
-        f.write(c)
-        left -= len(c)
-EOF
+	words_file "$WORK/big.txt" "$GZIP_MB"
 fi
 
 # start WORKLOAD: starts the target (TPID) and its load (LOAD), returns when

@@ -37,6 +37,24 @@ start_redis() {
 	LOAD=$!
 }
 
+# words_file FILE MB: MB megabytes of random words for gzip: compressible,
+# and slow enough (about 30 MB/s here) that gzip is still running when it
+# is crashed.
+words_file() {
+	python3 - "$1" "$2" <<'EOF'
+import random, sys
+r = random.Random(1)
+words = ["".join(r.choice("abcdefghijklmnop") for _ in range(r.randint(2, 9))) for _ in range(5000)]
+chunks = [" ".join(r.choices(words, k=700000)).encode() + b"\n" for _ in range(8)]
+with open(sys.argv[1], "wb") as f:
+    left = int(sys.argv[2]) << 20
+    while left > 0:
+        c = r.choice(chunks)[:left]
+        f.write(c)
+        left -= len(c)
+EOF
+}
+
 # stop: ends the load and the target.
 stop() {
 	[ -n "$LOAD" ] && { kill "$LOAD" 2>/dev/null || true; wait "$LOAD" 2>/dev/null || true; }
