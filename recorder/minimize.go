@@ -407,14 +407,47 @@ func cutDiverged(c *format.Checkpoint, err error, logf func(string, ...any)) boo
 		// not give (replayer/threads.go). The window starts after the
 		// interval where that showed.
 		at := intervalOf(c, d.Seq)
-		if at < 0 || !cutBefore(c, at, fmt.Sprintf("the trial replay of %d threads diverged in it: %v", d.Threads, err)) {
+		if at < 0 {
 			return false
 		}
-		logf("the trial replay of %d threads diverged (%v): the window now starts after interval %d", d.Threads, err, at)
+		if cutBefore(c, at, fmt.Sprintf("the trial replay of %d threads diverged in it: %v", d.Threads, err)) {
+			logf("the trial replay of %d threads diverged (%v): the window now starts after interval %d", d.Threads, err, at)
+			return true
+		}
+		// It showed in the last interval, typically at the end, where
+		// memory differed: a store one thread made between two calls
+		// reached another one earlier or later than in the recording
+		// (memcached's clock, which the main thread stores once a second
+		// and the workers read into the items they touch). That may
+		// have happened anywhere in the window, and a replay from an
+		// interval start after it reaches the end: the window keeps its
+		// second half.
+		half, ok := firstHalfEnd(c)
+		if !ok || !cutBefore(c, half, fmt.Sprintf("a trial replay of %d threads from here diverged in the last interval: %v", d.Threads, err)) {
+			return false
+		}
+		logf("the trial replay of %d threads diverged in its last interval (%v): the window now starts after interval %d", d.Threads, err, half)
 	default:
 		return false
 	}
 	return true
+}
+
+// firstHalfEnd is the Index of the last interval of the first half of the
+// replayable end of the window (after the last interval that is not
+// replayable); false when that part has a single interval.
+func firstHalfEnd(c *format.Checkpoint) (int, bool) {
+	k := 0
+	for i, iv := range c.Intervals {
+		if !iv.Replayable {
+			k = i + 1
+		}
+	}
+	n := len(c.Intervals) - k
+	if n < 2 {
+		return 0, false
+	}
+	return c.Intervals[k+n/2-1].Index, true
 }
 
 // intervalOf is the Index of the interval call seq belongs to, -1 if none.

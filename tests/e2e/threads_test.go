@@ -944,3 +944,44 @@ func TestSignalAfterLastCallOfAThread(t *testing.T) {
 		}
 	})
 }
+
+// TestStoreRaceCutsTheWindow records two threads that meet through memory
+// between their calls in an order replay does not keep
+// (testdata/storerace.c): a replay from before that moment reaches the end
+// with a page that differs there. The dump's trial then keeps the later half
+// of the window, which replays to the end, instead of falling back to every
+// page with a replay that does not verify (memcached's workers read the
+// clock its main thread stores once a second into the items they touch:
+// one soak run in 24 ended so).
+func TestStoreRaceCutsTheWindow(t *testing.T) {
+	requireRoot(t)
+	prog := cc(t, "testdata/storerace.c", t.TempDir())
+	forBackends(t, func(t *testing.T, backend string) {
+		ck, log := recordMinimized(t, backend, prog)
+		if !strings.Contains(log, "diverged in its last interval") {
+			t.Errorf("the trial did not meet the race at the end:\n%s", log)
+		}
+		out, code := runTool(t, "tpinspect", "--json", ck)
+		if code != 0 {
+			t.Fatalf("tpinspect: %s", out)
+		}
+		var info struct {
+			Intervals []struct {
+				Reason string `json:"reason"`
+			} `json:"intervals"`
+		}
+		if err := json.Unmarshal([]byte(out), &info); err != nil {
+			t.Fatal(err)
+		}
+		cut := 0
+		for _, iv := range info.Intervals {
+			if strings.Contains(iv.Reason, "diverged in the last interval") {
+				cut++
+			}
+		}
+		if cut == 0 {
+			t.Errorf("no interval says why the window starts later")
+		}
+		replay(t, ck)
+	})
+}
