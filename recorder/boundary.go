@@ -41,8 +41,13 @@ func (s *session) runDeferred() {
 
 // stepClock times the steps of a boundary; with TPREC_DEBUG the durations
 // are logged in one line, so a long stop can be attributed to its step.
+// With each step's time it gives the CPU time tprec and the children it
+// waited for (a trial's replays) used in it, when that reached a
+// millisecond: what a dump costs on a machine where something else needs
+// the CPUs, and how much of its time it had them.
 type stepClock struct {
 	t     time.Time
+	cpu   time.Duration
 	steps []string
 }
 
@@ -50,16 +55,33 @@ func newStepClock() *stepClock {
 	if !debugStops {
 		return nil
 	}
-	return &stepClock{t: time.Now()}
+	return &stepClock{t: time.Now(), cpu: cpuUsed()}
 }
 
 func (c *stepClock) mark(name string) {
 	if c == nil {
 		return
 	}
-	now := time.Now()
-	c.steps = append(c.steps, fmt.Sprintf("%s %v", name, now.Sub(c.t).Round(time.Microsecond)))
-	c.t = now
+	now, cpu := time.Now(), cpuUsed()
+	step := fmt.Sprintf("%s %v", name, now.Sub(c.t).Round(time.Microsecond))
+	if d := cpu - c.cpu; d >= time.Millisecond {
+		step += fmt.Sprintf(" (cpu %v)", d.Round(time.Millisecond))
+	}
+	c.steps = append(c.steps, step)
+	c.t, c.cpu = now, cpu
+}
+
+// cpuUsed is the user and system time of this process and of its children
+// waited for.
+func cpuUsed() time.Duration {
+	var total time.Duration
+	for _, who := range []int{unix.RUSAGE_SELF, unix.RUSAGE_CHILDREN} {
+		var ru unix.Rusage
+		if unix.Getrusage(who, &ru) == nil {
+			total += time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		}
+	}
+	return total
 }
 
 func (c *stepClock) log(s *session, what string) {
