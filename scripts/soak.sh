@@ -10,7 +10,8 @@
 #   ROUNDS=20 WORKLOADS="redis bash" BACKENDS=ptrace bash scripts/soak.sh
 #
 # WORKLOADS: redis (redis-server under redis-benchmark), memcached (four
-# workers, a python3 client), python (computes, reads a file, takes a
+# workers, a python3 client), nginx (its worker, under a python3 HTTP client
+# that also opens a connection per request), python (computes, reads a file, takes a
 # 7 ms SIGALRM), gzip (compresses random words), bash (a loop of forks and
 # execs). BACKENDS: the tprec backends taken in turn (default "ebpf ptrace").
 # A run that fails keeps its checkpoint and tprec's log in KEEP_DIR (default
@@ -18,7 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-5}
-WORKLOADS=${WORKLOADS:-redis memcached python gzip bash}
+WORKLOADS=${WORKLOADS:-redis memcached nginx python gzip bash}
 BACKENDS=${BACKENDS:-ebpf ptrace}
 KEEP_DIR=${KEEP_DIR:-/tmp/tprec-soak}
 BIN=${BIN:-$PWD/bin}
@@ -44,6 +45,27 @@ while True:
     if i % 500 == 0:
         with open(sys.argv[1], "rb") as f:
             f.read()
+EOF
+cat >"$WORK/httpclient.py" <<'EOF'
+import http.client, sys, time
+port = int(sys.argv[1])
+keep = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+i = 0
+while True:
+    path = ["/", "/big.txt", "/missing%d" % (i % 7)][i % 3]
+    try:
+        if i % 4 == 0:  # a connection per request, as well
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            c.request("GET", path)
+            c.getresponse().read()
+            c.close()
+        else:
+            keep.request("GET", path)
+            keep.getresponse().read()
+    except Exception:
+        keep = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    i += 1
+    time.sleep(0.0005)
 EOF
 cat >"$WORK/mcclient.py" <<'EOF'
 import socket, sys, time
@@ -72,6 +94,38 @@ start() {
 		TPID=$!
 		waitfor 10 bash -c "exec 3<>/dev/tcp/127.0.0.1/$PORT" 2>/dev/null
 		python3 "$WORK/mcclient.py" "$PORT" 2>/dev/null &
+		LOAD=$!
+		;;
+	nginx)
+		local d=$WORK/nginx
+		rm -rf "$d" && mkdir -p "$d/html"
+		# The worker runs as www-data: it must reach the document root.
+		chmod 755 "$WORK" "$d" "$d/html"
+		echo hello >"$d/html/index.html"
+		python3 -c 'print("0123456789abcdef\n" * 2000, end="")' >"$d/html/big.txt"
+		chmod 644 "$d/html/"*
+		cat >"$d/nginx.conf" <<EOF
+daemon off;
+master_process on;
+worker_processes 1;
+pid $d/nginx.pid;
+error_log $d/error.log;
+events { worker_connections 256; }
+http {
+  access_log $d/access.log;
+  client_body_temp_path $d/body;
+  proxy_temp_path $d/proxy;
+  fastcgi_temp_path $d/fastcgi;
+  uwsgi_temp_path $d/uwsgi;
+  scgi_temp_path $d/scgi;
+  server { listen 127.0.0.1:$PORT; root $d/html; }
+}
+EOF
+		nginx -p "$d" -c "$d/nginx.conf" >/dev/null 2>&1 &
+		OWNER=$!
+		waitfor 10 curl -sf "http://127.0.0.1:$PORT/" -o /dev/null
+		TPID=$(pgrep -P "$OWNER" | head -1)
+		python3 "$WORK/httpclient.py" "$PORT" 2>/dev/null &
 		LOAD=$!
 		;;
 	python)

@@ -1,10 +1,11 @@
 # Shared by the scripts that crash real programs under tprec
 # (scripts/soak.sh, scripts/bench/checkpoints.sh). Source it after setting
-# WORK (a scratch directory). The running target is TPID, its load LOAD.
+# WORK (a scratch directory). The running target is TPID, its load LOAD,
+# and OWNER the process that started it when that is not the script.
 
-TPID= LOAD= REC=
+TPID= LOAD= REC= OWNER=
 cleanup() {
-	for p in $REC $LOAD $TPID; do kill -KILL "$p" 2>/dev/null || true; done
+	for p in $REC $LOAD $TPID $OWNER; do kill -KILL "$p" 2>/dev/null || true; done
 	rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -60,5 +61,8 @@ stop() {
 	[ -n "$LOAD" ] && { kill "$LOAD" 2>/dev/null || true; wait "$LOAD" 2>/dev/null || true; }
 	kill -KILL "$TPID" 2>/dev/null || true
 	wait "$TPID" 2>/dev/null || true
-	LOAD= TPID=
+	# OWNER: a process that started the target (nginx's master), which
+	# takes its new children down with it on SIGTERM.
+	[ -n "$OWNER" ] && { kill -TERM "$OWNER" 2>/dev/null || true; wait "$OWNER" 2>/dev/null || true; }
+	LOAD= TPID= OWNER=
 }
