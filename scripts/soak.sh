@@ -11,15 +11,17 @@
 #
 # WORKLOADS: redis (redis-server under redis-benchmark), memcached (four
 # workers, a python3 client), nginx (its worker, under a python3 HTTP client
-# that also opens a connection per request), python (computes, reads a file, takes a
-# 7 ms SIGALRM), gzip (compresses random words), bash (a loop of forks and
-# execs). BACKENDS: the tprec backends taken in turn (default "ebpf ptrace").
+# that also opens a connection per request), python (computes, reads a
+# file, takes a 7 ms SIGALRM), lua (Debian's lua5.4: tables, strings, a
+# file, the time), gzip (compresses random words), bash (a loop of forks
+# and execs). BACKENDS: the tprec backends taken in turn (default "ebpf
+# ptrace").
 # A run that fails keeps its checkpoint and tprec's log in KEEP_DIR (default
 # /tmp/tprec-soak). Exits 1 if any run failed. Needs root and the programs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-5}
-WORKLOADS=${WORKLOADS:-redis memcached nginx python gzip bash}
+WORKLOADS=${WORKLOADS:-redis memcached nginx python lua gzip bash}
 BACKENDS=${BACKENDS:-ebpf ptrace}
 KEEP_DIR=${KEEP_DIR:-/tmp/tprec-soak}
 BIN=${BIN:-$PWD/bin}
@@ -66,6 +68,26 @@ while True:
         keep = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
     i += 1
     time.sleep(0.0005)
+EOF
+cat >"$WORK/work.lua" <<'EOF'
+-- Computes on a table and strings, rereads a file and asks the time.
+local t, n, parts = {}, 0, {}
+print("ready")
+io.stdout:flush()
+while true do
+	for i = 1, 1000 do
+		local k = i % 500 + 1
+		t[k] = (t[k] or 0) + i * n
+	end
+	parts[n % 64 + 1] = string.rep("x", n % 100) .. n
+	n = n + 1
+	if n % 50 == 0 then
+		local f = io.open(arg[1], "rb")
+		f:read("a")
+		f:close()
+		t[0] = os.time()
+	end
+end
 EOF
 cat >"$WORK/mcclient.py" <<'EOF'
 import socket, sys, time
@@ -123,10 +145,15 @@ http {
 EOF
 		nginx -p "$d" -c "$d/nginx.conf" >/dev/null 2>&1 &
 		OWNER=$!
-		waitfor 10 curl -sf "http://127.0.0.1:$PORT/" -o /dev/null
+		waitfor 10 python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=1)' "http://127.0.0.1:$PORT/" 2>/dev/null
 		TPID=$(pgrep -P "$OWNER" | head -1)
 		python3 "$WORK/httpclient.py" "$PORT" 2>/dev/null &
 		LOAD=$!
+		;;
+	lua)
+		lua5.4 "$WORK/work.lua" /etc/hostname >"$WORK/lua.out" &
+		TPID=$!
+		waitfor 20 grep -q ready "$WORK/lua.out"
 		;;
 	python)
 		python3 -S "$WORK/compute.py" /etc/hostname >"$WORK/py.out" &
