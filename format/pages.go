@@ -223,6 +223,12 @@ func Mapped(maps []Mapping, addr uint64) bool {
 // reads; they were seen to differ between a recording under load and its
 // replay while every register and every live byte agreed).
 func DigestPage(addr uint64, data []byte, rseqs []Rseq, rsp uint64) Hash {
+	return HashPage(DigestMasked(addr, data, rseqs, rsp))
+}
+
+// DigestMasked is the content DigestPage hashes: data with the rseq areas and
+// the dead part of the stack below rsp zeroed, in a copy when anything is.
+func DigestMasked(addr uint64, data []byte, rseqs []Rseq, rsp uint64) []byte {
 	masked := data
 	zero := func(lo, hi uint64) {
 		lo, hi = max(lo, addr), min(hi, addr+PageSize)
@@ -242,5 +248,5 @@ func DigestPage(addr uint64, data []byte, rseqs []Rseq, rsp uint64) Hash {
 	if rsp > DeadStack+128 {
 		zero(rsp-DeadStack, rsp-128)
 	}
-	return HashPage(masked)
+	return masked
 }

@@ -3,6 +3,7 @@ package replayer
 import (
 	"fmt"
 	"slices"
+	"sort"
 	"strings"
 
 	"github.com/tprec/tprec/format"
@@ -772,7 +773,7 @@ func (e *engine) matchEnd(regs proc.Regs) string {
 	if len(diffs) > 0 {
 		return strings.Join(diffs, ", ")
 	}
-	return e.digestsDiffer(e.end.Digests, e.rseqs, e.end.Regs.Rsp, true)
+	return e.digestsDiffer(e.end.Digests, e.rseqs, e.end.Regs.Rsp, true, e.recordedEndPage)
 }
 
 // matchEndInCall is matchEnd for a recording that ended inside the call nr,
@@ -789,7 +790,7 @@ func (e *engine) matchEndInCall(regs proc.Regs, nr int, args [6]uint64) string {
 	pfds, pfdsLen := reventsOut(nr, args)
 	var diffs []string
 	for _, d := range e.end.Digests {
-		why := e.digestsDiffer([]format.PageRef{d}, e.rseqs, e.end.Regs.Rsp, true)
+		why := e.digestsDiffer([]format.PageRef{d}, e.rseqs, e.end.Regs.Rsp, true, e.recordedEndPage)
 		switch {
 		case why == "":
 		case size > 0 && d.Addr < addr+size && addr < d.Addr+pageSize:
@@ -837,8 +838,10 @@ func timeLeftOut(nr int, args [6]uint64) (addr, size uint64) {
 
 // digestsDiffer compares the program's memory with recorded digests
 // (format.DigestPage), reading pages not served yet without serving them.
-// It names every page that differs, or with all false the first.
-func (e *engine) digestsDiffer(digests []format.PageRef, rseqs []format.Rseq, rsp uint64, all bool) string {
+// It names every page that differs, or with all false the first. When
+// recorded gives the content a page had where the digests were taken, and
+// that content has the recorded digest, it also says which bytes differ.
+func (e *engine) digestsDiffer(digests []format.PageRef, rseqs []format.Rseq, rsp uint64, all bool, recorded func(uint64) []byte) string {
 	var diffs []string
 	page := make([]byte, pageSize)
 	for _, d := range digests {
@@ -853,13 +856,85 @@ func (e *engine) digestsDiffer(digests []format.PageRef, rseqs []format.Rseq, rs
 			data = page
 		}
 		if format.DigestPage(d.Addr, data, rseqs, rsp) != d.Hash {
-			diffs = append(diffs, fmt.Sprintf("page %#x content", d.Addr))
+			why := fmt.Sprintf("page %#x content", d.Addr)
+			if recorded != nil {
+				if rec := recorded(d.Addr); rec != nil && format.DigestPage(d.Addr, rec, rseqs, rsp) == d.Hash {
+					why += " (" + bytesDiffer(d.Addr, format.DigestMasked(d.Addr, rec, rseqs, rsp), format.DigestMasked(d.Addr, data, rseqs, rsp)) + ")"
+				}
+			}
+			diffs = append(diffs, why)
 			if !all {
 				break
 			}
 		}
 	}
 	return strings.Join(diffs, ", ")
+}
+
+// recordedEndPage is the content the page at addr had where the replay is to
+// end, when the checkpoint holds it: at the end of the window, its final
+// content; at an interval start (Options.Until), the version that start
+// saw. Else nil. Only a divergence asks for it (digestsDiffer).
+func (e *engine) recordedEndPage(addr uint64) []byte {
+	var h format.Hash
+	found := false
+	if e.until < len(e.c.Intervals) {
+		if e.c.Intervals[e.until].StartOmitted {
+			return nil
+		}
+		h, found = e.c.StartState(e.until)[addr]
+	} else if i := sort.Search(len(e.c.Final), func(i int) bool { return e.c.Final[i].Addr >= addr }); i < len(e.c.Final) && e.c.Final[i].Addr == addr {
+		h, found = e.c.Final[i].Hash, true
+	}
+	if !found {
+		return nil
+	}
+	if h == format.ZeroHash {
+		return make([]byte, pageSize)
+	}
+	data, err := e.pages.Page(h)
+	if err != nil {
+		return nil
+	}
+	return data
+}
+
+// bytesDiffer says where a page as replayed (got) differs from the same page
+// as recorded (rec): how many bytes, and the 8-byte words holding the first
+// two runs of them.
+func bytesDiffer(addr uint64, rec, got []byte) string {
+	n, runs := 0, 0
+	var shown []string
+	for i := 0; i < len(got); {
+		if rec[i] == got[i] {
+			i++
+			continue
+		}
+		j := i
+		for j < len(got) && rec[j] != got[j] {
+			j++
+		}
+		n += j - i
+		if runs < 2 {
+			lo := i &^ 7
+			hi := min((j+7)&^7, lo+16)
+			shown = append(shown, fmt.Sprintf("at %#x recorded % x, replayed % x", addr+uint64(lo), rec[lo:hi], got[lo:hi]))
+		}
+		runs++
+		i = j
+	}
+	what := fmt.Sprintf("%d bytes differ in %d places", n, runs)
+	switch {
+	case n == 1:
+		what = "1 byte differs"
+	case runs == 1:
+		what = fmt.Sprintf("%d bytes differ", n)
+	}
+	what += ": " + strings.Join(shown, "; ")
+	if runs > len(shown) {
+		what += "; ..."
+	}
+	return what
 }
 
 // signalDiffer compares the program with the point where the recording
@@ -887,7 +962,7 @@ func (e *engine) signalDiffer(ev *format.SignalEvent, regs proc.Regs) string {
 		// its next (the search ends at that call's entry).
 		digests = slices.DeleteFunc(slices.Clone(digests), func(d format.PageRef) bool { return d.Addr != ev.Regs.Rsp&^(pageSize-1) })
 	}
-	return e.digestsDiffer(digests, rseqs, ev.Regs.Rsp, false)
+	return e.digestsDiffer(digests, rseqs, ev.Regs.Rsp, false, nil)
 }
 
 // regsDiff lists the registers of regs that differ from the recorded want:

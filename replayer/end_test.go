@@ -175,3 +175,25 @@ func ownMemory(t *testing.T, pages int) ([]byte, uint64, *engine) {
 	t.Cleanup(func() { m.Close() })
 	return region, uint64(uintptr(unsafe.Pointer(&region[0]))), &engine{mem: m}
 }
+
+func TestBytesDiffer(t *testing.T) {
+	page := func(set map[int]byte) []byte {
+		b := make([]byte, pageSize)
+		for i, v := range set {
+			b[i] = v
+		}
+		return b
+	}
+	for _, c := range []struct {
+		rec, got map[int]byte
+		want     string
+	}{
+		{nil, map[int]byte{0x908: 0x40}, "1 byte differs: at 0x1908 recorded 00 00 00 00 00 00 00 00, replayed 40 00 00 00 00 00 00 00"},
+		{nil, map[int]byte{0x10: 1, 0x11: 2, 0x12: 3}, "3 bytes differ: at 0x1010 recorded 00 00 00 00 00 00 00 00, replayed 01 02 03 00 00 00 00 00"},
+		{map[int]byte{7: 9}, map[int]byte{8: 1, 0x100: 5, 0x200: 6}, "4 bytes differ in 3 places: at 0x1000 recorded 00 00 00 00 00 00 00 09 00 00 00 00 00 00 00 00, replayed 00 00 00 00 00 00 00 00 01 00 00 00 00 00 00 00; at 0x1100 recorded 00 00 00 00 00 00 00 00, replayed 05 00 00 00 00 00 00 00; ..."},
+	} {
+		if got := bytesDiffer(0x1000, page(c.rec), page(c.got)); got != c.want {
+			t.Errorf("got  %s\nwant %s", got, c.want)
+		}
+	}
+}

@@ -961,6 +961,11 @@ func TestStoreRaceCutsTheWindow(t *testing.T) {
 		if !strings.Contains(log, "diverged in its last interval") {
 			t.Errorf("the trial did not meet the race at the end:\n%s", log)
 		}
+		// The copy the main thread made is the one word that differs, and
+		// the divergence says so (the dump's live memory holds the page).
+		if !strings.Contains(log, "content (1 byte differs: at 0x") || !strings.Contains(log, "recorded 00 00 00 00 00 00 00 00, replayed 01 00 00 00 00 00 00 00)") {
+			t.Errorf("the divergence does not name the byte that differs:\n%s", log)
+		}
 		out, code := runTool(t, "tpinspect", "--json", ck)
 		if code != 0 {
 			t.Fatalf("tpinspect: %s", out)

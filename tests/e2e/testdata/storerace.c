@@ -48,7 +48,7 @@ int main(void) {
 		return 1;
 	for (int i = 0; i < 600; i++)
 		nanosleep(&ms, NULL);
-	state.last = state.seen + 1;
+	state.last = 42;
 	*(volatile int *)0 = 0;
 	return 0;
 }
