@@ -177,27 +177,36 @@ func (c *Checkpoint) BoundaryDigests(u int, pages PageSource, rseqs []Rseq) ([]P
 // RseqAreas lists the rseq areas of every thread of the checkpoint (each
 // interval's threads and the end's), which digests leave out (DigestPage).
 func (c *Checkpoint) RseqAreas() []Rseq {
-	var out []Rseq
-	add := func(r Rseq) {
-		if r.Len != 0 && !slices.Contains(out, r) {
-			out = append(out, r)
-		}
-	}
-	add(c.End.Rseq)
-	for _, iv := range c.Intervals {
-		for _, t := range iv.Threads {
-			add(t.Rseq)
-		}
-	}
-	for _, t := range c.End.Threads {
-		add(t.Rseq)
-	}
+	out := c.ThreadRseqAreas()
 	// Areas registered in the window (a thread it started), which replay
 	// emulates: the kernel updated them in the recording only.
 	for _, s := range c.Syscalls {
 		if s.Nr == rseqNr && s.Ret == 0 && s.Args[2]&1 == 0 { // not RSEQ_FLAG_UNREGISTER
-			add(Rseq{Addr: s.Args[0], Len: uint32(s.Args[1]), Sig: uint32(s.Args[3])})
+			out = addRseq(out, Rseq{Addr: s.Args[0], Len: uint32(s.Args[1]), Sig: uint32(s.Args[3])})
 		}
+	}
+	return out
+}
+
+// ThreadRseqAreas is the part of RseqAreas the thread states give, without
+// the syscall log: RseqAreas starts with the same list, and is longer only
+// when a call of the window registered another area.
+func (c *Checkpoint) ThreadRseqAreas() []Rseq {
+	out := addRseq(nil, c.End.Rseq)
+	for _, iv := range c.Intervals {
+		for _, t := range iv.Threads {
+			out = addRseq(out, t.Rseq)
+		}
+	}
+	for _, t := range c.End.Threads {
+		out = addRseq(out, t.Rseq)
+	}
+	return out
+}
+
+func addRseq(out []Rseq, r Rseq) []Rseq {
+	if r.Len != 0 && !slices.Contains(out, r) {
+		out = append(out, r)
 	}
 	return out
 }

@@ -44,7 +44,9 @@ func (s *session) runDeferred() {
 // With each step's time it gives the CPU time tprec and the children it
 // waited for (a trial's replays) used in it, when that reached a
 // millisecond: what a dump costs on a machine where something else needs
-// the CPUs, and how much of its time it had them.
+// the CPUs, and how much of its time it had them. A target tprec launched
+// is one of those children too: the step in which it is reaped counts all
+// its CPU time.
 type stepClock struct {
 	t     time.Time
 	cpu   time.Duration

@@ -53,10 +53,24 @@ func (s *session) dump(end format.EndState, reason string) error {
 		defer dumpMemory(src.heapBytes)()
 		src.pid = live
 		fclk := newStepClock()
+		// The digests and the list of loaded objects read memory, the
+		// assembly decodes the log: each takes about one CPU, side by side.
 		gcOn := assembling()
+		read := make(chan error, 1)
+		rseqs := c.ThreadRseqAreas()
+		go func() { read <- s.readEnd(c, src, rseqs) }()
 		err := assemble()
 		gcOn()
-		fclk.mark("assemble")
+		if rerr := <-read; err == nil {
+			err = rerr
+		}
+		fclk.mark("assemble, digests and loaded objects")
+		if all := c.RseqAreas(); err == nil && len(all) > len(rseqs) {
+			// A call of the window registered an area the digests must
+			// leave out too (a thread it started): again, with it.
+			err = s.readEnd(c, src, all)
+			fclk.mark("digests again, with the rseq areas registered in the window")
+		}
 		if err == nil {
 			err = s.finish(path, c, src, t0, held, fclk)
 		}
@@ -259,11 +273,12 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 	return c, &liveSource{store: store, saved: saved, shared: shared, heapBytes: heap}, assemble, nil
 }
 
-// finish reads the end digests, minimizes the checkpoint (unless
-// --full-pages), reads the final content of the pages kept, and writes it.
-func (s *session) finish(path string, c *format.Checkpoint, src *liveSource, t0 time.Time, held time.Duration, clk *stepClock) error {
+// readEnd reads from the live source what the checkpoint needs besides its
+// log: the end digests and the digests of each interval start, which leave
+// out the rseq areas rseqs (format.DigestPage), and the loader's list of
+// objects. It runs while the log is assembled, and reads no syscall record.
+func (s *session) readEnd(c *format.Checkpoint, src *liveSource, rseqs []format.Rseq) error {
 	var err error
-	rseqs := c.RseqAreas()
 	if c.End.Digests, err = digests(c.End.Digests, src, rseqs, c.End.Regs.Rsp); err != nil {
 		return err
 	}
@@ -277,7 +292,6 @@ func (s *session) finish(path string, c *format.Checkpoint, src *liveSource, t0 
 		}
 		return nil
 	})
-	clk.mark("digests")
 	// The loader's list of objects, for a debugger's thread-local lookups
 	// in the replay (its own records are seldom among the kept pages).
 	if maps, err := proc.ReadMaps(src.pid); err == nil {
@@ -285,7 +299,13 @@ func (s *session) finish(path string, c *format.Checkpoint, src *liveSource, t0 
 			s.logf("no list of loaded objects: %v", err)
 		}
 	}
-	clk.mark("loaded objects")
+	return nil
+}
+
+// finish minimizes the checkpoint (unless --full-pages), reads the final
+// content of the pages kept, and writes it.
+func (s *session) finish(path string, c *format.Checkpoint, src *liveSource, t0 time.Time, held time.Duration, clk *stepClock) error {
+	var err error
 	candidates := len(c.Final)
 	if !s.o.FullPages {
 		minimize(s.hurry, c, src, !s.o.AllStarts, s.logf)
