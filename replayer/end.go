@@ -882,7 +882,10 @@ func (e *engine) recordedEndPage(addr uint64) []byte {
 		if e.c.Intervals[e.until].StartOmitted {
 			return nil
 		}
-		h, found = e.c.StartState(e.until)[addr]
+		if e.untilState == nil {
+			e.untilState = e.c.StartState(e.until)
+		}
+		h, found = e.untilState[addr]
 	} else if i := sort.Search(len(e.c.Final), func(i int) bool { return e.c.Final[i].Addr >= addr }); i < len(e.c.Final) && e.c.Final[i].Addr == addr {
 		h, found = e.c.Final[i].Hash, true
 	}

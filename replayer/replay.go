@@ -314,6 +314,10 @@ type engine struct {
 	// restartAs: a signal handler returns to restart_syscall, which then
 	// finishes this call (format.SignalEvent.Rewound).
 	restartAs int
+	// untilState is the content of every page at the interval start a
+	// replay with Options.Until ends at, built when a divergence there
+	// first asks for it (recordedEndPage).
+	untilState map[uint64]format.Hash
 }
 
 // prepare checks that c can be replayed here and plans the run.
