@@ -3,9 +3,11 @@ package recorder
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/tprec/tprec/format"
+	"github.com/tprec/tprec/replayer"
 )
 
 // The window is cut after the last interval that is not replayable, at
@@ -64,5 +66,52 @@ func TestTrialPieces(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("trialPieces(%v, replayable %v, %d, %d threads, hw %v) = %s, want %s", tc.calls, tc.replayable, tc.n, tc.threads, tc.hw, got, tc.want)
 		}
+	}
+}
+
+// A divergence of several threads in the last interval (at the end, where
+// memory differed) halves the replayable window, again at each try, until
+// one interval is left; one in an earlier interval moves the start past it.
+func TestCutDivergedHalvesAtTheEnd(t *testing.T) {
+	c := &format.Checkpoint{}
+	for i := range 8 {
+		c.Intervals = append(c.Intervals, format.Interval{Index: 3 + i, FirstSeq: uint64(1 + 100*i), Replayable: true})
+	}
+	c.End.LastSeq = 800
+	starts := func() string {
+		var out []int
+		for _, iv := range c.Intervals {
+			if iv.Replayable {
+				out = append(out, iv.Index)
+			}
+		}
+		return fmt.Sprint(out)
+	}
+	atEnd := &replayer.Divergence{Threads: 5, Seq: 800, Reason: "made a syscall after the last recorded one"}
+	for _, want := range []string{"[7 8 9 10]", "[9 10]", "[10]"} {
+		if !cutDiverged(c, atEnd, t.Logf) {
+			t.Fatalf("no cut, want the window %s", want)
+		}
+		if got := starts(); got != want {
+			t.Fatalf("replayable intervals %s, want %s", got, want)
+		}
+	}
+	if cutDiverged(c, atEnd, t.Logf) {
+		t.Fatalf("cut a window of one interval: %s left", starts())
+	}
+	if r := c.Intervals[0].Reason; !strings.Contains(r, "diverged in the last interval") {
+		t.Errorf("the first interval's reason: %q", r)
+	}
+
+	// One thread: not a race between threads, no cut.
+	for i := range c.Intervals {
+		c.Intervals[i].Replayable, c.Intervals[i].Reason = true, ""
+	}
+	if cutDiverged(c, &replayer.Divergence{Threads: 1, Seq: 800}, t.Logf) {
+		t.Errorf("a divergence of one thread cut the window to %s", starts())
+	}
+	// Several threads, in an earlier interval: the window starts after it.
+	if !cutDiverged(c, &replayer.Divergence{Threads: 2, Seq: 250}, t.Logf) || starts() != "[6 7 8 9 10]" {
+		t.Errorf("a divergence in interval 5 left the window %s, want [6 7 8 9 10]", starts())
 	}
 }
