@@ -1132,3 +1132,46 @@ func (e *engine) stopAt(addr uint64) bool {
 	}
 	return false
 }
+
+// lockFutex reports whether rec, the current thread's next record, which
+// the thread did not make (it made another call), is the futex call of a
+// lock contended in the recording: a wait that returned without a signal
+// (woken, or the word had changed), or a wake. Replay runs a thread's code
+// between two calls at once, so a lock one thread holds between two of its
+// calls is free again before another thread asks for it: the holder's
+// release finds no one to wake, the other thread takes it without waiting,
+// and neither makes its futex call (a pthread mutex, memcached's LRU
+// maintainer and a worker). What the lock protects is the same, and the end
+// state is still compared; a wait or wake the thread does make is compared
+// with the record as any call.
+func (e *engine) lockFutex(rec *format.Syscall) bool {
+	if rec.Nr != unix.SYS_FUTEX || !e.multi() {
+		return false
+	}
+	// The command as futexWake takes it: FUTEX_WAIT 0, FUTEX_WAKE 1,
+	// FUTEX_WAIT_BITSET 9, FUTEX_WAKE_BITSET 10.
+	switch rec.Args[1] & 0x7f {
+	case 0, 9:
+		if rec.Ret != 0 && rec.Ret != -int64(unix.EAGAIN) {
+			return false
+		}
+	case 1, 10:
+	default:
+		return false
+	}
+	// A signal delivered to the thread after this call and before its next
+	// one is placed by the calls: keep it a divergence then.
+	next := e.end.LastSeq + 1
+	for _, s := range e.log[e.next+1:] {
+		if s.Tid == rec.Tid {
+			next = s.Seq
+			break
+		}
+	}
+	for _, ev := range e.c.Signals {
+		if ev.Tid == rec.Tid && ev.Seq >= rec.Seq && ev.Seq < next {
+			return false
+		}
+	}
+	return true
+}

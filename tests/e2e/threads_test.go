@@ -990,3 +990,27 @@ func TestStoreRaceCutsTheWindow(t *testing.T) {
 		replay(t, ck)
 	})
 }
+
+// TestContendedLockNotContendedInReplay records a lock two threads
+// contended for (testdata/contended.c): the waiter waited in futex and the
+// holder's release woke it, calls a replay, which runs the holder's critical
+// section at once, does not make. Those futex calls are skipped and the
+// whole window replays to the verified crash.
+func TestContendedLockNotContendedInReplay(t *testing.T) {
+	requireRoot(t)
+	prog := cc(t, "testdata/contended.c", t.TempDir())
+	forBackends(t, func(t *testing.T, backend string) {
+		ck, log := recordMinimized(t, backend, prog)
+		if strings.Contains(log, "diverged") {
+			t.Errorf("the trial diverged:\n%s", log)
+		}
+		// The window holds the contention: its replay skips the calls.
+		out := replay(t, ck, "-v")
+		if n := strings.Count(out, "not made, the lock was not contended in the replay"); n != 3 {
+			t.Errorf("%d futex calls skipped, want 3 (the holder's wake, the waiter's wait and its own wake):\n%s", n, out)
+		}
+		if n := threadsVerified(t, out); n != 2 {
+			t.Errorf("the replay ran %d threads, want 2", n)
+		}
+	})
+}
