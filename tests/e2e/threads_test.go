@@ -947,7 +947,7 @@ func TestSignalAfterLastCallOfAThread(t *testing.T) {
 
 // TestStoreRaceCutsTheWindow records two threads that meet through memory
 // between their calls in an order replay does not keep
-// (testdata/storerace.c): a replay from before that moment reaches the end
+// (testdata/racing.c store): a replay from before that moment reaches the end
 // with a page that differs there. The dump's trial then keeps the later half
 // of the window, which replays to the end, instead of falling back to every
 // page with a replay that does not verify (memcached's workers read the
@@ -955,9 +955,9 @@ func TestSignalAfterLastCallOfAThread(t *testing.T) {
 // one soak run in 24 ended so).
 func TestStoreRaceCutsTheWindow(t *testing.T) {
 	requireRoot(t)
-	prog := cc(t, "testdata/storerace.c", t.TempDir())
+	prog := cc(t, "testdata/racing.c", t.TempDir())
 	forBackends(t, func(t *testing.T, backend string) {
-		ck, log := recordMinimized(t, backend, prog)
+		ck, log := recordMinimized(t, backend, prog, "store")
 		if !strings.Contains(log, "diverged in its last interval") {
 			t.Errorf("the trial did not meet the race at the end:\n%s", log)
 		}
@@ -992,15 +992,15 @@ func TestStoreRaceCutsTheWindow(t *testing.T) {
 }
 
 // TestContendedLockNotContendedInReplay records a lock two threads
-// contended for (testdata/contended.c): the waiter waited in futex and the
+// contended for (testdata/racing.c lock): the waiter waited in futex and the
 // holder's release woke it, calls a replay, which runs the holder's critical
 // section at once, does not make. Those futex calls are skipped and the
 // whole window replays to the verified crash.
 func TestContendedLockNotContendedInReplay(t *testing.T) {
 	requireRoot(t)
-	prog := cc(t, "testdata/contended.c", t.TempDir())
+	prog := cc(t, "testdata/racing.c", t.TempDir())
 	forBackends(t, func(t *testing.T, backend string) {
-		ck, log := recordMinimized(t, backend, prog)
+		ck, log := recordMinimized(t, backend, prog, "lock")
 		if strings.Contains(log, "diverged") {
 			t.Errorf("the trial diverged:\n%s", log)
 		}

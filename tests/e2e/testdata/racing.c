@@ -1,0 +1,77 @@
+// Two threads that meet between their calls in an order a replay does not
+// keep. After 0.3 s of 1 ms sleeps (so that it happens in an interval
+// replay can start from), the main thread wakes the other one through a
+// pipe; that one spins 0.2 s (no call) and the main thread's next 1 ms
+// sleep returns meanwhile. A replay runs each thread on to its next call as
+// soon as its call returns, so there the spin is over first. Then the main
+// thread sleeps 0.6 s more in 1 ms steps and faults. The argument says what
+// the spin is part of:
+//   store: the other thread stores a value after its spin, and the main
+//          thread copies that value to a page of its own: the old value in
+//          the recording, the new one in a replay; the main thread writes
+//          that page again before it faults, so the end compares it.
+//   lock:  the other thread spins holding a mutex the main thread then asks
+//          for: in the recording the main thread waits in futex and the
+//          release wakes it, in a replay the mutex is free by then.
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static int p1[2], p2[2];
+static int locking;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static volatile int clockv;
+static struct {
+	volatile int seen;
+	volatile long last;
+} state __attribute__((aligned(4096)));
+
+static void *other(void *arg) {
+	(void)arg;
+	char c;
+	if (read(p1[0], &c, 1) != 1)
+		return NULL;
+	if (locking)
+		pthread_mutex_lock(&lock);
+	for (volatile long i = 0; i < 100000000L; i++)
+		;
+	if (locking) {
+		state.last++;
+		pthread_mutex_unlock(&lock);
+	} else {
+		clockv = 1;
+		if (write(p2[1], &c, 1) != 1)
+			return NULL;
+	}
+	for (;;)
+		pause();
+}
+
+int main(int argc, char **argv) {
+	locking = argc > 1 && strcmp(argv[1], "lock") == 0;
+	pthread_t t;
+	if (pipe(p1) || pipe(p2) || pthread_create(&t, NULL, other, NULL))
+		return 1;
+	struct timespec ms = {0, 1000000};
+	for (int i = 0; i < 300; i++)
+		nanosleep(&ms, NULL);
+	char c = 'x';
+	if (write(p1[1], &c, 1) != 1)
+		return 1;
+	nanosleep(&ms, NULL);
+	if (locking) {
+		pthread_mutex_lock(&lock);
+		state.last++;
+		pthread_mutex_unlock(&lock);
+	} else {
+		state.seen = clockv;
+		if (read(p2[0], &c, 1) != 1)
+			return 1;
+	}
+	for (int i = 0; i < 600; i++)
+		nanosleep(&ms, NULL);
+	state.last = 42;
+	*(volatile int *)0 = 0;
+	return 0;
+}
