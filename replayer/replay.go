@@ -314,9 +314,6 @@ type engine struct {
 	// restartAs: a signal handler returns to restart_syscall, which then
 	// finishes this call (format.SignalEvent.Rewound).
 	restartAs int
-	// skippedFutex counts the futex calls of contended locks the replay
-	// did not make (lockFutex).
-	skippedFutex int
 	// untilState is the content of every page at the interval start a
 	// replay with Options.Until ends at, built when a divergence there
 	// first asks for it (recordedEndPage).
@@ -854,7 +851,6 @@ func (e *engine) onEntry(regs proc.Regs, nr int, args [6]uint64) (*Result, error
 		// recording and does not here: skip that call and go on with
 		// the next record.
 		e.logf("#%d [%d] %s: not made, the lock was not contended in the replay", rec.Seq, rec.Tid, e.describe(rec.Nr, rec.Args))
-		e.skippedFutex++
 		e.next++
 		if yielded, res, err := e.yieldAt(nr); yielded {
 			return res, err

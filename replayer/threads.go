@@ -1162,9 +1162,9 @@ func (e *engine) lockFutex(rec *format.Syscall) bool {
 	// A signal delivered to the thread after this call and before its next
 	// one is placed by the calls: keep it a divergence then.
 	next := e.end.LastSeq + 1
-	for _, s := range e.log[e.next+1:] {
-		if s.Tid == rec.Tid {
-			next = s.Seq
+	for i := e.next + 1; i < len(e.log); i++ {
+		if e.log[i].Tid == rec.Tid {
+			next = e.log[i].Seq
 			break
 		}
 	}
