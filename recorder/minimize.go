@@ -273,12 +273,7 @@ const minPieceCalls = 30000
 // of one thread, where the debug registers work (hw), is cut into pieces
 // of about the same number of intervals instead, whatever its calls.
 func trialPieces(c *format.Checkpoint, n int, hw bool) []int {
-	k := 0
-	for i, iv := range c.Intervals {
-		if !iv.Replayable {
-			k = i + 1
-		}
-	}
+	k := replayableFrom(c)
 	ivs := c.Intervals[k:]
 	if len(ivs) == 0 {
 		return nil
@@ -433,16 +428,24 @@ func cutDiverged(c *format.Checkpoint, err error, logf func(string, ...any)) boo
 	return true
 }
 
-// firstHalfEnd is the Index of the last interval of the first half of the
-// replayable end of the window (after the last interval that is not
-// replayable); false when that part has a single interval.
-func firstHalfEnd(c *format.Checkpoint) (int, bool) {
+// replayableFrom is the position in c.Intervals of the first interval after
+// the last one that is not replayable: where the replayable end of the
+// window begins (len(c.Intervals) when it has none).
+func replayableFrom(c *format.Checkpoint) int {
 	k := 0
 	for i, iv := range c.Intervals {
 		if !iv.Replayable {
 			k = i + 1
 		}
 	}
+	return k
+}
+
+// firstHalfEnd is the Index of the last interval of the first half of the
+// replayable end of the window (after the last interval that is not
+// replayable); false when that part has a single interval.
+func firstHalfEnd(c *format.Checkpoint) (int, bool) {
+	k := replayableFrom(c)
 	n := len(c.Intervals) - k
 	if n < 2 {
 		return 0, false

@@ -773,7 +773,7 @@ func (e *engine) matchEnd(regs proc.Regs) string {
 	if len(diffs) > 0 {
 		return strings.Join(diffs, ", ")
 	}
-	return e.digestsDiffer(e.end.Digests, e.rseqs, e.end.Regs.Rsp, true, e.recordedEndPage)
+	return e.digestsDiffer(e.end.Digests, e.rseqs, e.end.Regs.Rsp, true, true)
 }
 
 // matchEndInCall is matchEnd for a recording that ended inside the call nr,
@@ -790,7 +790,7 @@ func (e *engine) matchEndInCall(regs proc.Regs, nr int, args [6]uint64) string {
 	pfds, pfdsLen := reventsOut(nr, args)
 	var diffs []string
 	for _, d := range e.end.Digests {
-		why := e.digestsDiffer([]format.PageRef{d}, e.rseqs, e.end.Regs.Rsp, true, e.recordedEndPage)
+		why := e.digestsDiffer([]format.PageRef{d}, e.rseqs, e.end.Regs.Rsp, true, true)
 		switch {
 		case why == "":
 		case size > 0 && d.Addr < addr+size && addr < d.Addr+pageSize:
@@ -838,10 +838,11 @@ func timeLeftOut(nr int, args [6]uint64) (addr, size uint64) {
 
 // digestsDiffer compares the program's memory with recorded digests
 // (format.DigestPage), reading pages not served yet without serving them.
-// It names every page that differs, or with all false the first. When
-// recorded gives the content a page had where the digests were taken, and
-// that content has the recorded digest, it also says which bytes differ.
-func (e *engine) digestsDiffer(digests []format.PageRef, rseqs []format.Rseq, rsp uint64, all bool, recorded func(uint64) []byte) string {
+// It names every page that differs, or with all false the first. With atEnd
+// (the digests are the end's), when the checkpoint holds the content a page
+// had there and that content has the recorded digest, it also says which
+// bytes differ (recordedEndPage).
+func (e *engine) digestsDiffer(digests []format.PageRef, rseqs []format.Rseq, rsp uint64, all, atEnd bool) string {
 	var diffs []string
 	page := make([]byte, pageSize)
 	for _, d := range digests {
@@ -855,11 +856,13 @@ func (e *engine) digestsDiffer(digests []format.PageRef, rseqs []format.Rseq, rs
 			}
 			data = page
 		}
-		if format.DigestPage(d.Addr, data, rseqs, rsp) != d.Hash {
+		if got := format.DigestMasked(d.Addr, data, rseqs, rsp); format.HashPage(got) != d.Hash {
 			why := fmt.Sprintf("page %#x content", d.Addr)
-			if recorded != nil {
-				if rec := recorded(d.Addr); rec != nil && format.DigestPage(d.Addr, rec, rseqs, rsp) == d.Hash {
-					why += " (" + bytesDiffer(d.Addr, format.DigestMasked(d.Addr, rec, rseqs, rsp), format.DigestMasked(d.Addr, data, rseqs, rsp)) + ")"
+			if atEnd {
+				if rec := e.recordedEndPage(d.Addr); rec != nil {
+					if want := format.DigestMasked(d.Addr, rec, rseqs, rsp); format.HashPage(want) == d.Hash {
+						why += " (" + bytesDiffer(d.Addr, want, got) + ")"
+					}
 				}
 			}
 			diffs = append(diffs, why)
@@ -965,7 +968,7 @@ func (e *engine) signalDiffer(ev *format.SignalEvent, regs proc.Regs) string {
 		// its next (the search ends at that call's entry).
 		digests = slices.DeleteFunc(slices.Clone(digests), func(d format.PageRef) bool { return d.Addr != ev.Regs.Rsp&^(pageSize-1) })
 	}
-	return e.digestsDiffer(digests, rseqs, ev.Regs.Rsp, false, nil)
+	return e.digestsDiffer(digests, rseqs, ev.Regs.Rsp, false, false)
 }
 
 // regsDiff lists the registers of regs that differ from the recorded want:

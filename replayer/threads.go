@@ -850,14 +850,17 @@ func futexWake(s *format.Syscall) bool {
 	if s.Nr != unix.SYS_FUTEX {
 		return false
 	}
-	// The command, without FUTEX_PRIVATE_FLAG and FUTEX_CLOCK_REALTIME:
 	// FUTEX_WAKE, FUTEX_WAKE_OP, FUTEX_WAKE_BITSET (linux/futex.h).
-	switch s.Args[1] & 0x7f {
+	switch futexCommand(s) {
 	case 1, 5, 10:
 		return true
 	}
 	return false
 }
+
+// futexCommand is the command of futex call s, without FUTEX_PRIVATE_FLAG
+// and FUTEX_CLOCK_REALTIME.
+func futexCommand(s *format.Syscall) uint64 { return s.Args[1] & 0x7f }
 
 // hasCalls reports whether thread t has calls left in the log.
 func (e *engine) hasCalls(t *rthread) bool {
@@ -1148,9 +1151,8 @@ func (e *engine) lockFutex(rec *format.Syscall) bool {
 	if rec.Nr != unix.SYS_FUTEX || !e.multi() {
 		return false
 	}
-	// The command as futexWake takes it: FUTEX_WAIT 0, FUTEX_WAKE 1,
-	// FUTEX_WAIT_BITSET 9, FUTEX_WAKE_BITSET 10.
-	switch rec.Args[1] & 0x7f {
+	// FUTEX_WAIT 0, FUTEX_WAKE 1, FUTEX_WAIT_BITSET 9, FUTEX_WAKE_BITSET 10.
+	switch futexCommand(rec) {
 	case 0, 9:
 		if rec.Ret != 0 && rec.Ret != -int64(unix.EAGAIN) {
 			return false
