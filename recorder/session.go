@@ -462,6 +462,9 @@ func (s *session) loop(ctx context.Context, tick <-chan time.Time, requests <-ch
 				s.logf("%s", s.statusLine(time.Now()))
 			}
 		case <-tick:
+			if dying(s.pid) {
+				s.adoptThreads()
+			}
 			if s.state == stateRecording && !s.want.boundary && !s.want.dump && s.skipTick() {
 				s.skipped++
 				continue
@@ -1375,6 +1378,33 @@ func (s *session) stopForDetach() error {
 	}
 }
 
+// adoptThreads takes in the threads of a dying target that tprec was never
+// told about. A thread cloned just as its group was killed (a crash in
+// another thread, a SIGKILL) may never be reported: its parent dies
+// without stopping at its clone event. The new thread is traced all the
+// same, and stops at its exit event like any other; the process cannot
+// finish dying until tprec lets it go. tprec used to wait for the leader's
+// exit forever, the process a zombie holding its threads' resources (a
+// listening socket among them), seen with redis-server's jemalloc starting
+// a background thread as it crashed.
+func (s *session) adoptThreads() {
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", s.pid))
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		tid, err := strconv.Atoi(e.Name())
+		if err != nil || s.threads[tid] != nil {
+			continue
+		}
+		s.threads[tid] = &thread{tid: tid}
+		s.waiters.add(tid, false)
+		if debugStops {
+			s.logf("thread %d of the dying process was never reported: waiting for it too", tid)
+		}
+	}
+}
+
 // waitLeader waits for the leader's next stop outside the loop. Meanwhile
 // it lets the other threads finish dying, and holds those that stop: the
 // leader of an exiting thread group is reported only once every other
@@ -1386,6 +1416,9 @@ func (s *session) waitLeader() (proc.Stop, error) {
 		st, ok, err := proc.WaitNoHang(s.pid)
 		if err != nil || ok {
 			return st, err
+		}
+		if dying(s.pid) {
+			s.adoptThreads()
 		}
 		for tid, t := range s.threads {
 			if tid == s.pid || t.held {

@@ -1014,3 +1014,42 @@ func TestContendedLockNotContendedInReplay(t *testing.T) {
 		}
 	})
 }
+
+// A thread cloned just as its group dies of another thread's crash may
+// never be reported to tprec: its parent is killed before it stops at its
+// clone event. The new thread is traced all the same and stops at its exit
+// event, and the process cannot finish dying until tprec lets it go
+// (testdata/clonestorm.c crashes while three threads start threads as fast
+// as they can). tprec waited for the process to end forever, in 5 of 6
+// runs, with the process a zombie and its listening sockets, had it any,
+// still open. Here tprec must end, having written the checkpoint, and the
+// process with it, three times in a row.
+func TestCrashWhileThreadsStart(t *testing.T) {
+	requireRoot(t)
+	prog := cc(t, "testdata/clonestorm.c", t.TempDir())
+	forBackends(t, func(t *testing.T, backend string) {
+		for run := 0; run < 3; run++ {
+			dir := t.TempDir()
+			rec := startTprec(t, "--backend", backend, "-o", dir, "--", prog, "0.4")
+			rec.waitRecording(t)
+			var pid int
+			for _, l := range strings.Split(rec.stderr.String(), "\n") {
+				if _, err := fmt.Sscanf(l, "tprec: recording process %d", &pid); err == nil {
+					break
+				}
+			}
+			select {
+			case <-rec.done:
+			case <-time.After(60 * time.Second):
+				states := threadStates(pid)
+				t.Fatalf("run %d: tprec did not end within 60 s of a crash; the process's threads:\n%s\ntprec:\n%s", run, states, rec.quit())
+			}
+			if len(checkpoints(t, dir)) != 1 {
+				t.Fatalf("run %d: want one checkpoint:\n%s", run, rec.stderr)
+			}
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); pid == 0 || err == nil {
+				t.Fatalf("run %d: process %d still there after tprec ended:\n%s", run, pid, threadStates(pid))
+			}
+		}
+	})
+}
