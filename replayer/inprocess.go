@@ -312,6 +312,9 @@ func (e *engine) takeable(rec *format.Syscall) bool {
 	if !ok || d.Kind != syscalls.Emulate || rec.Nr == unix.SYS_FUTEX || rec.Nr == unix.SYS_RESTART_SYSCALL || len(rec.Pages) > 0 || e.startsThread(rec) {
 		return false
 	}
+	if _, ok := rseqRegistration(rec); ok {
+		return false // the engine writes the area (rseqRegistered)
+	}
 	// What --output-dir saves is read from the program's memory at the
 	// call's entry stop.
 	return e.out == nil || !e.out.captures(rec.Nr)

@@ -897,6 +897,9 @@ func (e *engine) onEntry(regs proc.Regs, nr int, args [6]uint64) (*Result, error
 	p := &pv
 	switch d.Kind {
 	case syscalls.Emulate:
+		if area, ok := rseqRegistration(rec); ok {
+			p.after = func() error { return e.rseqRegistered(area) }
+		}
 	case syscalls.Process:
 		p.real, p.want = true, rec.Ret
 		if a, n := processMemory(rec.Nr, rec.Args); a != 0 {
@@ -918,7 +921,7 @@ func (e *engine) onEntry(regs proc.Regs, nr int, args [6]uint64) (*Result, error
 		if p.real || p.rewrote {
 			return nil, fmt.Errorf("syscall #%d: %s stopped under SYSEMU but must run for real", rec.Seq, d.Name)
 		}
-		if !e.lazyIn(rec.Out) {
+		if area, ok := rseqRegistration(rec); !e.lazyIn(rec.Out) && (!ok || !e.lazyRange(area, 8)) {
 			// PTRACE_SYSEMU: the kernel skips this call and never stops at
 			// its exit; complete it now.
 			e.skipExit = true
@@ -1214,4 +1217,29 @@ func (e *engine) launch() error {
 	// (with several threads, to the one that runs first; the others' when
 	// they first run, startSignals).
 	return e.signalsAtStart(e.cur.rec.Regs)
+}
+
+// rseqRegistration reports whether rec registered an rseq area, and where.
+func rseqRegistration(rec *format.Syscall) (uint64, bool) {
+	const unregister = 1 // RSEQ_FLAG_UNREGISTER
+	return rec.Args[0], rec.Nr == unix.SYS_RSEQ && rec.Ret == 0 && rec.Args[2]&unregister == 0 && rec.Args[1] >= 8
+}
+
+// rseqRegistered does to a newly registered rseq area what the kernel does
+// on the way back to user space: it writes the thread's CPU number into
+// cpu_id_start and cpu_id (struct rseq, linux/rseq.h). Replay does not
+// register the area (a stub thread would get the replay machine's CPU
+// numbers at any time), so without this a thread started in the window
+// kept glibc's "not registered" value there, and a thread it started got
+// no rseq registration: glibc passes rseq on only when the creator's
+// cpu_id is a CPU number (nptl pthread_create), and the new thread skipped
+// the recorded rseq call (testdata/clonestorm.c). The recorder cannot see
+// the number the kernel wrote (it is written after the syscall's exit
+// event); replay writes 0, the same on every run. The area is left out of
+// every digest.
+func (e *engine) rseqRegistered(area uint64) error {
+	if err := e.touch(area, 8); err != nil {
+		return err
+	}
+	return e.mem.WriteAt(make([]byte, 8), area)
 }

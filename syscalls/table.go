@@ -417,7 +417,7 @@ var table = []Desc{
 	{Nr: unix.SYS_IO_PGETEVENTS, Name: "io_pgetevents", Kind: Unsupported, Args: a(aHex, aInt, aInt, aPtr, aPtr, aPtr), Note: noteAsync},
 	{Nr: unix.SYS_RSEQ, Name: "rseq", Kind: Emulate, Args: a(aPtr, aUint, aHex, aHex),
 		Note: "the kernel later writes cpu_id fields of the rseq area on preemption and migration, outside any syscall; " +
-			"replay sees the recorded values and must not register the area"},
+			"replay sees the recorded values and must not register the area (it writes CPU 0 into an area registered in the window)"},
 	{Nr: unix.SYS_PIDFD_SEND_SIGNAL, Name: "pidfd_send_signal", Kind: Emulate, Args: a(aFd, ArgSignal, aPtr, aHex), Note: noteSignal},
 	{Nr: unix.SYS_IO_URING_SETUP, Name: "io_uring_setup", Kind: Unsupported, Args: a(aUint, aPtr), Note: noteAsync},
 	{Nr: unix.SYS_IO_URING_ENTER, Name: "io_uring_enter", Kind: Unsupported, Args: a(aFd, aUint, aUint, aHex, aPtr, aUint), Note: noteAsync},

@@ -350,6 +350,29 @@ func TestThreadsStartedInWindow(t *testing.T) {
 	})
 }
 
+// Threads started in the window start threads of their own
+// (testdata/spawnchain.c). glibc registers a new thread's rseq area only
+// when its creator's area holds a CPU number, which the kernel writes after
+// a registration; replay, which does not register areas, kept glibc's
+// "not registered" value in the area of a thread it started, and the
+// thread that one started skipped its recorded rseq call: every trial
+// replay diverged. The whole window must replay now.
+func TestThreadsStartThreads(t *testing.T) {
+	requireRoot(t)
+	prog := cc(t, "testdata/spawnchain.c", t.TempDir())
+	forBackends(t, func(t *testing.T, backend string) {
+		ck, log := recordMinimized(t, backend, prog, "1.0")
+		if strings.Contains(log, "diverged") {
+			t.Fatalf("want a trial replay that succeeded at once:\n%s", log)
+		}
+		// Two threads a job: under the ptrace backend's stops, a window
+		// holds dozens.
+		if n := threadsVerified(t, replay(t, ck)); n < 30 {
+			t.Errorf("the replay ran %d threads, want dozens", n)
+		}
+	})
+}
+
 // memcachedLight starts Debian's memcached with four worker threads and no
 // background maintainers on port, and one client that stores and reads back a key every 2 ms over one
 // connection, as a cache under light traffic sees, until the test ends.
