@@ -181,13 +181,32 @@ one() {
 	REC=$!
 	local after
 	after=$(awk -v r=$RANDOM 'BEGIN {printf "%.2f", 1 + 2 * r / 32767}')
-	local why=
+	local why= to
 	if ! waitfor 20 grep -q 'recording process' "$log"; then
 		why="tprec did not start"
 		kill -INT "$REC" 2>/dev/null || true
 	else
 		sleep "$after"
-		"$WORK/tgkill" "$TPID" || true
+		# Odd runs fault the main thread; even runs send the signal to the
+		# process, as a watchdog or a supervisor does: the kernel gives it
+		# to whichever thread it picks (a background thread of redis,
+		# jemalloc's, was one).
+		if [ $((run % 2)) -eq 1 ]; then
+			to="main thread"
+			"$WORK/tgkill" "$TPID" || true
+		else
+			to="process"
+			kill -SEGV "$TPID" 2>/dev/null || true
+		fi
+	fi
+	# tprec must end with the process: one waiting for ever keeps the
+	# crashed process a zombie, its sockets open.
+	if [ -z "$why" ] && ! waitfor 60 sh -c "! kill -0 $REC 2>/dev/null"; then
+		why="tprec did not end within 60 s of the crash"
+		ls "/proc/$TPID/task" 2>/dev/null | while read -r t; do
+			echo "    thread $t: $(cut -d' ' -f2-3 "/proc/$TPID/task/$t/stat" 2>/dev/null), wchan $(cat "/proc/$TPID/task/$t/wchan" 2>/dev/null)"
+		done >>"$log"
+		kill -QUIT "$REC" 2>/dev/null || true
 	fi
 	wait "$TPID" 2>/dev/null || true
 	wait "$REC" 2>/dev/null || true
@@ -210,10 +229,10 @@ one() {
 		cp "$log" "$keep/tprec.log"
 		[ -z "$ck" ] || cp "$ck" "$keep/"
 		[ ! -s "$WORK/replay.out" ] || cp "$WORK/replay.out" "$keep/"
-		echo "$w $b run $run (crash after ${after}s): $why; kept in $keep"
+		echo "$w $b run $run (SIGSEGV to the $to after ${after}s): $why; kept in $keep"
 		grep -E 'trial replay failed|diverged|error' "$log" | head -3 | sed 's/^/    /' || true
 	else
-		echo "$w $b run $run (crash after ${after}s): verified, $(sed -nE 's/.* ([0-9]+ syscalls), ([0-9]+ touched pages of [0-9]+).*/\1, \2/p' "$log")"
+		echo "$w $b run $run (SIGSEGV to the $to after ${after}s): verified, $(sed -nE 's/.* ([0-9]+ syscalls), ([0-9]+ touched pages of [0-9]+).*/\1, \2/p' "$log")"
 	fi
 	rm -f "$WORK/replay.out"
 }
