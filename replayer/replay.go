@@ -852,6 +852,17 @@ func (e *engine) onEntry(regs proc.Regs, nr int, args [6]uint64) (*Result, error
 		// the next record.
 		e.logf("#%d [%d] %s: not made, the lock was not contended in the replay", rec.Seq, rec.Tid, e.describe(rec.Nr, rec.Args))
 		e.next++
+		if e.emu {
+			// The thread was resumed under PTRACE_SYSEMU for that futex
+			// call, and the kernel skips the call it made instead
+			// whatever happens next: were it parked here for another
+			// thread, or compared with a record that runs for real, it
+			// would go on with -ENOSYS as its result. It makes the call
+			// again, resumed as the record now next asks (the skipped
+			// call's exit stop comes first: skipExit).
+			e.skipExit = true
+			return nil, e.callAgain(regs, nr)
+		}
 		if yielded, res, err := e.yieldAt(nr); yielded {
 			return res, err
 		}
@@ -1217,6 +1228,20 @@ func (e *engine) launch() error {
 	// (with several threads, to the one that runs first; the others' when
 	// they first run, startSignals).
 	return e.signalsAtStart(e.cur.rec.Regs)
+}
+
+// callAgain sets the current thread, stopped at the entry of call nr, to
+// make that call again when resumed: on its syscall instruction, with the
+// call's number in rax (a PTRACE_SYSEMU entry's call is skipped, and under
+// PTRACE_SYSCALL orig_rax -1 skips it, so the call does not run twice).
+func (e *engine) callAgain(regs proc.Regs, nr int) error {
+	regs.Rip -= 2
+	regs.Rax = uint64(nr)
+	regs.OrigRax = ^uint64(0)
+	if err := proc.SetRegs(e.stub.tid, regs); err != nil {
+		return fmt.Errorf("make %s again: %w", syscalls.Name(nr), err)
+	}
+	return nil
 }
 
 // rseqRegistration reports whether rec registered an rseq area, and where.

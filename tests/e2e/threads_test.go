@@ -1038,6 +1038,29 @@ func TestContendedLockNotContendedInReplay(t *testing.T) {
 	})
 }
 
+// The same contention, but replay resumes the lock's holder for the futex
+// wake of its release, which it then skips (racing.c lockspin): the
+// holder was resumed under PTRACE_SYSEMU, where the kernel skips whatever
+// call the thread makes. The call it made instead, one replay executes for
+// real, failed the trial ("stopped under SYSEMU but must run for real"),
+// or, when the thread was parked there for another one, came back with
+// -ENOSYS. The thread now makes its call again. What replay still cannot
+// match is the stack below the main thread's end (the recording's lock
+// wait left its frames there): the trial keeps a later part of the window.
+func TestSkippedWakeUnderSysemu(t *testing.T) {
+	requireRoot(t)
+	prog := cc(t, "testdata/racing.c", t.TempDir())
+	forBackends(t, func(t *testing.T, backend string) {
+		ck, log := recordMinimized(t, backend, prog, "lockspin")
+		for _, bad := range []string{"stopped under SYSEMU", "executed for real gave another result"} {
+			if strings.Contains(log, bad) {
+				t.Errorf("the trial met %q:\n%s", bad, log)
+			}
+		}
+		replay(t, ck)
+	})
+}
+
 // A thread cloned just as its group dies of another thread's crash may
 // never be reported to tprec: its parent is killed before it stops at its
 // clone event. The new thread is traced all the same and stops at its exit

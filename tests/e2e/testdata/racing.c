@@ -13,13 +13,20 @@
 //   lock:  the other thread spins holding a mutex the main thread then asks
 //          for: in the recording the main thread waits in futex and the
 //          release wakes it, in a replay the mutex is free by then.
+//   lockspin: as lock, but the main thread spins 0.1 s (no call) between
+//          waking the other thread and asking for the mutex, so that
+//          replay runs the other thread's whole hold at once: the futex
+//          wake of its release, which replay skips, is the call replay
+//          resumed it for, and the call it makes instead (it blocks a
+//          signal) is one replay executes for real.
 #include <pthread.h>
+#include <signal.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 static int p1[2], p2[2];
-static int locking;
+static int locking, spinning;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static volatile int clockv;
 static struct {
@@ -39,6 +46,12 @@ static void *other(void *arg) {
 	if (locking) {
 		state.last++;
 		pthread_mutex_unlock(&lock);
+		if (spinning) {
+			sigset_t s;
+			sigemptyset(&s);
+			sigaddset(&s, SIGUSR1);
+			pthread_sigmask(SIG_BLOCK, &s, NULL);
+		}
 	} else {
 		clockv = 1;
 		if (write(p2[1], &c, 1) != 1)
@@ -49,7 +62,8 @@ static void *other(void *arg) {
 }
 
 int main(int argc, char **argv) {
-	locking = argc > 1 && strcmp(argv[1], "lock") == 0;
+	spinning = argc > 1 && strcmp(argv[1], "lockspin") == 0;
+	locking = spinning || (argc > 1 && strcmp(argv[1], "lock") == 0);
 	pthread_t t;
 	if (pipe(p1) || pipe(p2) || pthread_create(&t, NULL, other, NULL))
 		return 1;
@@ -59,7 +73,11 @@ int main(int argc, char **argv) {
 	char c = 'x';
 	if (write(p1[1], &c, 1) != 1)
 		return 1;
-	nanosleep(&ms, NULL);
+	if (spinning)
+		for (volatile long i = 0; i < 50000000L; i++)
+			;
+	else
+		nanosleep(&ms, NULL);
 	if (locking) {
 		pthread_mutex_lock(&lock);
 		state.last++;
