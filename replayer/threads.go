@@ -740,7 +740,8 @@ func (e *engine) afterCall(regs proc.Regs) (bool, *Result, error) {
 	last, more := true, false
 	for i, s := range e.log[e.next:] {
 		if s.Tid == e.cur.rec.Tid {
-			last, more = false, wakeUnderLock(&e.log[e.next-1], &s) || e.endsBefore(e.next+i)
+			under := wakeUnderLock(&e.log[e.next-1], &s) && !releasedBefore(&s, e.log[e.next:e.next+i])
+			last, more = false, under || e.endsBefore(e.next+i)
 			break
 		}
 	}
@@ -843,6 +844,25 @@ func (e *engine) clearTid(t format.Thread) uint64 {
 // its unlock is due.
 func wakeUnderLock(done, next *format.Syscall) bool {
 	return futexWake(done) && done.Ret > 0 && futexWake(next)
+}
+
+// releasedBefore reports whether one of between, the calls of other
+// threads before wake, waited for the futex wake wakes and found its value
+// changed (EAGAIN): the mutex was unlocked before it, and only the unlock's
+// wake came later. A waker held for the woken thread to run first
+// (wakeUnderLock) would still hold the mutex when that thread tries again:
+// it runs on to its wake instead (redis-server's main thread signalling
+// jemalloc's background thread).
+func releasedBefore(wake *format.Syscall, between []format.Syscall) bool {
+	for i := range between {
+		s := &between[i]
+		if s.Nr == unix.SYS_FUTEX && s.Args[0] == wake.Args[0] && s.Ret == -int64(unix.EAGAIN) {
+			if c := futexCommand(s); c == 0 || c == 9 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // futexWake reports whether s is a futex call that wakes waiters.

@@ -1061,6 +1061,28 @@ func TestSkippedWakeUnderSysemu(t *testing.T) {
 	})
 }
 
+// A thread woken through a condition variable's futex waits for the mutex
+// its waker holds, but its FUTEX_WAIT comes after the release and returns
+// EAGAIN; the release's own wake comes later (testdata/condagain.c). Replay
+// held the waker at its signal until the woken thread had run, as for a
+// condition variable signalled under its mutex, so the woken thread found
+// the mutex still held and waited again: every trial diverged. Seen in a
+// soak run of redis-server, its main thread waking jemalloc's background
+// thread. The waker now runs on to its release first.
+func TestWokenThreadFindsMutexReleased(t *testing.T) {
+	requireRoot(t)
+	prog := cc(t, "testdata/condagain.c", t.TempDir())
+	forBackends(t, func(t *testing.T, backend string) {
+		ck, log := recordMinimized(t, backend, prog)
+		if strings.Contains(log, "diverged") {
+			t.Fatalf("want a trial replay that succeeded at once:\n%s", log)
+		}
+		if n := threadsVerified(t, replay(t, ck)); n != 2 {
+			t.Errorf("the replay ran %d threads, want 2", n)
+		}
+	})
+}
+
 // A thread cloned just as its group dies of another thread's crash may
 // never be reported to tprec: its parent is killed before it stops at its
 // clone event. The new thread is traced all the same and stops at its exit
