@@ -351,7 +351,7 @@ func TestThreadsStartedInWindow(t *testing.T) {
 }
 
 // Threads started in the window start threads of their own
-// (testdata/spawnchain.c). glibc registers a new thread's rseq area only
+// (testdata/spawner.c nested). glibc registers a new thread's rseq area only
 // when its creator's area holds a CPU number, which the kernel writes after
 // a registration; replay, which does not register areas, kept glibc's
 // "not registered" value in the area of a thread it started, and the
@@ -359,9 +359,9 @@ func TestThreadsStartedInWindow(t *testing.T) {
 // replay diverged. The whole window must replay now.
 func TestThreadsStartThreads(t *testing.T) {
 	requireRoot(t)
-	prog := cc(t, "testdata/spawnchain.c", t.TempDir())
+	prog := cc(t, "testdata/spawner.c", t.TempDir())
 	forBackends(t, func(t *testing.T, backend string) {
-		ck, log := recordMinimized(t, backend, prog, "1.0")
+		ck, log := recordMinimized(t, backend, prog, "1.0", "nested")
 		if strings.Contains(log, "diverged") {
 			t.Fatalf("want a trial replay that succeeded at once:\n%s", log)
 		}
