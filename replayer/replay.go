@@ -1258,7 +1258,7 @@ func rseqRegistration(rec *format.Syscall) (uint64, bool) {
 // kept glibc's "not registered" value there, and a thread it started got
 // no rseq registration: glibc passes rseq on only when the creator's
 // cpu_id is a CPU number (nptl pthread_create), and the new thread skipped
-// the recorded rseq call (testdata/clonestorm.c). The recorder cannot see
+// the recorded rseq call (testdata/spawner.c nested). The recorder cannot see
 // the number the kernel wrote (it is written after the syscall's exit
 // event); replay writes 0, the same on every run. The area is left out of
 // every digest.
