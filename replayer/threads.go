@@ -847,16 +847,19 @@ func wakeUnderLock(done, next *format.Syscall) bool {
 }
 
 // releasedBefore reports whether one of between, the calls of other
-// threads before wake, waited for the futex wake wakes and found its value
-// changed (EAGAIN): the mutex was unlocked before it, and only the unlock's
-// wake came later. A waker held for the woken thread to run first
+// threads before wake, waited for the futex wake wakes and is logged
+// before it: it found the value changed (EAGAIN), the mutex unlocked
+// before the wait and only the unlock's wake later; or it returned 0, woken
+// by that very wake, whose waker the ptrace backend happened to collect
+// after the woken thread. Either way the mutex was free when the waiting
+// thread went on. A waker held for the woken thread to run first
 // (wakeUnderLock) would still hold the mutex when that thread tries again:
-// it runs on to its wake instead (redis-server's main thread signalling
-// jemalloc's background thread).
+// it runs on instead (redis-server's main thread signalling jemalloc's
+// background thread).
 func releasedBefore(wake *format.Syscall, between []format.Syscall) bool {
 	for i := range between {
 		s := &between[i]
-		if s.Nr == unix.SYS_FUTEX && s.Args[0] == wake.Args[0] && s.Ret == -int64(unix.EAGAIN) {
+		if s.Nr == unix.SYS_FUTEX && s.Args[0] == wake.Args[0] && (s.Ret == 0 || s.Ret == -int64(unix.EAGAIN)) {
 			if c := futexCommand(s); c == 0 || c == 9 {
 				return true
 			}
