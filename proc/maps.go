@@ -74,19 +74,27 @@ func Special(m format.Mapping) bool {
 	return m.Path == "[vvar]" || m.Path == "[vvar_vclock]" || m.Path == "[vsyscall]"
 }
 
+// Tids lists the threads of pid (/proc/PID/task).
+func Tids(pid int) ([]int, error) {
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return nil, err
+	}
+	tids := make([]int, 0, len(ents))
+	for _, e := range ents {
+		if tid, err := strconv.Atoi(e.Name()); err == nil {
+			tids = append(tids, tid)
+		}
+	}
+	return tids, nil
+}
+
 // ThreadNames reads the name (comm) of every thread of pid; a thread that
 // ends meanwhile is left out.
 func ThreadNames(pid int) []format.ThreadName {
-	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		return nil
-	}
+	tids, _ := Tids(pid)
 	var out []format.ThreadName
-	for _, e := range ents {
-		tid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
+	for _, tid := range tids {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/comm", pid, tid))
 		if err != nil {
 			continue

@@ -284,14 +284,13 @@ func (s *session) attach(pid int) error {
 // the kernel (PTRACE_O_TRACECLONE) and reported by its creator's clone event.
 func (s *session) seizeThreads() error {
 	for {
-		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", s.pid))
+		tids, err := proc.Tids(s.pid)
 		if err != nil {
 			return fmt.Errorf("attach to %d: %w", s.pid, ErrNoProcess)
 		}
 		added := false
-		for _, e := range tasks {
-			tid, err := strconv.Atoi(e.Name())
-			if err != nil || s.threads[tid] != nil {
+		for _, tid := range tids {
+			if s.threads[tid] != nil {
 				continue
 			}
 			switch err := proc.Seize(tid, targetOptions); {
@@ -1388,13 +1387,9 @@ func (s *session) stopForDetach() error {
 // listening socket among them), seen with redis-server's jemalloc starting
 // a background thread as it crashed.
 func (s *session) adoptThreads() {
-	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", s.pid))
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		tid, err := strconv.Atoi(e.Name())
-		if err != nil || s.threads[tid] != nil {
+	tids, _ := proc.Tids(s.pid)
+	for _, tid := range tids {
+		if s.threads[tid] != nil {
 			continue
 		}
 		s.threads[tid] = &thread{tid: tid}

@@ -174,10 +174,7 @@ func (e *engine) runAgain(regs proc.Regs) error {
 	if err := a.serve(); err != nil {
 		return err
 	}
-	regs.Rip -= 2
-	regs.Rax = uint64(a.nr)
-	regs.OrigRax = ^uint64(0)
-	return proc.SetRegs(e.stub.tid, regs)
+	return e.callAgain(regs, a.nr)
 }
 
 // peek returns the content a page not served yet would be served with,

@@ -906,9 +906,10 @@ func (e *engine) onEntry(regs proc.Regs, nr int, args [6]uint64) (*Result, error
 	// and a heap copy is made only for a call that stays pending.
 	pv := pending{rec: rec, desc: d}
 	p := &pv
+	area, rseq := rseqRegistration(rec)
 	switch d.Kind {
 	case syscalls.Emulate:
-		if area, ok := rseqRegistration(rec); ok {
+		if rseq {
 			p.after = func() error { return e.rseqRegistered(area) }
 		}
 	case syscalls.Process:
@@ -932,7 +933,7 @@ func (e *engine) onEntry(regs proc.Regs, nr int, args [6]uint64) (*Result, error
 		if p.real || p.rewrote {
 			return nil, fmt.Errorf("syscall #%d: %s stopped under SYSEMU but must run for real", rec.Seq, d.Name)
 		}
-		if area, ok := rseqRegistration(rec); !e.lazyIn(rec.Out) && (!ok || !e.lazyRange(area, 8)) {
+		if !e.lazyIn(rec.Out) && (!rseq || !e.lazyRange(area, 8)) {
 			// PTRACE_SYSEMU: the kernel skips this call and never stops at
 			// its exit; complete it now.
 			e.skipExit = true

@@ -858,14 +858,24 @@ func wakeUnderLock(done, next *format.Syscall) bool {
 // background thread).
 func releasedBefore(wake *format.Syscall, between []format.Syscall) bool {
 	for i := range between {
-		s := &between[i]
-		if s.Nr == unix.SYS_FUTEX && s.Args[0] == wake.Args[0] && (s.Ret == 0 || s.Ret == -int64(unix.EAGAIN)) {
-			if c := futexCommand(s); c == 0 || c == 9 {
-				return true
-			}
+		if s := &between[i]; s.Args[0] == wake.Args[0] && finishedWait(s) {
+			return true
 		}
 	}
 	return false
+}
+
+// finishedWait reports whether s is a futex wait (FUTEX_WAIT 0,
+// FUTEX_WAIT_BITSET 9) that was woken or found the value changed: not one
+// that timed out or was interrupted.
+func finishedWait(s *format.Syscall) bool {
+	if s.Nr != unix.SYS_FUTEX {
+		return false
+	}
+	if c := futexCommand(s); c != 0 && c != 9 {
+		return false
+	}
+	return s.Ret == 0 || s.Ret == -int64(unix.EAGAIN)
 }
 
 // futexWake reports whether s is a futex call that wakes waiters.
@@ -1174,14 +1184,8 @@ func (e *engine) lockFutex(rec *format.Syscall) bool {
 	if rec.Nr != unix.SYS_FUTEX || !e.multi() {
 		return false
 	}
-	// FUTEX_WAIT 0, FUTEX_WAKE 1, FUTEX_WAIT_BITSET 9, FUTEX_WAKE_BITSET 10.
-	switch futexCommand(rec) {
-	case 0, 9:
-		if rec.Ret != 0 && rec.Ret != -int64(unix.EAGAIN) {
-			return false
-		}
-	case 1, 10:
-	default:
+	// FUTEX_WAKE 1, FUTEX_WAKE_BITSET 10.
+	if c := futexCommand(rec); !finishedWait(rec) && c != 1 && c != 10 {
 		return false
 	}
 	// A signal delivered to the thread after this call and before its next
