@@ -436,21 +436,57 @@ func memcachedLight(t *testing.T, port string) (*exec.Cmd, chan error) {
 // serving a client, crashed in its main thread: the replay runs every
 // thread that made calls, the dispatcher and the four workers, to the
 // verified crash, the whole window.
+//
+// One race of memcached's is known not to replay (ARCHITECTURE.md,
+// "Threads"): the main thread stores its clock once a second right
+// after a clock_gettime, and a worker copies it into an item between two of
+// its calls, in either order. When the crash comes within microseconds of
+// that store, the replay of the window may end with the item's time stamp
+// one second off (one byte), the trial then cuts the window, and not every
+// interval is replayable. The test allows that once, only in that form (a
+// divergence in the last interval, at the end, of one byte of memory), and
+// then records a new memcached; anything else fails at once.
 func TestMemcachedThreads(t *testing.T) {
 	requireRoot(t)
 	forBackends(t, func(t *testing.T, backend string) {
 		port := map[string]string{"ebpf": "11731", "ptrace": "11732"}[backend]
-		target, done := memcachedLight(t, port)
-		pid := target.Process.Pid
-		if n := len(tids(t, pid)); n != 6 {
-			t.Fatalf("memcached has %d threads, want 6", n)
-		}
-		ck := crashThread(t, target, done, pid, 2*time.Second, "--backend", backend)
-		allReplayable(t, ck)
-		if n := threadsVerified(t, replay(t, ck)); n != 5 {
-			t.Errorf("the replay ran %d threads, want 5", n)
+		for attempt := 1; ; attempt++ {
+			target, done := memcachedLight(t, port)
+			pid := target.Process.Pid
+			if n := len(tids(t, pid)); n != 6 {
+				t.Fatalf("memcached has %d threads, want 6", n)
+			}
+			ck := crashThread(t, target, done, pid, 2*time.Second, "--backend", backend)
+			if attempt == 1 && clockRaceOnly(intervalsIn(t, ck)) {
+				t.Logf("the window met memcached's clock race; once more with a new memcached")
+				continue
+			}
+			allReplayable(t, ck)
+			if n := threadsVerified(t, replay(t, ck)); n != 5 {
+				t.Errorf("the replay ran %d threads, want 5", n)
+			}
+			return
 		}
 	})
+}
+
+// clockRaceOnly reports whether the intervals a checkpoint leaves out were
+// left out only for a divergence of the form memcached's clock race takes:
+// in the window's last interval, one byte of memory differing at the end.
+func clockRaceOnly(ivs []intervalInfo) bool {
+	cut := 0
+	for _, iv := range ivs {
+		if iv.Replayable {
+			continue
+		}
+		cut++
+		if !strings.Contains(iv.Reason, "diverged in the last interval") ||
+			!strings.Contains(iv.Reason, "made a syscall after the last recorded one") ||
+			!strings.Contains(iv.Reason, "(1 byte differs:") {
+			return false
+		}
+	}
+	return cut > 0
 }
 
 // Debian's memcached serving a client while an operator sends it SIGHUP
