@@ -318,6 +318,11 @@ type engine struct {
 	// replay with Options.Until ends at, built when a divergence there
 	// first asks for it (recordedEndPage).
 	untilState map[uint64]format.Hash
+	// endPages keeps what recordedEndPage found for each address (nil
+	// when the checkpoint does not hold it): an end search in a loop asks
+	// for the same page at every pass where only memory differs, and
+	// reading it decompressed a page block each time.
+	endPages map[uint64][]byte
 }
 
 // prepare checks that c can be replayed here and plans the run.
