@@ -143,7 +143,7 @@ func minimize(ctx context.Context, c *format.Checkpoint, store format.PageSource
 	if oneStart {
 		for k, iv := range c.Intervals {
 			if iv.Index == res.From {
-				storeOneStart(c, k)
+				storeOneStart(c, k, endWordPages(res.EndWords))
 				c.Header.PageSetNote += fmt.Sprintf("; the start of interval %d stored, replays from later ones run through it", res.From)
 			}
 		}
@@ -159,7 +159,11 @@ func minimize(ctx context.Context, c *format.Checkpoint, store format.PageSource
 // recreates them as it runs. The other intervals keep their registers,
 // maps and boundary digests (Interval.Digests, computed before), so a
 // replay that arrives at their start is still verified there.
-func storeOneStart(c *format.Checkpoint, k int) {
+//
+// The pages of ends (their addresses) also keep their final content: the
+// trial's end search compared words of them in the process (EndWords), and
+// tpreplay needs that content to do the same.
+func storeOneStart(c *format.Checkpoint, k int, ends map[uint64]bool) {
 	start := map[uint64]format.Hash{}
 	for j := len(c.Intervals) - 1; j >= k; j-- {
 		for _, p := range c.Intervals[j].Written {
@@ -173,7 +177,7 @@ func storeOneStart(c *format.Checkpoint, k int) {
 	sort.Slice(first, func(i, j int) bool { return first[i].Addr < first[j].Addr })
 	var final []format.PageRef
 	for _, p := range c.Final {
-		if _, ok := start[p.Addr]; !ok {
+		if _, ok := start[p.Addr]; !ok || ends[p.Addr] {
 			final = append(final, p)
 		}
 	}
@@ -182,6 +186,15 @@ func storeOneStart(c *format.Checkpoint, k int) {
 	}
 	c.Intervals[k].Written = first
 	c.Final = final
+}
+
+// endWordPages returns the pages of the words an end search compared.
+func endWordPages(words []uint64) map[uint64]bool {
+	pages := map[uint64]bool{}
+	for _, w := range words {
+		pages[w&^(format.PageSize-1)] = true
+	}
+	return pages
 }
 
 // runTrial runs one replay of the trial. A panic in the replayer, a bug,
@@ -256,7 +269,7 @@ func trialReplay(ctx context.Context, c *format.Checkpoint, store format.PageSou
 		}
 	}
 	last := results[len(results)-1]
-	res.End, res.Rip = last.End, last.Rip
+	res.End, res.Rip, res.EndWords = last.End, last.Rip, last.EndWords
 	return &res, nil
 }
 

@@ -105,7 +105,14 @@ func (e *engine) startSearch(regs proc.Regs, what string) error {
 	}
 	e.bp = breakpoint{addr: rip, orig: code[0], active: true, syscall: len(code) >= 2 && code[0] == 0x0f && code[1] == 0x05, hw: e.dbg == nil && e.hwbp,
 		rep: decodeRepString(code)}
-	if s, err := e.searchInProcess(rip, regs.Rip); err != nil || s != nil {
+	var s *endInProcess
+	if code[0] == 0xc3 {
+		s, err = e.searchAfterRet(e.goal(), regs.Rip)
+	}
+	if s == nil && err == nil {
+		s, err = e.searchInProcess(e.goal(), regs.Rip)
+	}
+	if err != nil || s != nil {
 		// Compared in the process; a re-arm (none is expected) would
 		// take DR0, which leaves the jmp there alone.
 		e.bp.inproc, e.bp.armed = s, true
@@ -580,6 +587,7 @@ func (e *engine) endBreakpointHit(regs proc.Regs) *Result {
 	} else if i := e.firstEndDiffer(); i >= 0 {
 		e.bp.regsMatched++
 		e.bp.lastDiffer = i
+		e.watchEndWord(e.end.Digests[i])
 		if e.bp.memWhy == "" {
 			why = e.digestsDiffer(e.end.Digests, e.rseqs, e.end.Regs.Rsp, true, true)
 			e.bp.memWhy = why
@@ -645,7 +653,12 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 		if regs.Rip == s.trap+1 {
 			// Every general register matches: compare the rest.
 			e.bp.hits = s.passes() - 1 // goalHit counts this one
-			if res, done, err := e.goalHit(s.regsAt(regs, e.bp.addr)); res != nil || done || err != nil {
+			at := s.rewindRet(s.regsAt(regs, s.at), e.bp.addr)
+			if res, done, err := e.goalHit(at); res != nil || done || err != nil {
+				if res != nil && s.ret != 0 {
+					// Stand where the recording ended, before the ret.
+					err = proc.SetRegs(pid, at)
+				}
 				return res, unix.PTRACE_SYSCALL, err
 			}
 			return nil, unix.PTRACE_SYSCALL, nil // on through the code's miss path
@@ -654,6 +667,7 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 			// A jump to a displaced instruction: to its copy.
 			regs.Rip = s.relocated[k+1]
 			s.redirects++
+			e.retargetCall(s, k, regs.Rsp)
 			return nil, unix.PTRACE_SYSCALL, proc.SetRegs(pid, regs)
 		}
 	}

@@ -3,6 +3,7 @@ package replayer
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/proc"
@@ -28,7 +29,9 @@ import (
 // displacements adjusted, jumps kept going where they went), and jumps
 // back after them. The engine then compares the rest (flags, memory
 // digests) as at any pass. A call among the displaced instructions would
-// push the copy's address, so none may be one; the addresses of the ones
+// push the copy's address: a `call rel32` is moved as a push of its own
+// return address and a jmp to its target (other calls are not moved); the
+// addresses of the ones
 // after the first, where a jump elsewhere in the program could land, are
 // watched by the debug registers, which move such a jump to their copy.
 // Only code mapped from a file and not writable is patched (JIT code may be
@@ -37,12 +40,24 @@ import (
 // search treats apart. Otherwise, and in debugger sessions, the search
 // stops at every pass.
 
+//
+// Some loops pass the end rip with the same registers every time, their
+// state in memory (openssl speed counts its iterations on the stack), and
+// every pass stopped: 664,125 in 35 s, where the recording had made
+// millions. So the code also compares up to endWords memory words with
+// the recorded end's: each time a stop finds the registers right and a
+// page different, the first word that differs, where the checkpoint holds
+// the page as the recording ended it, joins them (watchEndWord). The real
+// end has those words too, so no pass that could be it is skipped.
+
 // Data of the search, in the region's data part (before the records).
 const (
 	idEndRax    = 128 // rax at entry
 	idEndAx     = 136 // ax after lahf; seto al: the flags at entry
 	idEndPasses = 144 // passes over the end rip
 	idEndRegs   = 152 // the goal's registers, in endRegs order, then rax
+	idEndWords  = 288 // endWords of: the word's address, its recorded value
+	endWords    = 4
 )
 
 // endRegs are the registers the code compares before rax: their number in
@@ -74,11 +89,19 @@ const endCode = ipCodeSize - pageSize
 
 // endInProcess is a search set up in the process.
 type endInProcess struct {
-	trap      uint64   // the int3's address
-	interior  []uint64 // the displaced instructions after the first
-	relocated []uint64 // where each displaced instruction was moved
-	data      []byte   // the region's data part
-	redirects int      // jumps moved to a displaced instruction's copy
+	trap       uint64    // the int3's address
+	dataAddr   uint64    // where the code sees the data part
+	words      []uint64  // addresses of the words compared (watchEndWord)
+	interior   []uint64  // the displaced instructions after the first
+	relocated  []uint64  // where each displaced instruction was moved
+	data       []byte    // the region's data part
+	redirects  int       // jumps moved to a displaced instruction's copy
+	retargeted int       // calls made to go to the copy themselves (retargetCall)
+	displaced  [2]uint64 // the addresses the displaced instructions span
+	// at is where the code compares; ret, when the goal is a `ret` and at
+	// is where it returns to (searchAfterRet), is the address of the
+	// return address on the stack at the goal.
+	at, ret uint64
 }
 
 // passes returns how many times the program reached the end rip.
@@ -92,6 +115,60 @@ func (e *engine) endPasses() int {
 		return 0
 	}
 	return e.bp.inproc.passes()
+}
+
+func (e *engine) endWords() []uint64 {
+	s := e.bp.inproc
+	if s == nil {
+		return nil
+	}
+	words := slices.Clone(s.words)
+	if s.ret != 0 {
+		words = append(words, s.ret)
+	}
+	return words
+}
+
+// searchAfterRet sets up the end search in the process where the goal, a
+// `ret`, returns to, when that is known: the return address the recording
+// ended with on the stack, in the content the checkpoint holds for that
+// page. A pass there with the registers of the goal but rsp 8 higher is a
+// pass over the `ret` one instruction later, which changed nothing else:
+// rewound (rewindRet), it is compared with the goal as any pass. A `ret`
+// ends a function, often followed within the five bytes of the jmp by the
+// start of another one, which the loop then enters through the copy at a
+// stop per call when the call is indirect (openssl speed: a stop per hash,
+// two million in 30 s).
+func (e *engine) searchAfterRet(goal format.Regs, now uint64) (*endInProcess, error) {
+	if e.sigSearch != nil || goal.Rsp%pageSize > pageSize-8 {
+		return nil, nil
+	}
+	page := e.recordedEndPage(pageDown(goal.Rsp))
+	if page == nil {
+		return nil, nil
+	}
+	to := goal
+	to.Rip = binary.LittleEndian.Uint64(page[goal.Rsp%pageSize:])
+	to.Rsp += 8
+	if to.Rip == goal.Rip || now == to.Rip {
+		return nil, nil
+	}
+	s, err := e.searchInProcess(to, now)
+	if s != nil {
+		s.ret = goal.Rsp
+		e.logf("the end is a ret: the search compares where it returns to, %#x", to.Rip)
+	}
+	return s, err
+}
+
+// rewindRet turns the registers of a pass at the search's address into
+// those of the pass over the goal: the same, or, when the search is where
+// the goal's `ret` returns to, those before that `ret`.
+func (s *endInProcess) rewindRet(regs proc.Regs, goal uint64) proc.Regs {
+	if s.ret != 0 {
+		regs.Rip, regs.Rsp = goal, regs.Rsp-8
+	}
+	return regs
 }
 
 func (e *engine) endRedirects() int {
@@ -116,7 +193,8 @@ func (s *endInProcess) regsAt(regs proc.Regs, rip uint64) proc.Regs {
 // searchInProcess sets up the end search at rip in the process, whose
 // thread stands at now. It returns nil, with no error, when the search must
 // stop at every pass instead.
-func (e *engine) searchInProcess(rip, now uint64) (*endInProcess, error) {
+func (e *engine) searchInProcess(goal format.Regs, now uint64) (*endInProcess, error) {
+	rip := goal.Rip
 	c := e.inproc
 	if c == nil || e.sigSearch != nil || e.sigsLeft() > 0 || e.multi() || !e.hwbp || e.bp.syscall || e.bp.rep.size > 0 {
 		return nil, nil
@@ -185,6 +263,12 @@ func (e *engine) searchInProcess(rip, now uint64) (*endInProcess, error) {
 	a.dataRef(idEndRax, []byte{0x48, 0x8b, 0x05})  // mov rax, [rax]
 	a.dataRef(idEndRegs+8*len(endRegs), cmpRIP(0)) // cmp rax, [goal rax]
 	a.jump("miss", 0x0f, 0x85)                     // jne miss
+	for k := range endWords {
+		a.dataRef(idEndWords+16*k, []byte{0x48, 0x8b, 0x05}) // mov rax, [word address]
+		a.emit(0x48, 0x8b, 0x00)                             // mov rax, [rax]
+		a.dataRef(idEndWords+16*k+8, cmpRIP(0))              // cmp rax, [recorded value]
+		a.jump("miss", 0x0f, 0x85)                           // jne miss
+	}
 	trap := len(a.b)
 	a.emit(0xcc) // int3: the engine compares the rest
 	a.label("miss")
@@ -192,7 +276,7 @@ func (e *engine) searchInProcess(rip, now uint64) (*endInProcess, error) {
 	a.emit(0x04, 0x7f)                            // add al, 0x7f: OF = (al == 1)
 	a.emit(0x9e)                                  // sahf
 	a.dataRef(idEndRax, []byte{0x48, 0x8b, 0x05}) // mov rax, [rax]
-	s := &endInProcess{trap: base + uint64(trap), data: c.data()}
+	s := &endInProcess{trap: base + uint64(trap), dataAddr: view + ipCodeSize, data: c.data(), at: rip}
 	at := rip
 	for i, inst := range insts {
 		moved := base + uint64(len(a.b))
@@ -207,6 +291,7 @@ func (e *engine) searchInProcess(rip, now uint64) (*endInProcess, error) {
 		}
 		at += uint64(inst.Len)
 	}
+	s.displaced = [2]uint64{rip, at}
 	back := int64(at) - int64(base+uint64(len(a.b))+5)
 	if back != int64(int32(back)) {
 		return nil, nil
@@ -223,12 +308,15 @@ func (e *engine) searchInProcess(rip, now uint64) (*endInProcess, error) {
 	}
 	// The goal, then the code, then the debug registers, then the jmp.
 	le := binary.LittleEndian
-	goal := e.goal()
 	for i, r := range endRegs {
 		le.PutUint64(s.data[idEndRegs+8*i:], r.get(&goal))
 	}
 	le.PutUint64(s.data[idEndRegs+8*len(endRegs):], goal.Rax)
 	le.PutUint64(s.data[idEndPasses:], 0)
+	for k := range endWords {
+		// Until used, a slot compares its own value with itself.
+		le.PutUint64(s.data[idEndWords+16*k:], s.dataAddr+uint64(idEndWords+16*k+8))
+	}
 	copy(c.buf[ipDataSize+c.viewIndex(view)*ipCodeSize+endCode:], a.b)
 	dr7 := uint64(0)
 	for k, addr := range s.interior {
@@ -247,6 +335,99 @@ func (e *engine) searchInProcess(rip, now uint64) (*endInProcess, error) {
 	return s, nil
 }
 
+// retargetCall makes the direct call that reached the displaced
+// instruction interior[k] call its copy instead, when one did: the return
+// address is at rsp, and the five bytes before it are a `call rel32` to
+// that instruction. A displaced instruction that begins a function (the end
+// rip on a function's last `ret`, the next function after its padding) is
+// otherwise a stop at every call, which the loop may make millions of
+// times (openssl speed). The copy runs the same instructions, so a call
+// moved there does what it did, whatever made the stack word look like its
+// return address; a call inside the displaced instructions, or on a page
+// the end compares, is left alone.
+func (e *engine) retargetCall(s *endInProcess, k int, rsp uint64) {
+	var ret [8]byte
+	if e.mem.ReadAt(ret[:], rsp) != nil {
+		return
+	}
+	after := binary.LittleEndian.Uint64(ret[:])
+	site := after - 5
+	if after < 5 || site < s.displaced[1] && after > s.displaced[0] {
+		return
+	}
+	var call [5]byte
+	if e.mem.ReadAt(call[:], site) != nil || call[0] != 0xe8 {
+		return
+	}
+	if after+uint64(int64(int32(binary.LittleEndian.Uint32(call[1:])))) != s.interior[k] {
+		return
+	}
+	for _, d := range e.end.Digests {
+		if pageDown(site) == d.Addr || pageDown(site+4) == d.Addr {
+			return
+		}
+	}
+	moved, ok := rel32At(s.relocated[k+1], site, 0xe8)
+	if !ok {
+		return
+	}
+	if e.mem.WriteAt(moved[1:], site+1) == nil {
+		s.retargeted++
+		e.logf("the call at %#x now calls the end search's copy of %#x", site, s.interior[k])
+	}
+}
+
+// watchEndWord adds to the in-process search the first word of the end
+// page d where the program's memory differs from what the recording ended
+// with, when the checkpoint holds that content, the page is readable in the
+// process (served, not guarded), and the word lies outside what the end's
+// digest leaves out (format.DigestMasked).
+func (e *engine) watchEndWord(d format.PageRef) {
+	s := e.bp.inproc
+	if s == nil || len(s.words) >= endWords || e.sigSearch != nil {
+		return
+	}
+	if _, guarded := e.guards.find(d.Addr); guarded {
+		return
+	}
+	rec := e.recordedEndPage(d.Addr)
+	rsp := e.end.Regs.Rsp
+	if rec == nil || format.HashPage(format.DigestMasked(d.Addr, rec, e.rseqs, rsp)) != d.Hash {
+		return
+	}
+	readable := false
+	for _, m := range e.c.Intervals[e.until-1].Maps {
+		if d.Addr >= m.Start && d.Addr < m.End {
+			readable = m.Prot&format.ProtRead != 0
+		}
+	}
+	got := make([]byte, pageSize)
+	if !readable || e.mem.ReadAt(got, d.Addr) != nil {
+		return
+	}
+	ones := make([]byte, pageSize)
+	for i := range ones {
+		ones[i] = 0xff
+	}
+	kept := format.DigestMasked(d.Addr, ones, e.rseqs, rsp)
+	le := binary.LittleEndian
+	for off := 0; off < pageSize; off += 8 {
+		if le.Uint64(kept[off:]) != ^uint64(0) || le.Uint64(rec[off:]) == le.Uint64(got[off:]) {
+			continue
+		}
+		addr := d.Addr + uint64(off)
+		if slices.Contains(s.words, addr) {
+			return
+		}
+		k := len(s.words)
+		le.PutUint64(s.data[idEndWords+16*k+8:], le.Uint64(rec[off:]))
+		le.PutUint64(s.data[idEndWords+16*k:], addr)
+		s.words = append(s.words, addr)
+		e.logf("the end search compares the word at %#x with its recorded value %#x in the process too", addr, le.Uint64(rec[off:]))
+		return
+	}
+}
+
 // cmpRIP is the opcode and ModRM of `cmp REG, [rip+disp32]` for register
 // number n.
 func cmpRIP(n byte) []byte {
@@ -257,12 +438,25 @@ func cmpRIP(n byte) []byte {
 	return []byte{rex, 0x3b, (n&7)<<3 | 5}
 }
 
+// rel32At returns op and the rel32 from an instruction at addr to target.
+func rel32At(target, addr uint64, op ...byte) ([]byte, bool) {
+	d := int64(target) - int64(addr+uint64(len(op))+4)
+	if d != int64(int32(d)) {
+		return nil, false
+	}
+	return append(op, u32le(uint32(int32(d)))...), true
+}
+
 // relocatable reports whether inst runs the same moved elsewhere
 // (moveInstruction): it does not push its own address (a call), and its
 // address is not otherwise part of what it does.
 func relocatable(inst x86asm.Inst) bool {
 	switch inst.Op {
-	case x86asm.CALL, x86asm.LCALL, x86asm.LJMP, x86asm.LRET,
+	case x86asm.CALL:
+		// Only a direct call, which moveInstruction rewrites.
+		_, direct := inst.Args[0].(x86asm.Rel)
+		return direct && inst.Len == 5
+	case x86asm.LCALL, x86asm.LJMP, x86asm.LRET,
 		x86asm.IRET, x86asm.IRETD, x86asm.IRETQ, x86asm.SYSCALL, x86asm.SYSENTER, x86asm.SYSEXIT, x86asm.SYSRET,
 		x86asm.INT, x86asm.INTO, x86asm.UD1, x86asm.UD2, x86asm.HLT, x86asm.XBEGIN, x86asm.XABORT, x86asm.XEND:
 		return false
@@ -281,13 +475,7 @@ func relocatable(inst x86asm.Inst) bool {
 // that is out of reach or the form is not one it knows (loop, jrcxz, a
 // prefixed jump).
 func moveInstruction(b []byte, inst x86asm.Inst, from, to uint64) (moved []byte, ok bool) {
-	rel32 := func(target uint64, op ...byte) ([]byte, bool) {
-		d := int64(target) - int64(to+uint64(len(op))+4)
-		if d != int64(int32(d)) {
-			return nil, false
-		}
-		return append(op, u32le(uint32(int32(d)))...), true
-	}
+	rel32 := func(target uint64, op ...byte) ([]byte, bool) { return rel32At(target, to, op...) }
 	for _, arg := range inst.Args {
 		r, ok := arg.(x86asm.Rel)
 		if !ok {
@@ -295,6 +483,14 @@ func moveInstruction(b []byte, inst x86asm.Inst, from, to uint64) (moved []byte,
 		}
 		target := from + uint64(inst.Len) + uint64(int64(r))
 		switch {
+		case len(b) == 5 && b[0] == 0xe8: // call rel32
+			// push rax; mov rax, the return address; xchg [rsp], rax:
+			// the stack gets what the call would have pushed, and rax and
+			// the flags are as they were. Then jmp to the target.
+			ret := u64le(from + uint64(inst.Len))
+			push := append(append([]byte{0x50, 0x48, 0xb8}, ret...), 0x48, 0x87, 0x04, 0x24)
+			jmp, ok := rel32At(target, to+uint64(len(push)), 0xe9)
+			return append(push, jmp...), ok
 		case len(b) == 2 && b[0] >= 0x70 && b[0] <= 0x7f: // jcc rel8
 			return rel32(target, 0x0f, 0x80+b[0]-0x70)
 		case len(b) == 6 && b[0] == 0x0f && b[1] >= 0x80 && b[1] <= 0x8f: // jcc rel32

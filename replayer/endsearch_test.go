@@ -75,3 +75,76 @@ func replayRequestAt(t *testing.T, name string, steps int) (*recording, *Result)
 	}
 	return rec, res
 }
+
+// A loop whose registers are the same at every pass, its count in memory
+// only, and a direct call right after a short instruction
+// (testdata/loopcall.c: add to memory, xor, mov, call, ret, jmp). Wherever
+// the recording ended, the search runs in the process: a call among the
+// displaced instructions is moved as a push of its return address and a
+// jmp. Where the registers repeat (everywhere but at the xor, whose flags
+// come from the add, and may repeat too), the first stop finds memory
+// different, and the
+// process then also compares the count with its recorded value, so that it
+// stops only at the pass that has it. The end is the one a replay that
+// stops at every pass reaches.
+func TestEndSearchInProcessMemoryWord(t *testing.T) {
+	needRoot(t)
+	inProcess, words := 0, 0
+	for steps := 4001; steps < 4007; steps++ {
+		rec, res := replayRequestAt(t, "loopcall", steps)
+		if res.EndPasses > 0 {
+			inProcess++
+		}
+		if len(res.EndWords) > 0 {
+			words++
+		}
+		t.Setenv("TPREPLAY_NO_IN_PROCESS", "1")
+		plain, err := run(t, rec.c, rec.pages, Options{})
+		t.Setenv("TPREPLAY_NO_IN_PROCESS", "")
+		if err != nil || plain.Rip != res.Rip || plain.EndPasses != 0 {
+			t.Fatalf("%d steps: the replay with a stop per pass: %v, %+v", steps, err, plain)
+		}
+		t.Logf("%d steps: end at %#x, %d passes compared in the process, words %#x", steps, res.Rip, res.EndPasses, res.EndWords)
+	}
+	if inProcess != 6 || words < 5 {
+		t.Errorf("%d of 6 ends searched in the process, %d with a memory word compared there; want 6 and at least 5", inProcess, words)
+	}
+}
+
+// testdata/loopret.c calls two functions in a loop, the second starting
+// right after the first one's `ret` (add, xor, ret, then xor, ret).
+//   - Ended at the xor before that `ret`, the end search's jmp displaces
+//     the second function's first instruction, which the loop calls at
+//     every pass: the first call is moved to the copy at a stop, and the
+//     call itself then goes to the copy, so later passes make no stop.
+//   - Ended at the `ret`, the search compares where it returns to, with rsp
+//     8 higher, and rewinds a match to the `ret`.
+//
+// Each end is the one a replay that stops at every pass reaches.
+func TestEndSearchInProcessNearFunctionStart(t *testing.T) {
+	needRoot(t)
+	retargeted, afterRet := 0, 0
+	for steps := 4001; steps < 4010; steps++ {
+		rec, res := replayRequestAt(t, "loopret", steps)
+		if res.endRetargeted > 0 {
+			retargeted++
+		}
+		if res.endAfterRet {
+			afterRet++
+		}
+		if res.EndPasses == 0 {
+			t.Errorf("%d steps: end at %#x not searched in the process", steps, res.Rip)
+		}
+		t.Setenv("TPREPLAY_NO_IN_PROCESS", "1")
+		plain, err := run(t, rec.c, rec.pages, Options{})
+		t.Setenv("TPREPLAY_NO_IN_PROCESS", "")
+		if err != nil || plain.Rip != res.Rip {
+			t.Fatalf("%d steps: the replay with a stop per pass: %v, %+v", steps, err, plain)
+		}
+		t.Logf("%d steps: end at %#x, %d passes in the process, %d jumps moved, %d calls retargeted, after the ret %v", steps, res.Rip, res.EndPasses, res.endRedirects, res.endRetargeted, res.endAfterRet)
+	}
+	// Two rets (bump's and zero's), one xor before a function start.
+	if retargeted != 1 || afterRet != 2 {
+		t.Errorf("%d of 9 ends had a call made to go to the copy, %d were searched after their ret; want 1 and 2", retargeted, afterRet)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"sync"
 	"syscall"
 	"testing"
@@ -291,7 +292,9 @@ func (rec *recording) snapshot(c *format.Checkpoint, pid int, mem *proc.Mem, reg
 }
 
 // finish fills the end state: registers, and the digests of the stack page
-// and of every page that changed since the snapshot.
+// and of every page that changed since the snapshot. A page that changed
+// gets its original in the interval's written list and its content at the
+// end in Final, as a recording stores them.
 func (rec *recording) finish(c *format.Checkpoint, pid int, mem *proc.Mem, regs proc.Regs, snap map[uint64]format.Hash, seq uint64) error {
 	xs, err := proc.GetXState(pid)
 	if err != nil {
@@ -304,10 +307,17 @@ func (rec *recording) finish(c *format.Checkpoint, pid int, mem *proc.Mem, regs 
 		if mem.ReadAt(page, a) != nil {
 			continue
 		}
-		if format.HashPage(page) != h || a == stack {
+		changed := format.HashPage(page) != h
+		if changed || a == stack {
 			c.End.Digests = append(c.End.Digests, format.PageRef{Addr: a, Hash: format.DigestPage(a, page, c.RseqAreas(), regs.Rsp)})
 		}
+		if changed {
+			c.Intervals[0].Written = append(c.Intervals[0].Written, format.PageRef{Addr: a, Hash: h})
+			i := sort.Search(len(c.Final), func(i int) bool { return c.Final[i].Addr >= a })
+			c.Final[i].Hash = rec.pages.Put(page)
+		}
 	}
+	sort.Slice(c.Intervals[0].Written, func(i, j int) bool { return c.Intervals[0].Written[i].Addr < c.Intervals[0].Written[j].Addr })
 	c.Intervals[0].End = time.Now()
 	c.Header.DumpTime = time.Now()
 	return nil

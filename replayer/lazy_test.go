@@ -64,17 +64,10 @@ func TestLazyReplayServesTouchedPages(t *testing.T) {
 func TestLazyWrittenFirstServesTheSamePages(t *testing.T) {
 	needRoot(t)
 	rec, _ := crashRecording(t)
-	// The harness records no written list: the pages that changed by the
-	// end (those the end digests cover) are the ones the window wrote, and
-	// their originals are their content at the start.
-	start := map[uint64]format.Hash{}
-	for _, p := range rec.c.Final {
-		start[p.Addr] = p.Hash
-	}
-	for _, d := range rec.c.End.Digests {
-		if h, ok := start[d.Addr]; ok {
-			rec.c.Intervals[0].Written = append(rec.c.Intervals[0].Written, format.PageRef{Addr: d.Addr, Hash: h})
-		}
+	// The harness lists the pages that changed by the end as the window's
+	// written pages, with their content at the start.
+	if len(rec.c.Intervals[0].Written) == 0 {
+		t.Fatal("the harness recorded no written page")
 	}
 	res, err := run(t, rec.c, rec.pages, Options{Lazy: true})
 	if err != nil {

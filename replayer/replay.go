@@ -83,9 +83,16 @@ type Result struct {
 	// compared them itself (endsearch.go); 0 when each pass stopped, or
 	// the replay needed no search.
 	EndPasses int
+	// EndWords lists the memory words the end search compared in the
+	// process (endsearch.go): a file that is to be verified the same way
+	// must hold the content of their pages where the recording ended.
+	EndWords []uint64
 	// endRedirects counts the jumps the end search in the process moved to
-	// a displaced instruction's copy (for tests).
-	endRedirects int
+	// a displaced instruction's copy, endRetargeted the calls it made go
+	// there themselves (for tests).
+	endRedirects, endRetargeted int
+	// endAfterRet: the end, a ret, was searched where it returns to.
+	endAfterRet bool
 }
 
 // Summary is the one line tpreplay prints for a verified replay.
@@ -1183,7 +1190,7 @@ func (e *engine) verified(rip uint64) *Result {
 		}
 		e.logf("end found at breakpoint hit %d (%s) at %#x after the last syscall", e.bp.hits, kind, e.bp.addr)
 	}
-	return &Result{
+	r := &Result{
 		From:         e.c.Intervals[e.k].Index,
 		Syscalls:     len(e.log),
 		Intervals:    e.until - e.k,
@@ -1195,8 +1202,13 @@ func (e *engine) verified(rip uint64) *Result {
 		InProcess:    e.inproc.completed(),
 		WrittenFirst: e.writtenFirst,
 		EndPasses:    e.endPasses(),
+		EndWords:     e.endWords(),
 		endRedirects: e.endRedirects(),
 	}
+	if s := e.bp.inproc; s != nil {
+		r.endRetargeted, r.endAfterRet = s.retargeted, s.ret != 0
+	}
+	return r
 }
 
 func le32(b []byte) uint32 { return binary.LittleEndian.Uint32(b) }

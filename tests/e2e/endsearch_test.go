@@ -1,0 +1,58 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// Debian programs crashed from outside in a loop whose state lies in
+// memory: the registers repeat at every pass over the instruction the
+// crash hit, and only memory tells the passes apart, millions of them in
+// the window.
+//   - openssl speed hashes for 30 s without a call and counts the hashes on
+//     its stack. The end search compares that counter in the process once a
+//     stop has shown it differs, and stops only at the pass that has it.
+//     Before, every pass was a stop (664,125 in 35 s, 50 us each): the
+//     trial replay timed out and kept every page, and tpreplay could not
+//     verify the file.
+//   - tclsh runs a Tcl loop in its bytecode interpreter, a call every
+//     100,000 iterations; thousands of passes match the registers and
+//     differ in memory. Each such stop compared and described every end
+//     page, decompressing its recorded content again: 35 s and a timeout,
+//     now 2 s.
+//
+// The trial replay must find the end (the file keeps the touched pages),
+// and tpreplay must verify it.
+func TestEndSearchStateInMemory(t *testing.T) {
+	requireRoot(t)
+	tcl := pythonScript(t, "loop.tcl", `set i 0
+while 1 {
+    incr i
+    set a($i) [string repeat x [expr {$i % 50}]]
+    if {$i % 100000 == 0} { array unset a; after 1 }
+}
+`)
+	progs := []struct {
+		name string
+		args []string
+		// word: the end search must compare a memory word in the process.
+		word bool
+	}{
+		{"openssl", []string{needTool(t, "openssl"), "speed", "-seconds", "30", "sha256"}, true},
+		{"tclsh", []string{needTool(t, "tclsh8.6"), tcl}, false},
+	}
+	forBackends(t, func(t *testing.T, backend string) {
+		for _, p := range progs {
+			t.Run(p.name, func(t *testing.T) {
+				target, _, done := startTarget(t, p.args[0], p.args[1:]...)
+				time.Sleep(300 * time.Millisecond)
+				ck := crashThread(t, target, done, target.Process.Pid, 1500*time.Millisecond, "--backend", backend)
+				out := replay(t, ck, "-v")
+				if p.word && !strings.Contains(out, "the end search compares the word at") {
+					t.Errorf("the end search compared no memory word in the process:\n%s", out)
+				}
+			})
+		}
+	})
+}
