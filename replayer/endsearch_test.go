@@ -20,12 +20,7 @@ func TestEndSearchInProcess(t *testing.T) {
 		if res.EndPasses > 0 {
 			inProcess++
 		}
-		t.Setenv("TPREPLAY_NO_IN_PROCESS", "1")
-		plain, err := run(t, rec.c, rec.pages, Options{})
-		t.Setenv("TPREPLAY_NO_IN_PROCESS", "")
-		if err != nil || plain.Rip != res.Rip || plain.EndPasses != 0 {
-			t.Fatalf("%d steps: the replay with a stop per pass: %v, %+v", steps, err, plain)
-		}
+		sameEndStopping(t, steps, rec, res)
 		t.Logf("%d steps: end at %#x, %d passes compared in the process", steps, res.Rip, res.EndPasses)
 	}
 	// The loop (gcc -O1): movzbl, movzbl, add, mov, mov rip, add, mov rip,
@@ -58,6 +53,18 @@ func TestEndSearchInProcessJumpInside(t *testing.T) {
 	// loop's entry.
 	if inProcess != 6 || redirected != 1 {
 		t.Errorf("%d of 6 ends searched in the process, %d with a jump moved; want 6 and 1", inProcess, redirected)
+	}
+}
+
+// sameEndStopping replays rec again with a stop at every pass of the end
+// search, and requires the end res found in the process.
+func sameEndStopping(t *testing.T, steps int, rec *recording, res *Result) {
+	t.Helper()
+	t.Setenv("TPREPLAY_NO_IN_PROCESS", "1")
+	plain, err := run(t, rec.c, rec.pages, Options{})
+	t.Setenv("TPREPLAY_NO_IN_PROCESS", "")
+	if err != nil || plain.Rip != res.Rip || plain.EndPasses != 0 {
+		t.Fatalf("%d steps: the replay with a stop per pass: %v, %+v", steps, err, plain)
 	}
 }
 
@@ -98,12 +105,7 @@ func TestEndSearchInProcessMemoryWord(t *testing.T) {
 		if len(res.EndWords) > 0 {
 			words++
 		}
-		t.Setenv("TPREPLAY_NO_IN_PROCESS", "1")
-		plain, err := run(t, rec.c, rec.pages, Options{})
-		t.Setenv("TPREPLAY_NO_IN_PROCESS", "")
-		if err != nil || plain.Rip != res.Rip || plain.EndPasses != 0 {
-			t.Fatalf("%d steps: the replay with a stop per pass: %v, %+v", steps, err, plain)
-		}
+		sameEndStopping(t, steps, rec, res)
 		t.Logf("%d steps: end at %#x, %d passes compared in the process, words %#x", steps, res.Rip, res.EndPasses, res.EndWords)
 	}
 	if inProcess != 6 || words < 5 {
@@ -135,12 +137,7 @@ func TestEndSearchInProcessNearFunctionStart(t *testing.T) {
 		if res.EndPasses == 0 {
 			t.Errorf("%d steps: end at %#x not searched in the process", steps, res.Rip)
 		}
-		t.Setenv("TPREPLAY_NO_IN_PROCESS", "1")
-		plain, err := run(t, rec.c, rec.pages, Options{})
-		t.Setenv("TPREPLAY_NO_IN_PROCESS", "")
-		if err != nil || plain.Rip != res.Rip {
-			t.Fatalf("%d steps: the replay with a stop per pass: %v, %+v", steps, err, plain)
-		}
+		sameEndStopping(t, steps, rec, res)
 		t.Logf("%d steps: end at %#x, %d passes in the process, %d jumps moved, %d calls retargeted, after the ret %v", steps, res.Rip, res.EndPasses, res.endRedirects, res.endRetargeted, res.endAfterRet)
 	}
 	// Two rets (bump's and zero's), one xor before a function start.
