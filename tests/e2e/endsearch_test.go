@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"strings"
 	"testing"
 	"time"
 )
@@ -22,8 +21,11 @@ import (
 //     page, decompressing its recorded content again: 35 s and a timeout,
 //     now 2 s.
 //
-// The trial replay must find the end (the file keeps the touched pages),
-// and tpreplay must verify it.
+// Where the crash lands decides what the search needs (in openssl's own
+// loop the registers differ at every pass, in its SHA-256 code they do
+// not), so the test asks for what a user needs: the trial replay must find
+// the end (the file keeps the touched pages), and tpreplay must verify it.
+// The unit tests of replayer/endsearch_test.go end at chosen instructions.
 func TestEndSearchStateInMemory(t *testing.T) {
 	requireRoot(t)
 	tcl := pythonScript(t, "loop.tcl", `set i 0
@@ -36,11 +38,9 @@ while 1 {
 	progs := []struct {
 		name string
 		args []string
-		// word: the end search must compare a memory word in the process.
-		word bool
 	}{
-		{"openssl", []string{needTool(t, "openssl"), "speed", "-seconds", "30", "sha256"}, true},
-		{"tclsh", []string{needTool(t, "tclsh8.6"), tcl}, false},
+		{"openssl", []string{needTool(t, "openssl"), "speed", "-seconds", "30", "sha256"}},
+		{"tclsh", []string{needTool(t, "tclsh8.6"), tcl}},
 	}
 	forBackends(t, func(t *testing.T, backend string) {
 		for _, p := range progs {
@@ -48,10 +48,7 @@ while 1 {
 				target, _, done := startTarget(t, p.args[0], p.args[1:]...)
 				time.Sleep(300 * time.Millisecond)
 				ck := crashThread(t, target, done, target.Process.Pid, 1500*time.Millisecond, "--backend", backend)
-				out := replay(t, ck, "-v")
-				if p.word && !strings.Contains(out, "the end search compares the word at") {
-					t.Errorf("the end search compared no memory word in the process:\n%s", out)
-				}
+				t.Log(replay(t, ck))
 			})
 		}
 	})
