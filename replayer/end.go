@@ -653,7 +653,7 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 		if regs.Rip == s.trap+1 {
 			// Every general register matches: compare the rest.
 			e.bp.hits = s.passes() - 1 // goalHit counts this one
-			at := s.rewindRet(s.regsAt(regs, s.at), e.bp.addr)
+			at := s.rewindRet(s.regsAt(regs, s.displaced[0]), e.bp.addr)
 			if res, done, err := e.goalHit(at); res != nil || done || err != nil {
 				if res != nil && s.ret != 0 {
 					// Stand where the recording ended, before the ret.

@@ -89,19 +89,21 @@ const endCode = ipCodeSize - pageSize
 
 // endInProcess is a search set up in the process.
 type endInProcess struct {
-	trap       uint64    // the int3's address
-	dataAddr   uint64    // where the code sees the data part
-	words      []uint64  // addresses of the words compared (watchEndWord)
-	interior   []uint64  // the displaced instructions after the first
-	relocated  []uint64  // where each displaced instruction was moved
-	data       []byte    // the region's data part
-	redirects  int       // jumps moved to a displaced instruction's copy
-	retargeted int       // calls made to go to the copy themselves (retargetCall)
-	displaced  [2]uint64 // the addresses the displaced instructions span
-	// at is where the code compares; ret, when the goal is a `ret` and at
-	// is where it returns to (searchAfterRet), is the address of the
-	// return address on the stack at the goal.
-	at, ret uint64
+	trap       uint64   // the int3's address
+	dataAddr   uint64   // where the code sees the data part
+	words      []uint64 // addresses of the words compared (watchEndWord)
+	interior   []uint64 // the displaced instructions after the first
+	relocated  []uint64 // where each displaced instruction was moved
+	data       []byte   // the region's data part
+	redirects  int      // jumps moved to a displaced instruction's copy
+	retargeted int      // calls made to go to the copy themselves (retargetCall)
+	// displaced: the addresses the displaced instructions span, the first
+	// where the code compares.
+	displaced [2]uint64
+	// ret, when the goal is a `ret` and the code compares where it returns
+	// to (searchAfterRet), is the address of the return address on the
+	// stack at the goal.
+	ret uint64
 }
 
 // passes returns how many times the program reached the end rip.
@@ -109,24 +111,14 @@ func (s *endInProcess) passes() int {
 	return int(binary.LittleEndian.Uint64(s.data[idEndPasses:]))
 }
 
-// endPasses returns the passes over the end rip the process counted.
-func (e *engine) endPasses() int {
-	if e.bp.inproc == nil {
-		return 0
-	}
-	return e.bp.inproc.passes()
-}
-
-func (e *engine) endWords() []uint64 {
-	s := e.bp.inproc
-	if s == nil {
-		return nil
-	}
-	words := slices.Clone(s.words)
+// report fills in r what the search in the process did.
+func (s *endInProcess) report(r *Result) {
+	r.EndPasses = s.passes()
+	r.EndWords = slices.Clone(s.words)
 	if s.ret != 0 {
-		words = append(words, s.ret)
+		r.EndWords = append(r.EndWords, s.ret)
 	}
-	return words
+	r.endRedirects, r.endRetargeted, r.endAfterRet = s.redirects, s.retargeted, s.ret != 0
 }
 
 // searchAfterRet sets up the end search in the process where the goal, a
@@ -171,11 +163,25 @@ func (s *endInProcess) rewindRet(regs proc.Regs, goal uint64) proc.Regs {
 	return regs
 }
 
-func (e *engine) endRedirects() int {
-	if e.bp.inproc == nil {
-		return 0
+// mappingAt returns the mapping holding addr where the replay is to end.
+func (e *engine) mappingAt(addr uint64) (format.Mapping, bool) {
+	for _, m := range e.c.Intervals[e.until-1].Maps {
+		if addr >= m.Start && addr < m.End {
+			return m, true
+		}
 	}
-	return e.bp.inproc.redirects
+	return format.Mapping{}, false
+}
+
+// endCompares reports whether the end compares a page of [lo, hi]: code
+// there must not be patched.
+func (e *engine) endCompares(lo, hi uint64) bool {
+	for _, d := range e.end.Digests {
+		if pageDown(lo) == d.Addr || pageDown(hi) == d.Addr {
+			return true
+		}
+	}
+	return false
 }
 
 // regsAt returns the program's registers at the int3: rax and the flags
@@ -201,13 +207,7 @@ func (e *engine) searchInProcess(goal format.Regs, now uint64) (*endInProcess, e
 	}
 	// Only the code of a file the program does not write: JIT code may be
 	// rewritten, or read, at the end rip.
-	static := false
-	for _, m := range e.c.Intervals[e.until-1].Maps {
-		if rip >= m.Start && rip < m.End {
-			static = m.Inode != 0 && m.Prot&format.ProtWrite == 0 && m.Prot&format.ProtExec != 0
-		}
-	}
-	if !static {
+	if m, ok := e.mappingAt(rip); !ok || m.Inode == 0 || m.Prot&format.ProtWrite != 0 || m.Prot&format.ProtExec == 0 {
 		return nil, nil
 	}
 	// The displaced instructions: whole, in rip's page, from rip on for
@@ -239,10 +239,8 @@ func (e *engine) searchInProcess(goal format.Regs, now uint64) (*endInProcess, e
 			return nil, nil
 		}
 	}
-	for _, d := range e.end.Digests {
-		if pageDown(rip) == d.Addr || pageDown(rip+uint64(n)-1) == d.Addr {
-			return nil, nil // the jmp would change a page the end compares
-		}
+	if e.endCompares(rip, rip+uint64(n)-1) {
+		return nil, nil // the jmp would change a page the end compares
 	}
 	view, ok := c.viewNear(rip)
 	if !ok {
@@ -276,7 +274,7 @@ func (e *engine) searchInProcess(goal format.Regs, now uint64) (*endInProcess, e
 	a.emit(0x04, 0x7f)                            // add al, 0x7f: OF = (al == 1)
 	a.emit(0x9e)                                  // sahf
 	a.dataRef(idEndRax, []byte{0x48, 0x8b, 0x05}) // mov rax, [rax]
-	s := &endInProcess{trap: base + uint64(trap), dataAddr: view + ipCodeSize, data: c.data(), at: rip}
+	s := &endInProcess{trap: base + uint64(trap), dataAddr: view + ipCodeSize, data: c.data()}
 	at := rip
 	for i, inst := range insts {
 		moved := base + uint64(len(a.b))
@@ -362,10 +360,8 @@ func (e *engine) retargetCall(s *endInProcess, k int, rsp uint64) {
 	if after+uint64(int64(int32(binary.LittleEndian.Uint32(call[1:])))) != s.interior[k] {
 		return
 	}
-	for _, d := range e.end.Digests {
-		if pageDown(site) == d.Addr || pageDown(site+4) == d.Addr {
-			return
-		}
+	if e.endCompares(site, site+4) {
+		return
 	}
 	moved, ok := rel32At(s.relocated[k+1], site, 0xe8)
 	if !ok {
@@ -395,14 +391,8 @@ func (e *engine) watchEndWord(d format.PageRef) {
 	if rec == nil || format.HashPage(format.DigestMasked(d.Addr, rec, e.rseqs, rsp)) != d.Hash {
 		return
 	}
-	readable := false
-	for _, m := range e.c.Intervals[e.until-1].Maps {
-		if d.Addr >= m.Start && d.Addr < m.End {
-			readable = m.Prot&format.ProtRead != 0
-		}
-	}
 	got := make([]byte, pageSize)
-	if !readable || e.mem.ReadAt(got, d.Addr) != nil {
+	if m, ok := e.mappingAt(d.Addr); !ok || m.Prot&format.ProtRead == 0 || e.mem.ReadAt(got, d.Addr) != nil {
 		return
 	}
 	ones := make([]byte, pageSize)

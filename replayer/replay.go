@@ -1201,12 +1201,9 @@ func (e *engine) verified(rip uint64) *Result {
 		Served:       e.servedPages(),
 		InProcess:    e.inproc.completed(),
 		WrittenFirst: e.writtenFirst,
-		EndPasses:    e.endPasses(),
-		EndWords:     e.endWords(),
-		endRedirects: e.endRedirects(),
 	}
 	if s := e.bp.inproc; s != nil {
-		r.endRetargeted, r.endAfterRet = s.retargeted, s.ret != 0
+		s.report(r)
 	}
 	return r
 }
