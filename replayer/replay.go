@@ -93,6 +93,9 @@ type Result struct {
 	endRedirects, endRetargeted int
 	// endAfterRet: the end, a ret, was searched where it returns to.
 	endAfterRet bool
+	// InCall names the call the recording ended inside (a crash or a dump
+	// request while it blocked), "" when it ended between calls.
+	InCall string
 }
 
 // Summary is the one line tpreplay prints for a verified replay.
@@ -100,6 +103,9 @@ func (r *Result) Summary() string {
 	where := fmt.Sprintf("rip=%#x", r.Rip)
 	if r.Symbol != "" {
 		where += " in " + r.Symbol
+	}
+	if r.InCall != "" {
+		where += ", inside " + r.InCall
 	}
 	var what string
 	switch r.End.Kind {
@@ -830,7 +836,9 @@ func (e *engine) onEntry(regs proc.Regs, nr int, args [6]uint64) (*Result, error
 				at.Rax = unix.SYS_RESTART_SYSCALL
 			}
 			if inCall = e.matchEndInCall(at, nr, args); inCall == "" {
-				return e.verified(at.Rip), nil
+				r := e.verified(at.Rip)
+				r.InCall = syscalls.Name(nr)
+				return r, nil
 			}
 		}
 		actual := e.describe(nr, args)
