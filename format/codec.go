@@ -40,7 +40,9 @@ const (
 	// end (EndState.Threads). Version 4.2 appends to HEADR the dynamic
 	// loader's list of objects (Header.Modules). Version 5.1 stores the
 	// words of page blocks relative to their address (FlagPageWords).
-	VersionMinor = 0
+	// Version 7.1 appends to HEADR the order a replay of several threads
+	// runs them in (Header.Schedule).
+	VersionMinor = 1
 
 	fileHeaderSize    = 16
 	sectionHeaderSize = 16

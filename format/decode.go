@@ -59,6 +59,9 @@ func decodeHeader(d *dec, h *Header) {
 			}
 		}
 	}
+	if d.remaining() > 0 { // version 7.1
+		h.Schedule = Schedule(d.u8("schedule")) // the replayer refuses one it does not know
+	}
 }
 
 func decodeIntervals(d *dec, major uint16) []Interval {

@@ -75,6 +75,44 @@ type Header struct {
 	// ThreadNames are the names (comm) the process's threads had at the
 	// dump (version 4.2), for a debugger's list of threads.
 	ThreadNames []ThreadName
+	// Schedule is the order in which a replay of several threads runs
+	// their code between calls, the one the dump's trial replay verified
+	// (version 7.1; ScheduleEager in older files).
+	Schedule Schedule
+}
+
+// Schedule is the order in which a replay of several threads runs each
+// thread's code between two of its calls (replayer/threads.go).
+type Schedule uint8
+
+const (
+	// ScheduleEager runs a thread on as soon as its call returned, up to
+	// its next call.
+	ScheduleEager Schedule = iota
+	// ScheduleLate holds a thread at the exit of its call until its next
+	// call is the log's next one: its code runs after that of every
+	// thread whose call came before.
+	ScheduleLate
+)
+
+func (s Schedule) String() string {
+	switch s {
+	case ScheduleEager:
+		return "eager"
+	case ScheduleLate:
+		return "late"
+	}
+	return fmt.Sprintf("schedule %d", uint8(s))
+}
+
+// ParseSchedule is the Schedule String names.
+func ParseSchedule(name string) (Schedule, error) {
+	for s := ScheduleEager; s <= ScheduleLate; s++ {
+		if s.String() == name {
+			return s, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown thread schedule %q (eager or late)", name)
 }
 
 // ThreadName is one thread's name, as /proc/PID/task/TID/comm gives it.

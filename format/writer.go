@@ -229,6 +229,7 @@ func encodeHeader(h *Header) []byte {
 		e.int(t.Tid)
 		e.str(t.Name)
 	}
+	e.u8(uint8(h.Schedule)) // version 7.1
 	return e.b
 }
 

@@ -42,7 +42,7 @@ func minimize(ctx context.Context, c *format.Checkpoint, store format.PageSource
 	t0 := time.Now()
 	pieces := runtime.NumCPU()
 	hw, _ := replayer.HardwareBreakpoints()
-	res, err := trialReplay(ctx, c, store, pieces, hw)
+	res, err := trialReplay(ctx, c, store, pieces, hw, replayer.Options{})
 	var d *replayer.Divergence
 	if errors.As(err, &d) && d.Threads > 1 && pieces > 1 && len(trialPieces(c, pieces, hw)) > 1 {
 		// A piece ends at an interval start, where the other threads
@@ -51,13 +51,16 @@ func minimize(ctx context.Context, c *format.Checkpoint, store format.PageSource
 		// recorded end, which may be in reach.
 		logf("a piece of the trial replay of %d threads diverged (%v): trying the window in one piece", d.Threads, err)
 		pieces = 1
-		res, err = trialReplay(ctx, c, store, pieces, hw)
+		res, err = trialReplay(ctx, c, store, pieces, hw, replayer.Options{})
+	}
+	if errors.As(err, &d) && d.Threads > 1 && ctx.Err() == nil {
+		res, err = tryLate(ctx, c, store, pieces, hw, err, time.Since(t0), logf)
 	}
 	for tries := 0; err != nil && tries < len(c.Intervals); tries++ {
 		if !cutDiverged(c, err, logf) {
 			break
 		}
-		res, err = trialReplay(ctx, c, store, pieces, hw)
+		res, err = trialReplay(ctx, c, store, pieces, hw, replayer.Options{})
 	}
 	if err != nil && ctx.Err() != nil {
 		c.Header.FullPages = true
@@ -140,6 +143,9 @@ func minimize(ctx context.Context, c *format.Checkpoint, store format.PageSource
 	c.Header.FullPages = false
 	c.Header.PageSetNote = fmt.Sprintf("pages touched by a trial replay from interval %d (%d pages, %v), and %d more pages of the live stack",
 		res.From, len(res.Served), time.Since(t0).Round(time.Millisecond), stacks)
+	if c.Header.Schedule != format.ScheduleEager {
+		c.Header.PageSetNote += fmt.Sprintf("; the threads replay under the %v schedule", c.Header.Schedule)
+	}
 	if oneStart {
 		for k, iv := range c.Intervals {
 			if iv.Index == res.From {
@@ -197,6 +203,27 @@ func endWordPages(words []uint64) map[uint64]bool {
 	return pages
 }
 
+// tryLate replays the window again under the late schedule
+// (replayer/threads.go) after the eager one diverged with err in a replay
+// of several threads (the trial so far took took): the stores the threads make between
+// their calls then reach each other in the other order where their
+// stretches overlap. When it verifies, the file says so
+// (Header.Schedule) and replays take that order; else the trial goes on
+// from the eager divergence. A late replay can wait forever where a thread
+// spins for a store of another one it holds, so it gets a few times the
+// eager one's time, not the usual bound.
+func tryLate(ctx context.Context, c *format.Checkpoint, store format.PageSource, pieces int, hw bool, eager error, took time.Duration, logf func(string, ...any)) (*replayer.Result, error) {
+	o := replayer.Options{Schedule: format.ScheduleLate.String(), Timeout: max(5*time.Second, 4*took)}
+	res, err := trialReplay(ctx, c, store, pieces, hw, o)
+	if err != nil {
+		logf("the trial replay of several threads diverged (%v); under the late schedule too: %v", eager, err)
+		return nil, eager
+	}
+	logf("the trial replay of several threads diverged (%v); it verified under the late schedule, which the file asks replays to use", eager)
+	c.Header.Schedule = format.ScheduleLate
+	return res, nil
+}
+
 // runTrial runs one replay of the trial. A panic in the replayer, a bug,
 // fails the trial like a divergence (the checkpoint then keeps every page)
 // instead of killing the recorder before it writes anything.
@@ -211,11 +238,13 @@ func runTrial(ctx context.Context, c *format.Checkpoint, store format.PageSource
 
 // trialReplay replays the window in at most n pieces at once (trialPieces,
 // with hw: the debug registers work) and returns the first piece's result
-// with the pages every piece served.
-func trialReplay(ctx context.Context, c *format.Checkpoint, store format.PageSource, n int, hw bool) (*replayer.Result, error) {
+// with the pages every piece served. o gives the schedule and the timeout.
+func trialReplay(ctx context.Context, c *format.Checkpoint, store format.PageSource, n int, hw bool, o replayer.Options) (*replayer.Result, error) {
+	o.Lazy, o.WrittenFirst = true, true
 	starts := trialPieces(c, n, hw)
 	if len(starts) <= 1 {
-		return runTrial(ctx, c, store, replayer.Options{From: -1, Lazy: true, WrittenFirst: true})
+		o.From = -1
+		return runTrial(ctx, c, store, o)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -230,7 +259,9 @@ func trialReplay(ctx context.Context, c *format.Checkpoint, store format.PageSou
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i], errs[i] = runTrial(ctx, c, store, replayer.Options{From: starts[i], Until: until, Lazy: true, WrittenFirst: true, CPU: i})
+			o := o
+			o.From, o.Until, o.CPU = starts[i], until, i
+			results[i], errs[i] = runTrial(ctx, c, store, o)
 			if errs[i] != nil {
 				cancel() // the others cannot save the trial
 			}

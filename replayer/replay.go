@@ -53,6 +53,9 @@ type Options struct {
 	// CPU picks the CPU the tracer and the replayed process are pinned to:
 	// this many places before the last CPU the caller may use.
 	CPU int
+	// Schedule, "eager" or "late", overrides the order the checkpoint
+	// says its threads replay in (Header.Schedule; threads.go); "" keeps it.
+	Schedule string
 }
 
 // Result describes a verified replay.
@@ -96,6 +99,8 @@ type Result struct {
 	// InCall names the call the recording ended inside (a crash or a dump
 	// request while it blocked), "" when it ended between calls.
 	InCall string
+	// Schedule is the order the replay ran several threads in (threads.go).
+	Schedule format.Schedule
 }
 
 // Summary is the one line tpreplay prints for a verified replay.
@@ -120,10 +125,14 @@ func (r *Result) Summary() string {
 	if r.Threads > 1 {
 		ran += fmt.Sprintf(", %d threads", r.Threads)
 	}
-	if r.Until > 0 {
-		return fmt.Sprintf("verified: %s, the state at the start of interval %d matches (%s)", ran, r.Until, where)
+	sched := ""
+	if r.Schedule != format.ScheduleEager {
+		sched = fmt.Sprintf("; threads run on the %v schedule", r.Schedule)
 	}
-	return fmt.Sprintf("verified: %s, end state matches (%s, %s)", ran, where, what)
+	if r.Until > 0 {
+		return fmt.Sprintf("verified: %s, the state at the start of interval %d matches (%s%s)", ran, r.Until, where, sched)
+	}
+	return fmt.Sprintf("verified: %s, end state matches (%s, %s%s)", ran, where, what, sched)
 }
 
 func signalName(sig int) string {
@@ -256,6 +265,7 @@ const (
 // tracer thread.
 type engine struct {
 	c      *format.Checkpoint
+	late   bool            // threads run between calls as late as the log allows (threads.go)
 	end    format.EndState // what the replay must reach: c.End, or an interval start (Options.Until)
 	rseqs  []format.Rseq   // left out of the digests (format.DigestPage)
 	peeked map[uint64]bool // lazy pages the end comparison read without serving (peek)
@@ -420,7 +430,17 @@ func prepare(c *format.Checkpoint, pages format.PageSource, opts Options) (*engi
 	default:
 		return nil, fmt.Errorf("checkpoint end state has unknown kind %q", end.Kind)
 	}
-	e := &engine{c: c, end: end, until: until, pages: pages, opts: opts, k: k, first: first, thread: thread, brkEnd: heapEnd(c, k), rseqs: rseqs, stopReq: new(atomic.Int32)}
+	sched := c.Header.Schedule
+	if opts.Schedule != "" {
+		var err error
+		if sched, err = format.ParseSchedule(opts.Schedule); err != nil {
+			return nil, err
+		}
+	}
+	if sched > format.ScheduleLate {
+		return nil, fmt.Errorf("checkpoint asks for a thread %v, which this build does not know", sched)
+	}
+	e := &engine{c: c, end: end, until: until, pages: pages, opts: opts, k: k, first: first, thread: thread, brkEnd: heapEnd(c, k), rseqs: rseqs, stopReq: new(atomic.Int32), late: sched == format.ScheduleLate}
 	if e.hwbp, e.noHW = HardwareBreakpoints(); !e.hwbp && opts.Verbose {
 		e.logf("the debug registers do not work on this machine (%s): breakpoints are int3, watchpoints single steps", e.noHW)
 	}
@@ -1209,6 +1229,9 @@ func (e *engine) verified(rip uint64) *Result {
 		Served:       e.servedPages(),
 		InProcess:    e.inproc.completed(),
 		WrittenFirst: e.writtenFirst,
+	}
+	if e.late {
+		r.Schedule = format.ScheduleLate
 	}
 	if s := e.bp.inproc; s != nil {
 		s.report(r)

@@ -33,6 +33,18 @@ import (
 // starts are made at the entry of the call that starts them
 // (startAtEntry), and end at their exit (atExit).
 //
+// The late schedule (format.ScheduleLate) is the other way round: a thread
+// that completes a call waits at its exit (held) until its next call is the
+// log's next, and only then runs its code up to that call. Each thread's
+// code between two calls then runs as late as the log allows. Where two
+// threads' stretches overlap in the log (A's call, B's call, B's next, A's
+// next), eager runs A's first and late B's first; the recording ran them at
+// the same time, and a store of one the other reads between its calls
+// (memcached's main thread storing the clock a worker copies) lands on one
+// side or the other. The dump's trial replay tries the late schedule when
+// an eager one of several threads diverges, and the file says which one
+// verified (Header.Schedule).
+//
 // Threads that communicate through memory without a syscall in between (a
 // flag one sets and another polls, a spin lock, a lock-free queue) may see
 // each other's stores at other points than in the recording: such a replay
@@ -730,6 +742,7 @@ func (e *engine) resumeThread(t *rthread) (*Result, error) {
 // last call when the recording ended with it at that exit
 // (EndState.Threads); and a thread that woke another one through a futex
 // and whose next call is a futex wake, until that call (wakeUnderLock).
+// Under the late schedule every thread waits so until its next call is due.
 func (e *engine) afterCall(regs proc.Regs) (bool, *Result, error) {
 	end := e.cur == e.endThread()
 	if !e.multi() || (end && e.next == len(e.log) && e.owner() == e.cur) || (e.next < len(e.log) && e.owner() == e.cur) || e.owner() == nil {
@@ -741,7 +754,7 @@ func (e *engine) afterCall(regs proc.Regs) (bool, *Result, error) {
 	for i, s := range e.log[e.next:] {
 		if s.Tid == e.cur.rec.Tid {
 			under := wakeUnderLock(&e.log[e.next-1], &s) && !releasedBefore(&s, e.log[e.next:e.next+i])
-			last, more = false, under || e.endsBefore(e.next+i)
+			last, more = false, e.late || under || e.endsBefore(e.next+i)
 			break
 		}
 	}

@@ -437,59 +437,31 @@ func memcachedLight(t *testing.T, port string) (*exec.Cmd, chan error) {
 // thread that made calls, the dispatcher and the four workers, to the
 // verified crash, the whole window.
 //
-// One race of memcached's is known not to replay (ARCHITECTURE.md,
-// "Threads"): the main thread stores its clock once a second right
-// after a clock_gettime, and a worker copies it into an item between two of
-// its calls, in either order. When the crash comes within microseconds of
-// that store, the replay of the window may end with the item's time stamp
-// one second off (one byte), and the trial then cuts the window (not every
-// interval is replayable) or keeps every page. The test allows that once, only in that form (a
-// divergence in the last interval, at the end, of one byte of memory), and
-// then records a new memcached; anything else fails at once. (make soak
-// reports such a run apart, by the same rule.)
+// memcached's main thread stores its clock once a second right after a
+// clock_gettime, and a worker copies it into an item between two of its
+// calls. When a worker's call returned just before that clock_gettime, an
+// eager replay runs the worker's copy first, and the window ends with the
+// item's time stamp one second behind (ARCHITECTURE.md, "Threads"): the
+// trial then verifies it under the late schedule, which the whole window
+// must still replay under.
 func TestMemcachedThreads(t *testing.T) {
 	requireRoot(t)
 	forBackends(t, func(t *testing.T, backend string) {
 		port := map[string]string{"ebpf": "11731", "ptrace": "11732"}[backend]
-		for attempt := 1; ; attempt++ {
-			target, done := memcachedLight(t, port)
-			pid := target.Process.Pid
-			if n := len(tids(t, pid)); n != 6 {
-				t.Fatalf("memcached has %d threads, want 6", n)
-			}
-			ck, log := crashWith(t, target, done, 2*time.Second, func(pid int) error { return unix.Tgkill(pid, pid, unix.SIGSEGV) }, "--backend", backend)
-			if attempt == 1 && clockRaceOnly(log) {
-				t.Logf("the window met memcached's clock race; once more with a new memcached")
-				continue
-			}
-			if strings.Contains(log, "trial replay failed") {
-				t.Errorf("the trial replay failed:\n%s", log)
-			}
-			allReplayable(t, ck)
-			if n := threadsVerified(t, replay(t, ck)); n != 5 {
-				t.Errorf("the replay ran %d threads, want 5", n)
-			}
-			return
+		target, done := memcachedLight(t, port)
+		pid := target.Process.Pid
+		if n := len(tids(t, pid)); n != 6 {
+			t.Fatalf("memcached has %d threads, want 6", n)
+		}
+		ck, log := crashWith(t, target, done, 2*time.Second, func(pid int) error { return unix.Tgkill(pid, pid, unix.SIGSEGV) }, "--backend", backend)
+		if strings.Contains(log, "trial replay failed") {
+			t.Errorf("the trial replay failed:\n%s", log)
+		}
+		allReplayable(t, ck)
+		if n := threadsVerified(t, replay(t, ck)); n != 5 {
+			t.Errorf("the replay ran %d threads, want 5", n)
 		}
 	})
-}
-
-// clockRaceOnly reports whether every divergence tprec's log reports for
-// the trial replay has the form memcached's clock race takes: in the
-// window's last interval, at the end, one byte of memory differing. The
-// trial then cut the window, or, when the race lay in the last interval,
-// kept every page.
-func clockRaceOnly(log string) bool {
-	if !strings.Contains(log, "diverged in its last interval") {
-		return false
-	}
-	for _, line := range strings.Split(log, "\n") {
-		if strings.Contains(line, "diverged") &&
-			(!strings.Contains(line, "made a syscall after the last recorded one") || !strings.Contains(line, "(1 byte differs:")) {
-			return false
-		}
-	}
-	return true
 }
 
 // Debian's memcached serving a client while an operator sends it SIGHUP
@@ -1011,18 +983,19 @@ func TestSignalAfterLastCallOfAThread(t *testing.T) {
 }
 
 // TestStoreRaceCutsTheWindow records two threads that meet through memory
-// between their calls in an order replay does not keep
+// between their calls in an order replay does not keep, eager or late
 // (testdata/racing.c store): a replay from before that moment reaches the end
 // with a page that differs there. The dump's trial then keeps the later half
 // of the window, which replays to the end, instead of falling back to every
-// page with a replay that does not verify (memcached's workers read the
-// clock its main thread stores once a second into the items they touch:
-// one soak run in 24 ended so).
+// page with a replay that does not verify.
 func TestStoreRaceCutsTheWindow(t *testing.T) {
 	requireRoot(t)
 	prog := cc(t, "testdata/racing.c", t.TempDir())
 	forBackends(t, func(t *testing.T, backend string) {
 		ck, log := recordMinimized(t, backend, prog, "store")
+		if !strings.Contains(log, "; under the late schedule too: ") {
+			t.Errorf("the trial did not try the late schedule, or it verified:\n%s", log)
+		}
 		if !strings.Contains(log, "diverged in its last interval") {
 			t.Errorf("the trial did not meet the race at the end:\n%s", log)
 		}
@@ -1053,6 +1026,65 @@ func TestStoreRaceCutsTheWindow(t *testing.T) {
 			t.Errorf("no interval says why the window starts later")
 		}
 		replay(t, ck)
+	})
+}
+
+// TestLateScheduleVerifiesTheWindow records two threads whose code between
+// calls overlaps in the log (testdata/racing.c late): the other thread's
+// read returns, the main thread's sleep returns and it stores a value, and
+// the other thread, still spinning, copies it before its next call. The
+// eager schedule runs the other thread's copy before the main thread's
+// sleep, so the end differs; the dump's trial then tries the late schedule,
+// which verifies the whole window, and the file says so. tpreplay replays
+// it under that schedule, and under the eager one it diverges.
+func TestLateScheduleVerifiesTheWindow(t *testing.T) {
+	requireRoot(t)
+	prog := cc(t, "testdata/racing.c", t.TempDir())
+	forBackends(t, func(t *testing.T, backend string) {
+		ck, log := recordMinimized(t, backend, prog, "late")
+		if !strings.Contains(log, "it verified under the late schedule") {
+			t.Fatalf("the trial did not verify under the late schedule:\n%s", log)
+		}
+		out, code := runTool(t, "tpinspect", "--json", ck)
+		if code != 0 {
+			t.Fatalf("tpinspect: %s", out)
+		}
+		var info struct {
+			Process struct {
+				Schedule string `json:"schedule"`
+			} `json:"process"`
+			Intervals []struct {
+				Replayable bool   `json:"replayable"`
+				Reason     string `json:"reason"`
+			} `json:"intervals"`
+		}
+		if err := json.Unmarshal([]byte(out), &info); err != nil {
+			t.Fatal(err)
+		}
+		if info.Process.Schedule != "late" {
+			t.Errorf("the file says schedule %q, want late", info.Process.Schedule)
+		}
+		// The first interval, the loader's, is never replayable; no
+		// other one is left out.
+		replayable := 0
+		for i, iv := range info.Intervals {
+			if iv.Replayable {
+				replayable++
+			} else if strings.Contains(iv.Reason, "trial replay") {
+				t.Errorf("interval %d was cut from the window: %s", i, iv.Reason)
+			}
+		}
+		got := replay(t, ck)
+		if !strings.Contains(got, "threads run on the late schedule)") {
+			t.Errorf("tpreplay does not say it ran the late schedule:\n%s", got)
+		}
+		if m := verifiedRe.FindStringSubmatch(got); m == nil || m[2] != fmt.Sprint(replayable) {
+			t.Errorf("tpreplay did not replay the %d replayable intervals:\n%s", replayable, got)
+		}
+		eager, code := runTool(t, "tpreplay", "--schedule", "eager", ck)
+		if code != 1 || !strings.Contains(eager, "divergence: ") {
+			t.Errorf("tpreplay --schedule eager: exit %d, want a divergence (exit 1):\n%s", code, eager)
+		}
 	})
 }
 

@@ -139,6 +139,7 @@ type process struct {
 	Interval    string    `json:"interval"`
 	FullPages   bool      `json:"full_pages"`
 	PageSetNote string    `json:"page_set_note,omitempty"`
+	Schedule    string    `json:"schedule"`
 	Lost        uint64    `json:"lost_events"`
 	CPUFlags    int       `json:"cpu_flags"`
 	Modules     []module  `json:"modules,omitempty"`
@@ -251,7 +252,7 @@ func summarize(f *format.File) *summary {
 		Pid: h.Pid, Exe: h.ExePath, BuildID: h.BuildID, Cmdline: h.Cmdline, Host: h.Hostname,
 		Kernel: h.KernelRelease, Arch: h.Arch, Backend: h.Backend, Reason: h.Reason,
 		Start: h.StartTime, Dump: h.DumpTime, Interval: h.Interval.String(), FullPages: h.FullPages,
-		PageSetNote: h.PageSetNote, Lost: h.Lost, CPUFlags: len(h.CPUFlags),
+		PageSetNote: h.PageSetNote, Schedule: h.Schedule.String(), Lost: h.Lost, CPUFlags: len(h.CPUFlags),
 	}}
 	for _, t := range h.ThreadNames {
 		s.Process.Threads = append(s.Process.Threads, thread{Tid: t.Tid, Name: t.Name})
@@ -425,6 +426,9 @@ func printSummary(out io.Writer, s *summary) error {
 	fmt.Fprintf(w, "  recorded\t%s .. %s\n", when(p.Start), when(p.Dump))
 	if p.PageSetNote != "" {
 		fmt.Fprintf(w, "  page set\t%s\n", p.PageSetNote)
+	}
+	if p.Schedule != format.ScheduleEager.String() {
+		fmt.Fprintf(w, "  threads replay\t%s schedule\n", p.Schedule)
 	}
 	if p.Lost != 0 {
 		fmt.Fprintf(w, "  lost events\t%d\n", p.Lost)

@@ -47,7 +47,7 @@ func serveGDB(c *cli.Context, stdout, stderr io.Writer) error {
 		defer lf.Close()
 		cfg.WireLog = lf
 	}
-	s, err := replayer.NewSession(ck, f, replayer.Options{From: c.Int("from"), Log: stderr, Verbose: c.Bool("verbose")})
+	s, err := replayer.NewSession(ck, f, replayer.Options{From: c.Int("from"), Log: stderr, Verbose: c.Bool("verbose"), Schedule: c.String("schedule")})
 	if err != nil {
 		return err
 	}

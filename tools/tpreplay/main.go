@@ -55,6 +55,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			&cli.IntFlag{Name: "from", Value: -1, Usage: "interval index to start at (default: the oldest replayable one); when the checkpoint does not store that start, the nearest earlier one it stores"},
 			&cli.IntFlag{Name: "until", Usage: "stop where interval `K` began and verify the state recorded there, instead of running to the end"},
 			&cli.StringFlag{Name: "output-dir", Usage: "write what the program wrote to its descriptors to `DIR`/fd-N.out"},
+			&cli.StringFlag{Name: "schedule", Usage: "run several threads' code between their calls `eager` (as soon as a call returns) or `late` (just before the next call), instead of the order the checkpoint says verified"},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log every replayed syscall, and the timing line"},
 			&cli.BoolFlag{Name: "time", Usage: "print how long loading and replaying took, against the recorded time (stderr)"},
 			&cli.StringFlag{Name: "gdb", Usage: "serve the replay to GDB on `ADDR` (\":2345\" listens on 127.0.0.1:2345)"},
@@ -65,6 +66,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return fmt.Errorf("expected one checkpoint file, got %d arguments", c.NArg())
+			}
+			if s := c.String("schedule"); s != "" {
+				if _, err := format.ParseSchedule(s); err != nil {
+					return err
+				}
 			}
 			if err := proc.QuietStops(); err != nil {
 				return err
@@ -80,6 +86,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 				OutputDir: c.String("output-dir"),
 				Verbose:   c.Bool("verbose"),
 				Log:       stderr,
+				Schedule:  c.String("schedule"),
 			}, c.Bool("time") || c.Bool("verbose"), stderr)
 			var d *replayer.Divergence
 			switch {

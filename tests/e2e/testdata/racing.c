@@ -8,8 +8,10 @@
 // the spin is part of:
 //   store: the other thread stores a value after its spin, and the main
 //          thread copies that value to a page of its own: the old value in
-//          the recording, the new one in a replay; the main thread writes
-//          that page again before it faults, so the end compares it.
+//          the recording, the new one in a replay, eager or late (the
+//          other thread's stretch starts and ends before the main
+//          thread's in the log); the main thread writes that page again
+//          before it faults, so the end compares it.
 //   lock:  the other thread spins holding a mutex the main thread then asks
 //          for: in the recording the main thread waits in futex and the
 //          release wakes it, in a replay the mutex is free by then.
@@ -19,6 +21,12 @@
 //          wake of its release, which replay skips, is the call replay
 //          resumed it for, and the call it makes instead (it blocks a
 //          signal) is one replay executes for real.
+//   late:  the main thread stores a value right after its next 1 ms sleep
+//          returns, while the other thread spins; the other thread copies
+//          it after its spin. The recording copies the new value; a replay
+//          that runs the other thread on as soon as its read returns
+//          copies the old one, and one that runs it as late as its next
+//          call (the late schedule) the new one.
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
@@ -26,7 +34,7 @@
 #include <unistd.h>
 
 static int p1[2], p2[2];
-static int locking, spinning;
+static int locking, spinning, late;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static volatile int clockv;
 static struct {
@@ -52,8 +60,16 @@ static void *other(void *arg) {
 			sigaddset(&s, SIGUSR1);
 			pthread_sigmask(SIG_BLOCK, &s, NULL);
 		}
+	} else if (late) {
+		state.seen = clockv;
+		if (write(p2[1], &c, 1) != 1)
+			return NULL;
 	} else {
 		clockv = 1;
+		// A call of its own between the store and the write: the log
+		// then has it before the main thread's read returns, whichever
+		// of the write and the read the recorder saw return first.
+		(void)getppid();
 		if (write(p2[1], &c, 1) != 1)
 			return NULL;
 	}
@@ -64,6 +80,7 @@ static void *other(void *arg) {
 int main(int argc, char **argv) {
 	spinning = argc > 1 && strcmp(argv[1], "lockspin") == 0;
 	locking = spinning || (argc > 1 && strcmp(argv[1], "lock") == 0);
+	late = argc > 1 && strcmp(argv[1], "late") == 0;
 	pthread_t t;
 	if (pipe(p1) || pipe(p2) || pthread_create(&t, NULL, other, NULL))
 		return 1;
@@ -82,6 +99,8 @@ int main(int argc, char **argv) {
 		pthread_mutex_lock(&lock);
 		state.last++;
 		pthread_mutex_unlock(&lock);
+	} else if (late) {
+		clockv = 1;
 	} else {
 		state.seen = clockv;
 		if (read(p2[0], &c, 1) != 1)
