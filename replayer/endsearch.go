@@ -9,6 +9,7 @@ import (
 	"github.com/tprec/tprec/proc"
 
 	"golang.org/x/arch/x86/x86asm"
+	"golang.org/x/sys/unix"
 )
 
 // The end search in the replayed process.
@@ -33,7 +34,10 @@ import (
 // return address and a jmp to its target (other calls are not moved); the
 // addresses of the ones
 // after the first, where a jump elsewhere in the program could land, are
-// watched by the debug registers, which move such a jump to their copy.
+// watched by the debug registers, which move such a jump to their copy, a
+// stop each time. An instruction shorter than the jmp is displaced alone
+// where a punned jmp can be placed (punTarget): its last bytes are the
+// next instruction's, which stays in place.
 // Only code mapped from a file and not writable is patched (JIT code may be
 // rewritten or read), only in a replay of one thread with no signal left
 // to deliver, and not at a rep string instruction or a `syscall`, which the
@@ -104,6 +108,9 @@ type endInProcess struct {
 	// to (searchAfterRet), is the address of the return address on the
 	// stack at the goal.
 	ret uint64
+	// punned is where the punned jmp at the goal lands (punTarget), 0 for
+	// a plain one.
+	punned uint64
 }
 
 // passes returns how many times the program reached the end rip.
@@ -118,7 +125,7 @@ func (s *endInProcess) report(r *Result) {
 	if s.ret != 0 {
 		r.EndWords = append(r.EndWords, s.ret)
 	}
-	r.endRedirects, r.endRetargeted, r.endAfterRet = s.redirects, s.retargeted, s.ret != 0
+	r.endRedirects, r.endRetargeted, r.endAfterRet, r.endPunned = s.redirects, s.retargeted, s.ret != 0, s.punned != 0
 }
 
 // searchAfterRet sets up the end search in the process where the goal, a
@@ -229,15 +236,23 @@ func (e *engine) searchInProcess(goal format.Regs, now uint64) (*endInProcess, e
 		insts = append(insts, inst)
 		n += inst.Len
 	}
-	if len(insts) > 4 || now > rip && now < rip+uint64(n) {
-		// DR1-DR3 watch the instructions after the first; the thread must
-		// not stand among them.
-		return nil, nil
-	}
 	for sys, site := range c.sites {
 		if at := site.patchAt(sys); rip < sys+2 && at < rip+uint64(n) {
 			return nil, nil
 		}
+	}
+	// A first instruction shorter than the jmp: a punned jmp displaces it
+	// alone, when a page is free where it can land.
+	var pun punned
+	if l := insts[0].Len; l < 5 && punJumps {
+		if pun = e.punTarget(rip, code[:5], l, c.views); pun.to != 0 {
+			insts, n = insts[:1], l
+		}
+	}
+	if len(insts) > 4 || now > rip && now < rip+uint64(n) {
+		// DR1-DR3 watch the instructions after the first; the thread must
+		// not stand among them.
+		return nil, nil
 	}
 	if e.endCompares(rip, rip+uint64(n)-1) {
 		return nil, nil // the jmp would change a page the end compares
@@ -301,7 +316,7 @@ func (e *engine) searchInProcess(goal format.Regs, now uint64) (*endInProcess, e
 		return nil, nil
 	}
 	there := int64(base) - int64(rip+5)
-	if there != int64(int32(there)) {
+	if pun.to == 0 && there != int64(int32(there)) {
 		return nil, nil
 	}
 	// The goal, then the code, then the debug registers, then the jmp.
@@ -327,10 +342,75 @@ func (e *engine) searchInProcess(goal format.Regs, now uint64) (*endInProcess, e
 		return nil, err
 	}
 	jmp := append([]byte{0xe9}, u32le(uint32(int32(there)))...)
+	if pun.to != 0 {
+		// A page there, with a jmp to the code; then the jmp's own bytes,
+		// its rel32's last ones being the code's already.
+		page := pageDown(pun.to)
+		if _, err := e.stub.injectOK(fmt.Sprintf("end search: map %#x", page), unix.SYS_MMAP, page, pageSize,
+			unix.PROT_READ|unix.PROT_EXEC, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED_NOREPLACE, ^uint64(0), 0); err != nil {
+			return nil, err
+		}
+		abs := append([]byte{0xff, 0x25, 0, 0, 0, 0}, u64le(base)...) // jmp [rip+0]
+		if err := e.mem.WriteAt(abs, pun.to); err != nil {
+			return nil, fmt.Errorf("end search: write %#x: %w", pun.to, err)
+		}
+		jmp = append([]byte{0xe9}, u32le(pun.rel)...)[:n]
+		s.punned = pun.to
+		e.logf("the end search's jmp at %#x lands at %#x: its last %d bytes are the code's own", rip, pun.to, 5-n)
+	}
 	if err := e.mem.WriteAt(jmp, rip); err != nil {
 		return nil, fmt.Errorf("end search: patch %#x: %w", rip, err)
 	}
 	return s, nil
+}
+
+// punJumps lets the end search use punned jmps (tests turn them off to
+// test the other way).
+var punJumps = true
+
+// punned is where a jmp at the end rip lands whose first bytes are its
+// own and whose last ones are the code's (to, 0 when none), and its rel32.
+type punned struct {
+	to  uint64
+	rel uint32
+}
+
+// punTarget finds a punned jmp for the end search at rip, whose first
+// instruction is l bytes long (code holds the 5 bytes there). The jmp
+// writes 0xe9 and the l-1 low bytes of its rel32 over that instruction; the
+// 5-l high bytes are those the code has after it, left as they are, so
+// that a jump there still finds its instructions, and nothing else is
+// displaced. That leaves 256^(l-1) places the jmp can land at, in a range
+// of up to 16 MiB; one whose page nothing uses (the maps of the window,
+// the regions its calls map, the stub, views) and with room for an
+// absolute jmp (14 bytes) is taken. The idea is E9Patch's instruction
+// punning (Duck et al., PLDI 2020).
+func (e *engine) punTarget(rip uint64, code []byte, l int, views []uint64) punned {
+	free := uint(8 * (l - 1))
+	var high uint32
+	for i := 4; i >= l; i-- {
+		high = high<<8 | uint32(code[i])
+	}
+	high <<= free
+	span := uint64(1) << free
+	at := func(low uint64) uint64 { return rip + 5 + uint64(int64(int32(high|uint32(low)))) }
+	lo, hi := at(0), at(span-1)
+	used := occupied(e.c, e.log)
+	used = append(used, [2]uint64{e.base, e.base + stubSize})
+	for _, v := range views {
+		used = append(used, [2]uint64{v, v + ipSize})
+	}
+	for page := pageDown(lo); page <= hi; page += pageSize {
+		to := max(page, lo)
+		if to+14 > page+pageSize || to > hi || page < 1<<16 || page+pageSize > 0x7fff_ffff_f000 {
+			continue
+		}
+		if slices.ContainsFunc(used, func(u [2]uint64) bool { return page < u[1] && page+pageSize > u[0] }) {
+			continue
+		}
+		return punned{to: to, rel: high | uint32(to-lo)}
+	}
+	return punned{}
 }
 
 // retargetCall makes the direct call that reached the displaced

@@ -30,30 +30,45 @@ func TestEndSearchInProcess(t *testing.T) {
 	}
 }
 
-// A jump to an instruction the end search displaced (the loop of
-// testdata/looptail.c is entered at its second instruction, just after the
-// end rip when the recording ended at its first) runs that instruction's
-// copy, and displaced jumps, a conditional one taken at every other
-// iteration among them, go where they went: the replay reaches the end
-// from each of the loop's six instructions.
+// The loop of testdata/looptail.c is entered at its second instruction,
+// just after the end rip when the recording ended at its first, a 4-byte
+// add. A punned jmp displaces that add alone, its last byte being the
+// entry's first: the loop enters as it did, and no pass stops. Without
+// punned jmps, the jmp's 5 bytes displace the entry too, and the jump there
+// is moved to its copy at a stop. Displaced jumps, a conditional one taken
+// at every other iteration among them, go where they went: the replay
+// reaches the end from each of the loop's six instructions, both ways.
 func TestEndSearchInProcessJumpInside(t *testing.T) {
 	needRoot(t)
-	inProcess, redirected := 0, 0
-	for steps := 200; steps < 206; steps++ {
-		_, res := replayRequestAt(t, "looptail", steps)
-		if res.EndPasses > 0 {
-			inProcess++
+	for _, pun := range []bool{true, false} {
+		punJumps = pun
+		inProcess, redirected, punned := 0, 0, 0
+		for steps := 200; steps < 206; steps++ {
+			rec, res := replayRequestAt(t, "looptail", steps)
+			if res.EndPasses > 0 {
+				inProcess++
+			}
+			if res.endRedirects > 0 {
+				redirected++
+			}
+			if res.endPunned {
+				punned++
+			}
+			sameEndStopping(t, steps, rec, res)
+			t.Logf("punned jmps %v, %d steps: end at %#x, %d passes, %d jumps moved, punned %v", pun, steps, res.Rip, res.EndPasses, res.endRedirects, res.endPunned)
 		}
-		if res.endRedirects > 0 {
-			redirected++
+		// add, add, bt, jb, add, jmp: the first one's 5 bytes cover the
+		// loop's entry; every one but the bt (5 bytes) is shorter than the
+		// jmp and punned.
+		want := [2]int{0, 5}
+		if !pun {
+			want = [2]int{1, 0}
 		}
-		t.Logf("%d steps: end at %#x, %d passes, %d jumps moved", steps, res.Rip, res.EndPasses, res.endRedirects)
+		if inProcess != 6 || redirected != want[0] || punned != want[1] {
+			t.Errorf("punned jmps %v: %d of 6 ends searched in the process, %d with a jump moved, %d punned; want 6, %d and %d", pun, inProcess, redirected, punned, want[0], want[1])
+		}
 	}
-	// add, add, bt, jb, add, jmp: the first one's 5 bytes cover the
-	// loop's entry.
-	if inProcess != 6 || redirected != 1 {
-		t.Errorf("%d of 6 ends searched in the process, %d with a jump moved; want 6 and 1", inProcess, redirected)
-	}
+	punJumps = true
 }
 
 // sameEndStopping replays rec again with a stop at every pass of the end
@@ -123,25 +138,37 @@ func TestEndSearchInProcessMemoryWord(t *testing.T) {
 //     8 higher, and rewinds a match to the `ret`.
 //
 // Each end is the one a replay that stops at every pass reaches.
+//
+// With punned jmps (the default), the xor is displaced alone and the next
+// function's first instruction stays where it is: no call is retargeted.
+// The test runs both ways.
 func TestEndSearchInProcessNearFunctionStart(t *testing.T) {
 	needRoot(t)
-	retargeted, afterRet := 0, 0
-	for steps := 4001; steps < 4010; steps++ {
-		rec, res := replayRequestAt(t, "loopret", steps)
-		if res.endRetargeted > 0 {
-			retargeted++
+	for _, pun := range []bool{false, true} {
+		punJumps = pun
+		retargeted, afterRet := 0, 0
+		for steps := 4001; steps < 4010; steps++ {
+			rec, res := replayRequestAt(t, "loopret", steps)
+			if res.endRetargeted > 0 {
+				retargeted++
+			}
+			if res.endAfterRet {
+				afterRet++
+			}
+			if res.EndPasses == 0 {
+				t.Errorf("%d steps: end at %#x not searched in the process", steps, res.Rip)
+			}
+			sameEndStopping(t, steps, rec, res)
+			t.Logf("punned jmps %v, %d steps: end at %#x, %d passes in the process, %d jumps moved, %d calls retargeted, after the ret %v, punned %v", pun, steps, res.Rip, res.EndPasses, res.endRedirects, res.endRetargeted, res.endAfterRet, res.endPunned)
 		}
-		if res.endAfterRet {
-			afterRet++
+		// Two rets (bump's and zero's), one xor before a function start.
+		want := 1
+		if pun {
+			want = 0
 		}
-		if res.EndPasses == 0 {
-			t.Errorf("%d steps: end at %#x not searched in the process", steps, res.Rip)
+		if retargeted != want || afterRet != 2 {
+			t.Errorf("punned jmps %v: %d of 9 ends had a call made to go to the copy, %d were searched after their ret; want %d and 2", pun, retargeted, afterRet, want)
 		}
-		sameEndStopping(t, steps, rec, res)
-		t.Logf("%d steps: end at %#x, %d passes in the process, %d jumps moved, %d calls retargeted, after the ret %v", steps, res.Rip, res.EndPasses, res.endRedirects, res.endRetargeted, res.endAfterRet)
 	}
-	// Two rets (bump's and zero's), one xor before a function start.
-	if retargeted != 1 || afterRet != 2 {
-		t.Errorf("%d of 9 ends had a call made to go to the copy, %d were searched after their ret; want 1 and 2", retargeted, afterRet)
-	}
+	punJumps = true
 }

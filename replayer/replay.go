@@ -96,6 +96,8 @@ type Result struct {
 	endRedirects, endRetargeted int
 	// endAfterRet: the end, a ret, was searched where it returns to.
 	endAfterRet bool
+	// endPunned: the search's jmp was a punned one (endsearch.go).
+	endPunned bool
 	// InCall names the call the recording ended inside (a crash or a dump
 	// request while it blocked), "" when it ended between calls.
 	InCall string

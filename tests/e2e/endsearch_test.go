@@ -20,6 +20,13 @@ import (
 //     differ in memory. Each such stop compared and described every end
 //     page, decompressing its recorded content again: 35 s and a timeout,
 //     now 2 s.
+//   - bc computes pi to 20,000 digits without a call, tens of millions of
+//     passes over most of its instructions in the window. One crash in
+//     three by hand landed on a 3-byte instruction just before the target
+//     of a conditional jump of that loop: the 5-byte jmp of the search
+//     displaced the target too, and every pass stopped to move the jump to
+//     its copy, 17 million stops and a timeout. The jmp is now a punned
+//     one there (replayer/endsearch.go), and the same file verifies in 3 s.
 //
 // Where the crash lands decides what the search needs (in openssl's own
 // loop the registers differ at every pass, in its SHA-256 code they do
@@ -41,6 +48,7 @@ while 1 {
 	}{
 		{"openssl", []string{needTool(t, "openssl"), "speed", "-seconds", "30", "sha256"}},
 		{"tclsh", []string{needTool(t, "tclsh8.6"), tcl}},
+		{"bc", []string{needTool(t, "bc"), "-l", pythonScript(t, "pi.bc", "scale=20000; 4*a(1)\nquit\n")}},
 	}
 	forBackends(t, func(t *testing.T, backend string) {
 		for _, p := range progs {
