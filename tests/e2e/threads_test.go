@@ -535,6 +535,11 @@ func TestMemcachedThreadsSignals(t *testing.T) {
 // keeps every page when none is left; the process dies of its own signal as
 // it would have; and whatever the checkpoint keeps, tpreplay either
 // verifies it or names the threads in its divergence, never anything else.
+// A window the trial verified whole (on a loaded machine one thread may
+// hold the interpreter's lock all along while the other waits in one call,
+// which replay leaves out; or the late schedule gave the recorded order)
+// must verify in tpreplay too, and the test records again, up to three
+// times, for a window where the threads met.
 func TestThreadsMeetingInMemory(t *testing.T) {
 	requireRoot(t)
 	py := "/usr/bin/python3"
@@ -549,30 +554,33 @@ def spin():
 threading.Thread(target=spin, daemon=True).start()
 spin()
 `
-	target, _, done := startTarget(t, py, "-S", "-c", prog)
-	time.Sleep(300 * time.Millisecond)
-	ck, log := crashWith(t, target, done, 1200*time.Millisecond, func(pid int) error { return unix.Tgkill(pid, pid, unix.SIGSEGV) })
-	cut := 0
-	for _, iv := range intervalsIn(t, ck) {
-		if !iv.Replayable && strings.Contains(iv.Reason, "the trial replay of 2 threads diverged in it") {
-			cut++
+	for attempt := 1; attempt <= 3; attempt++ {
+		target, _, done := startTarget(t, py, "-S", "-c", prog)
+		time.Sleep(300 * time.Millisecond)
+		ck, log := crashWith(t, target, done, 1200*time.Millisecond, func(pid int) error { return unix.Tgkill(pid, pid, unix.SIGSEGV) })
+		cut := 0
+		for _, iv := range intervalsIn(t, ck) {
+			if !iv.Replayable && strings.Contains(iv.Reason, "the trial replay of 2 threads diverged in it") {
+				cut++
+			}
 		}
-	}
-	failed := strings.Contains(log, "trial replay failed")
-	if cut == 0 && !failed {
-		t.Fatalf("the trial replay neither cut the window nor failed; tprec:\n%s", log)
-	}
-	out, code := runTool(t, "tpreplay", ck)
-	switch {
-	case code == 0:
-		threadsVerified(t, out)
-		if failed {
-			t.Errorf("the trial replay failed but tpreplay verified:\n%s\ntprec:\n%s", out, log)
+		failed := strings.Contains(log, "trial replay failed")
+		out, code := runTool(t, "tpreplay", ck)
+		switch {
+		case code == 0:
+			threadsVerified(t, out)
+			if failed {
+				t.Errorf("the trial replay failed but tpreplay verified:\n%s\ntprec:\n%s", out, log)
+			}
+		case !strings.Contains(out, "divergence") || !strings.Contains(out, "threads ran: replay keeps the recorded order of their syscalls"):
+			t.Fatalf("tpreplay: exit %d without a divergence naming the threads:\n%s", code, out)
+		case !failed:
+			t.Errorf("the trial replay succeeded but tpreplay diverged:\n%s\ntprec:\n%s", out, log)
 		}
-	case !strings.Contains(out, "divergence") || !strings.Contains(out, "threads ran: replay keeps the recorded order of their syscalls"):
-		t.Fatalf("tpreplay: exit %d without a divergence naming the threads:\n%s", code, out)
-	case !failed:
-		t.Errorf("the trial replay succeeded but tpreplay diverged:\n%s\ntprec:\n%s", out, log)
+		if cut > 0 || failed {
+			return
+		}
+		t.Logf("attempt %d: the trial verified the whole window, and so did tpreplay: %s", attempt, strings.TrimSpace(out))
 	}
 }
 
