@@ -42,7 +42,8 @@ func minimize(ctx context.Context, c *format.Checkpoint, store format.PageSource
 	t0 := time.Now()
 	pieces := runtime.NumCPU()
 	hw, _ := replayer.HardwareBreakpoints()
-	res, err := trialReplay(ctx, c, store, pieces, hw, replayer.Options{})
+	tr := newTrial(ctx, c, store, hw)
+	res, err := tr.run(pieces, replayer.Options{})
 	var d *replayer.Divergence
 	if errors.As(err, &d) && d.Threads > 1 && pieces > 1 && len(trialPieces(c, pieces, hw)) > 1 {
 		// A piece ends at an interval start, where the other threads
@@ -51,16 +52,16 @@ func minimize(ctx context.Context, c *format.Checkpoint, store format.PageSource
 		// recorded end, which may be in reach.
 		logf("a piece of the trial replay of %d threads diverged (%v): trying the window in one piece", d.Threads, err)
 		pieces = 1
-		res, err = trialReplay(ctx, c, store, pieces, hw, replayer.Options{})
+		res, err = tr.run(pieces, replayer.Options{})
 	}
-	if errors.As(err, &d) && d.Threads > 1 && ctx.Err() == nil {
-		res, err = tryLate(ctx, c, store, pieces, hw, err, time.Since(t0), logf)
+	if errors.As(err, &d) && d.Threads > 1 && !d.Timeout && ctx.Err() == nil {
+		res, err = tr.late(pieces, err, logf)
 	}
 	for tries := 0; err != nil && tries < len(c.Intervals); tries++ {
 		if !cutDiverged(c, err, logf) {
 			break
 		}
-		res, err = trialReplay(ctx, c, store, pieces, hw, replayer.Options{})
+		res, err = tr.run(pieces, replayer.Options{})
 	}
 	if err != nil && ctx.Err() != nil {
 		c.Header.FullPages = true
@@ -203,24 +204,71 @@ func endWordPages(words []uint64) map[uint64]bool {
 	return pages
 }
 
-// tryLate replays the window again under the late schedule
-// (replayer/threads.go) after the eager one diverged with err in a replay
-// of several threads (the trial so far took took): the stores the threads make between
-// their calls then reach each other in the other order where their
-// stretches overlap. When it verifies, the file says so
+// trial runs the replays of one dump's trial within its budget: twice
+// what one replay of the window may take (replayer.DefaultTimeout), for
+// every try (pieces, the window in one piece, the late schedule, cuts)
+// together. Once it is spent, the trial fails and the file keeps every
+// page: a window whose threads spin for one another's stores made a
+// zstd -T2 dump wait for minutes, each cut timing out in turn.
+type trial struct {
+	ctx      context.Context
+	c        *format.Checkpoint
+	store    format.PageSource
+	hw       bool
+	budget   time.Duration
+	deadline time.Time     // zero: no replayable interval, nothing to bound
+	took     time.Duration // the last replay
+	// replay is trialReplay (tests put another one).
+	replay func(ctx context.Context, c *format.Checkpoint, store format.PageSource, n int, hw bool, o replayer.Options) (*replayer.Result, error)
+}
+
+func newTrial(ctx context.Context, c *format.Checkpoint, store format.PageSource, hw bool) *trial {
+	t := &trial{ctx: ctx, c: c, store: store, hw: hw, replay: trialReplay}
+	if k := replayableFrom(c); k < len(c.Intervals) {
+		t.budget = 2 * replayer.DefaultTimeout(c, k, hw)
+		t.deadline = time.Now().Add(t.budget)
+	}
+	return t
+}
+
+// run replays the window in at most n pieces (trialReplay), each bounded by
+// o.Timeout, else by what one replay of the replayable window may take, and
+// by what is left of the budget.
+func (t *trial) run(n int, o replayer.Options) (*replayer.Result, error) {
+	if !t.deadline.IsZero() {
+		left := time.Until(t.deadline)
+		if left <= 0 {
+			return nil, fmt.Errorf("the trial replay used its %v (twice what one replay of the window may take) without a replay that verified", t.budget.Round(time.Millisecond))
+		}
+		if o.Timeout == 0 {
+			o.Timeout = replayer.DefaultTimeout(t.c, replayableFrom(t.c), t.hw)
+		}
+		o.Timeout = min(o.Timeout, left)
+	}
+	t0 := time.Now()
+	res, err := t.replay(t.ctx, t.c, t.store, n, t.hw, o)
+	t.took = time.Since(t0)
+	return res, err
+}
+
+// late replays the window again under the late schedule
+// (replayer/threads.go) after the eager replay diverged with eager in a
+// replay of several threads, before it reached its deadline: the stores the
+// threads make between their calls then reach each other in the other
+// order where their stretches overlap. When it verifies, the file says so
 // (Header.Schedule) and replays take that order; else the trial goes on
 // from the eager divergence. A late replay can wait forever where a thread
-// spins for a store of another one it holds, so it gets a few times the
-// eager one's time, not the usual bound.
-func tryLate(ctx context.Context, c *format.Checkpoint, store format.PageSource, pieces int, hw bool, eager error, took time.Duration, logf func(string, ...any)) (*replayer.Result, error) {
-	o := replayer.Options{Schedule: format.ScheduleLate.String(), Timeout: max(5*time.Second, 4*took)}
-	res, err := trialReplay(ctx, c, store, pieces, hw, o)
+// spins for a store of another one it holds, so it gets four times what the
+// eager one took, at least 5 s.
+func (t *trial) late(n int, eager error, logf func(string, ...any)) (*replayer.Result, error) {
+	o := replayer.Options{Schedule: format.ScheduleLate.String(), Timeout: max(5*time.Second, 4*t.took)}
+	res, err := t.run(n, o)
 	if err != nil {
 		logf("the trial replay of several threads diverged (%v); under the late schedule too: %v", eager, err)
 		return nil, eager
 	}
 	logf("the trial replay of several threads diverged (%v); it verified under the late schedule, which the file asks replays to use", eager)
-	c.Header.Schedule = format.ScheduleLate
+	t.c.Header.Schedule = format.ScheduleLate
 	return res, nil
 }
 

@@ -1,10 +1,13 @@
 package recorder
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/replayer"
@@ -113,5 +116,56 @@ func TestCutDivergedHalvesAtTheEnd(t *testing.T) {
 	// Several threads, in an earlier interval: the window starts after it.
 	if !cutDiverged(c, &replayer.Divergence{Threads: 2, Seq: 250}, t.Logf) || starts() != "[6 7 8 9 10]" {
 		t.Errorf("a divergence in interval 5 left the window %s, want [6 7 8 9 10]", starts())
+	}
+}
+
+// Each replay of a trial gets what is left of the trial's budget, at most
+// its own bound; once the budget is spent the trial fails without
+// replaying, and the late schedule gets four times what the eager replay
+// took. A replay here waits for its whole timeout and diverges on it, as a
+// window whose threads spin for one another's stores does.
+func TestTrialBudget(t *testing.T) {
+	c := &format.Checkpoint{}
+	start := time.Now()
+	for i := range 4 {
+		c.Intervals = append(c.Intervals, format.Interval{Index: i, Start: start.Add(time.Duration(i) * 250 * time.Millisecond), End: start.Add(time.Duration(i+1) * 250 * time.Millisecond), Replayable: true})
+	}
+	tr := newTrial(context.Background(), c, nil, true)
+	if tr.budget != 60*time.Second {
+		t.Fatalf("budget %v for a 1 s window, want twice the 30 s a replay may take", tr.budget)
+	}
+	var timeouts []time.Duration
+	tr.replay = func(_ context.Context, _ *format.Checkpoint, _ format.PageSource, _ int, _ bool, o replayer.Options) (*replayer.Result, error) {
+		timeouts = append(timeouts, o.Timeout)
+		time.Sleep(o.Timeout)
+		return nil, &replayer.Divergence{Threads: 2, Timeout: true, Reason: "did not reach the recorded end state"}
+	}
+	// As if most of the budget were gone.
+	tr.budget, tr.deadline = 300*time.Millisecond, time.Now().Add(300*time.Millisecond)
+	if _, err := tr.run(1, replayer.Options{}); err == nil {
+		t.Fatal("the replay verified")
+	}
+	if _, err := tr.run(1, replayer.Options{}); err == nil || !strings.Contains(err.Error(), "the trial replay used its 300ms") {
+		t.Fatalf("after the budget: %v, want the budget's error", err)
+	}
+	if len(timeouts) != 1 || timeouts[0] > 300*time.Millisecond || timeouts[0] < 250*time.Millisecond {
+		t.Errorf("timeouts %v, want one of at most what was left of 300ms", timeouts)
+	}
+
+	timeouts = nil
+	tr.deadline = time.Now().Add(time.Hour)
+	tr.took = 2 * time.Second
+	tr.replay = func(_ context.Context, _ *format.Checkpoint, _ format.PageSource, _ int, _ bool, o replayer.Options) (*replayer.Result, error) {
+		timeouts = append(timeouts, o.Timeout)
+		if o.Schedule != "late" {
+			t.Errorf("schedule %q, want late", o.Schedule)
+		}
+		return &replayer.Result{}, nil
+	}
+	if _, err := tr.late(1, errors.New("eager diverged"), t.Logf); err != nil || c.Header.Schedule != format.ScheduleLate {
+		t.Fatalf("late: %v, schedule %v", err, c.Header.Schedule)
+	}
+	if len(timeouts) != 1 || timeouts[0] != 8*time.Second {
+		t.Errorf("late timeouts %v, want 4 times the eager replay's 2 s", timeouts)
 	}
 }

@@ -27,6 +27,9 @@ type Divergence struct {
 	Signal *format.SignalEvent
 	// Threads is the number of threads the replay ran (threads.go).
 	Threads int
+	// Timeout: the replay was stopped by its deadline (Options.Timeout)
+	// before it reached the end.
+	Timeout bool
 }
 
 func (d *Divergence) Error() string {

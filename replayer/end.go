@@ -647,7 +647,9 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 		case e.bp.active:
 			actual += "; the recorded end rip was never reached"
 		}
-		return nil, 0, e.diverge(regs.Rip, e.lastSeq(), reason, fmt.Sprintf("end at rip %#x", e.end.Regs.Rip), actual)
+		d := e.diverge(regs.Rip, e.lastSeq(), reason, fmt.Sprintf("end at rip %#x", e.end.Regs.Rip), actual)
+		d.Timeout = e.stopReq.Load() == stopDeadline
+		return nil, 0, d
 	}
 	if s := e.bp.inproc; sig == int(unix.SIGTRAP) && e.bp.active && s != nil {
 		if regs.Rip == s.trap+1 {

@@ -504,14 +504,23 @@ func prepare(c *format.Checkpoint, pages format.PageSource, opts Options) (*engi
 	e.base = base
 	e.timeout = opts.Timeout
 	if e.timeout == 0 {
-		window := c.Intervals[len(c.Intervals)-1].End.Sub(iv.Start)
-		e.timeout = max(30*time.Second, 20*window)
-		if !e.hwbp {
-			// Each pass of a breakpoint search is two stops with an int3.
-			e.timeout *= 2
-		}
+		e.timeout = DefaultTimeout(c, k, e.hwbp)
 	}
 	return e, nil
+}
+
+// DefaultTimeout is how long a replay of c from the interval at position k
+// may take when Options.Timeout is 0: 20 times the recorded time from that
+// interval's start, at least 30 s, and twice that where the debug registers
+// do not work (hw false: each pass of a breakpoint search is then two stops
+// with an int3).
+func DefaultTimeout(c *format.Checkpoint, k int, hw bool) time.Duration {
+	window := c.Intervals[len(c.Intervals)-1].End.Sub(c.Intervals[k].Start)
+	d := max(30*time.Second, 20*window)
+	if !hw {
+		d *= 2
+	}
+	return d
 }
 
 // boundaryEnd describes the start of the interval of Index until as an end
