@@ -238,17 +238,25 @@ func allReplayable(t *testing.T, ckpt string) {
 // intervalsIn lists a checkpoint's intervals (tpinspect --json).
 func intervalsIn(t *testing.T, ckpt string) []intervalInfo {
 	t.Helper()
+	var v struct {
+		Intervals []intervalInfo `json:"intervals"`
+	}
+	inspectJSON(t, ckpt, &v)
+	return v.Intervals
+}
+
+// inspectJSON decodes what tpinspect --json says of a checkpoint into v,
+// and returns it as printed.
+func inspectJSON(t *testing.T, ckpt string, v any) string {
+	t.Helper()
 	out, code := runTool(t, "tpinspect", "--json", ckpt)
 	if code != 0 {
 		t.Fatalf("tpinspect --json: exit %d: %s", code, out)
 	}
-	var v struct {
-		Intervals []intervalInfo `json:"intervals"`
-	}
-	if err := json.Unmarshal([]byte(out), &v); err != nil {
+	if err := json.Unmarshal([]byte(out), v); err != nil {
 		t.Fatalf("tpinspect --json: %v", err)
 	}
-	return v.Intervals
+	return out
 }
 
 // intervalsOf lists the indexes of a checkpoint's replayable intervals.

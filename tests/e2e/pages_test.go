@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -205,18 +204,12 @@ func TestPython3OneStoredStart(t *testing.T) {
 // pageSetNote is the checkpoint's note on its page set (tpinspect --json).
 func pageSetNote(t *testing.T, ckpt string) string {
 	t.Helper()
-	out, code := runTool(t, "tpinspect", "--json", ckpt)
-	if code != 0 {
-		t.Fatalf("tpinspect --json: exit %d: %s", code, out)
-	}
 	var v struct {
 		Process struct {
 			Note string `json:"page_set_note"`
 		} `json:"process"`
 	}
-	if err := json.Unmarshal([]byte(out), &v); err != nil {
-		t.Fatalf("tpinspect --json: %v", err)
-	}
+	inspectJSON(t, ckpt, &v)
 	return v.Process.Note
 }
 

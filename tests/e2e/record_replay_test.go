@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	mrand "math/rand/v2"
 	"os"
@@ -375,13 +374,7 @@ func TestCrashInFirstInterval(t *testing.T) {
 				Reason     string `json:"reason"`
 			} `json:"intervals"`
 		}
-		out, code := runTool(t, "tpinspect", "--json", ck)
-		if code != 0 {
-			t.Fatalf("tpinspect: exit %d\n%s", code, out)
-		}
-		if err := json.Unmarshal([]byte(out), &info); err != nil {
-			t.Fatal(err)
-		}
+		out := inspectJSON(t, ck, &info)
 		if len(info.Intervals) < 2 || info.Intervals[0].Replayable || !strings.Contains(info.Intervals[0].Reason, "dynamic loader") {
 			t.Fatalf("want a first interval ending at the entry point, not replayable because of the loader:\n%s", out)
 		}

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -861,10 +860,6 @@ func runningAtEnd(t *testing.T, prog, backend string) {
 		if strings.Contains(log, "trial replay failed") {
 			t.Fatalf("the trial replay failed:\n%s", log)
 		}
-		out, code := runTool(t, "tpinspect", "--json", ck)
-		if code != 0 {
-			t.Fatalf("tpinspect: %s", out)
-		}
 		var info struct {
 			End struct {
 				Threads []struct {
@@ -873,9 +868,7 @@ func runningAtEnd(t *testing.T, prog, backend string) {
 				} `json:"threads"`
 			} `json:"end"`
 		}
-		if err := json.Unmarshal([]byte(out), &info); err != nil {
-			t.Fatal(err)
-		}
+		inspectJSON(t, ck, &info)
 		running := false
 		for _, th := range info.End.Threads {
 			running = running || th.Tid == worker && !th.InSyscall
@@ -1012,20 +1005,8 @@ func TestStoreRaceCutsTheWindow(t *testing.T) {
 		if !strings.Contains(log, "content (1 byte differs: at 0x") || !strings.Contains(log, "recorded 00 00 00 00 00 00 00 00, replayed 01 00 00 00 00 00 00 00)") {
 			t.Errorf("the divergence does not name the byte that differs:\n%s", log)
 		}
-		out, code := runTool(t, "tpinspect", "--json", ck)
-		if code != 0 {
-			t.Fatalf("tpinspect: %s", out)
-		}
-		var info struct {
-			Intervals []struct {
-				Reason string `json:"reason"`
-			} `json:"intervals"`
-		}
-		if err := json.Unmarshal([]byte(out), &info); err != nil {
-			t.Fatal(err)
-		}
 		cut := 0
-		for _, iv := range info.Intervals {
+		for _, iv := range intervalsIn(t, ck) {
 			if strings.Contains(iv.Reason, "diverged in the last interval") {
 				cut++
 			}
@@ -1053,22 +1034,13 @@ func TestLateScheduleVerifiesTheWindow(t *testing.T) {
 		if !strings.Contains(log, "it verified under the late schedule") {
 			t.Fatalf("the trial did not verify under the late schedule:\n%s", log)
 		}
-		out, code := runTool(t, "tpinspect", "--json", ck)
-		if code != 0 {
-			t.Fatalf("tpinspect: %s", out)
-		}
 		var info struct {
 			Process struct {
 				Schedule string `json:"schedule"`
 			} `json:"process"`
-			Intervals []struct {
-				Replayable bool   `json:"replayable"`
-				Reason     string `json:"reason"`
-			} `json:"intervals"`
+			Intervals []intervalInfo `json:"intervals"`
 		}
-		if err := json.Unmarshal([]byte(out), &info); err != nil {
-			t.Fatal(err)
-		}
+		inspectJSON(t, ck, &info)
 		if info.Process.Schedule != "late" {
 			t.Errorf("the file says schedule %q, want late", info.Process.Schedule)
 		}
