@@ -1065,6 +1065,24 @@ func TestLateScheduleVerifiesTheWindow(t *testing.T) {
 		if code != 1 || !strings.Contains(eager, "divergence: ") {
 			t.Errorf("tpreplay --schedule eager: exit %d, want a divergence (exit 1):\n%s", code, eager)
 		}
+		// gdb on the replay follows the file's schedule too: at the
+		// other thread's copy the main thread has stored the value, and
+		// the crash has the copy the recording made.
+		target, _ := gdbTarget(t, ck)
+		copyLine := lineOf(t, "testdata/racing.c", "state.seen = clockv;")
+		out := runGDB(t, prog, target, fmt.Sprintf(`break racing.c:%d
+continue
+echo @@atcopy\n
+print clockv
+delete
+continue
+echo @@atcrash\n
+print state.seen
+`, copyLine))
+		g := sections(out)
+		if !strings.HasPrefix(g["atcopy"], "$1 = 1\n") || !strings.Contains(g["atcopy"], "received signal SIGSEGV") || !strings.HasPrefix(g["atcrash"], "$2 = 1\n") {
+			t.Errorf("gdb on the replay: want the stored 1 at the copy and at the crash:\n%s", out)
+		}
 	})
 }
 
