@@ -960,7 +960,11 @@ func (e *engine) threadsHint() string {
 	if len(running) > 0 {
 		h += fmt.Sprintf("; where the recording ends, thread(s) %v were running between two calls, and replay did not find them there with their recorded registers before their next call", running)
 	}
-	return h
+	ran, other := format.ScheduleEager, format.ScheduleLate
+	if e.late {
+		ran, other = other, ran
+	}
+	return h + fmt.Sprintf("; this replay ran their code between calls on the %v schedule, tpreplay --schedule %v runs the other order", ran, other)
 }
 
 // severalThreads reports whether the window runs several threads, at some
