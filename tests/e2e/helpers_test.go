@@ -332,8 +332,14 @@ func oneCheckpoint(t *testing.T, rec *recording, dir string, timeout time.Durati
 // hold the pages a trial replay touched: a trial that failed fails the test.
 func recordMinimized(t *testing.T, backend, prog string, args ...string) (string, string) {
 	t.Helper()
+	return recordMinimizedWith(t, nil, backend, prog, args...)
+}
+
+// recordMinimizedWith is recordMinimized with more tprec flags.
+func recordMinimizedWith(t *testing.T, flags []string, backend, prog string, args ...string) (string, string) {
+	t.Helper()
 	dir := t.TempDir()
-	rec := startTprec(t, append([]string{"--backend", backend, "-o", dir, "--", prog}, args...)...)
+	rec := startTprec(t, append(append(append([]string{"--backend", backend, "-o", dir}, flags...), "--", prog), args...)...)
 	ck := oneCheckpoint(t, rec, dir, 120*time.Second)
 	log := rec.stderr.String()
 	if strings.Contains(log, "trial replay failed") || !strings.Contains(log, "touched pages of") {

@@ -983,6 +983,12 @@ func TestSignalAfterLastCallOfAThread(t *testing.T) {
 	})
 }
 
+// racingKeep keeps 4 s of history for testdata/racing.c, which runs about
+// 1.2 s: under the ptrace backend on a loaded machine its 1 ms sleeps took
+// three times as long in one CI run, and the 2 s window began after the
+// threads met.
+var racingKeep = []string{"--keep", "16"}
+
 // TestStoreRaceCutsTheWindow records two threads that meet through memory
 // between their calls in an order replay does not keep, eager or late
 // (testdata/racing.c store): a replay from before that moment reaches the end
@@ -993,7 +999,7 @@ func TestStoreRaceCutsTheWindow(t *testing.T) {
 	requireRoot(t)
 	prog := cc(t, "testdata/racing.c", t.TempDir())
 	forBackends(t, func(t *testing.T, backend string) {
-		ck, log := recordMinimized(t, backend, prog, "store")
+		ck, log := recordMinimizedWith(t, racingKeep, backend, prog, "store")
 		if !strings.Contains(log, "; under the late schedule too: ") {
 			t.Errorf("the trial did not try the late schedule, or it verified:\n%s", log)
 		}
@@ -1030,7 +1036,7 @@ func TestLateScheduleVerifiesTheWindow(t *testing.T) {
 	requireRoot(t)
 	prog := cc(t, "testdata/racing.c", t.TempDir())
 	forBackends(t, func(t *testing.T, backend string) {
-		ck, log := recordMinimized(t, backend, prog, "late")
+		ck, log := recordMinimizedWith(t, racingKeep, backend, prog, "late")
 		if !strings.Contains(log, "it verified under the late schedule") {
 			t.Fatalf("the trial did not verify under the late schedule:\n%s", log)
 		}
@@ -1095,7 +1101,7 @@ func TestContendedLockNotContendedInReplay(t *testing.T) {
 	requireRoot(t)
 	prog := cc(t, "testdata/racing.c", t.TempDir())
 	forBackends(t, func(t *testing.T, backend string) {
-		ck, log := recordMinimized(t, backend, prog, "lock")
+		ck, log := recordMinimizedWith(t, racingKeep, backend, prog, "lock")
 		if strings.Contains(log, "diverged") {
 			t.Errorf("the trial diverged:\n%s", log)
 		}
@@ -1123,7 +1129,7 @@ func TestSkippedWakeUnderSysemu(t *testing.T) {
 	requireRoot(t)
 	prog := cc(t, "testdata/racing.c", t.TempDir())
 	forBackends(t, func(t *testing.T, backend string) {
-		ck, log := recordMinimized(t, backend, prog, "lockspin")
+		ck, log := recordMinimizedWith(t, racingKeep, backend, prog, "lockspin")
 		for _, bad := range []string{"stopped under SYSEMU", "executed for real gave another result"} {
 			if strings.Contains(log, bad) {
 				t.Errorf("the trial met %q:\n%s", bad, log)
