@@ -111,6 +111,8 @@ type endInProcess struct {
 	// punned is where the punned jmp at the goal lands (punTarget), 0 for
 	// a plain one.
 	punned uint64
+	// orig: the bytes the jmp overwrote, at displaced[0].
+	orig []byte
 }
 
 // passes returns how many times the program reached the end rip.
@@ -207,9 +209,21 @@ func (s *endInProcess) regsAt(regs proc.Regs, rip uint64) proc.Regs {
 // thread stands at now. It returns nil, with no error, when the search must
 // stop at every pass instead.
 func (e *engine) searchInProcess(goal format.Regs, now uint64) (*endInProcess, error) {
+	if e.multi() || e.bp.syscall || e.bp.rep.size > 0 {
+		return nil, nil
+	}
+	return e.compareInProcess(goal, now, true)
+}
+
+// compareInProcess sets up the comparison with goal in the process, for the
+// end search or a thread's stop (threads.go, stopInProcess). With interior
+// false, the instructions displaced must be one (a punned jmp) or one of 5
+// bytes or more: DR1-DR3, which move a jump to the others, watch the
+// current thread only, and other threads run the same code.
+func (e *engine) compareInProcess(goal format.Regs, now uint64, interior bool) (*endInProcess, error) {
 	rip := goal.Rip
 	c := e.inproc
-	if c == nil || e.sigSearch != nil || e.sigsLeft() > 0 || e.multi() || !e.hwbp || e.bp.syscall || e.bp.rep.size > 0 {
+	if c == nil || e.sigSearch != nil || e.sigsLeft() > 0 || !e.hwbp || e.stopSearch != nil {
 		return nil, nil
 	}
 	// Only the code of a file the program does not write: JIT code may be
@@ -248,6 +262,9 @@ func (e *engine) searchInProcess(goal format.Regs, now uint64) (*endInProcess, e
 		if pun = e.punTarget(rip, code[:5], l, c.views); pun.to != 0 {
 			insts, n = insts[:1], l
 		}
+	}
+	if !interior && len(insts) > 1 {
+		return nil, nil
 	}
 	if len(insts) > 4 || now > rip && now < rip+uint64(n) {
 		// DR1-DR3 watch the instructions after the first; the thread must
@@ -350,6 +367,7 @@ func (e *engine) searchInProcess(goal format.Regs, now uint64) (*endInProcess, e
 			unix.PROT_READ|unix.PROT_EXEC, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED_NOREPLACE, ^uint64(0), 0); err != nil {
 			return nil, err
 		}
+		e.punPages = append(e.punPages, page)
 		abs := append([]byte{0xff, 0x25, 0, 0, 0, 0}, u64le(base)...) // jmp [rip+0]
 		if err := e.mem.WriteAt(abs, pun.to); err != nil {
 			return nil, fmt.Errorf("end search: write %#x: %w", pun.to, err)
@@ -358,10 +376,19 @@ func (e *engine) searchInProcess(goal format.Regs, now uint64) (*endInProcess, e
 		s.punned = pun.to
 		e.logf("the end search's jmp at %#x lands at %#x: its last %d bytes are the code's own", rip, pun.to, 5-n)
 	}
+	s.orig = slices.Clone(code[:len(jmp)])
 	if err := e.mem.WriteAt(jmp, rip); err != nil {
 		return nil, fmt.Errorf("end search: patch %#x: %w", rip, err)
 	}
 	return s, nil
+}
+
+// remove puts back the instructions the search's jmp overwrote.
+func (s *endInProcess) remove(e *engine) error {
+	if err := e.mem.WriteAt(s.orig, s.displaced[0]); err != nil {
+		return fmt.Errorf("end search: restore %#x: %w", s.displaced[0], err)
+	}
+	return nil
 }
 
 // punJumps lets the end search use punned jmps (tests turn them off to
@@ -399,6 +426,9 @@ func (e *engine) punTarget(rip uint64, code []byte, l int, views []uint64) punne
 	used = append(used, [2]uint64{e.base, e.base + stubSize})
 	for _, v := range views {
 		used = append(used, [2]uint64{v, v + ipSize})
+	}
+	for _, p := range e.punPages {
+		used = append(used, [2]uint64{p, p + pageSize})
 	}
 	for page := pageDown(lo); page <= hi; page += pageSize {
 		to := max(page, lo)

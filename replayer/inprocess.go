@@ -229,8 +229,19 @@ func (e *engine) setupInProcess() (*inProcess, error) {
 	for s := range sites {
 		order = append(order, s)
 	}
+	ends := []uint64{}
 	if rip := e.end.Regs.Rip; rip != 0 && e.end.Kind != format.EndExit {
-		if _, ok := sites[rip]; !ok {
+		ends = append(ends, rip)
+	}
+	// And where other threads were running at the end: their stops are
+	// compared in the process too (threads.go, stopInProcess).
+	for _, t := range e.endThreads() {
+		if !t.InSyscall && t.Tid != e.thread.Tid {
+			ends = append(ends, t.Regs.Rip)
+		}
+	}
+	for _, rip := range ends {
+		if _, ok := sites[rip]; !ok && !slices.Contains(order, rip) {
 			order = append(order, rip)
 		}
 	}
@@ -276,7 +287,7 @@ func (e *engine) setupInProcess() (*inProcess, error) {
 		copy(c.buf[ipDataSize+k*ipCodeSize:], code)
 		for _, sys := range g {
 			if _, ok := sites[sys]; !ok {
-				continue // the end rip
+				continue // an end rip
 			}
 			at := sites[sys].patchAt(sys)
 			d := int64(entries[sys]) - int64(at+5)

@@ -267,6 +267,12 @@ const (
 // tracer thread.
 type engine struct {
 	c      *format.Checkpoint
+	// stopSearch compares in the process where stopThread, which has no
+	// call left, is to stop (threads.go, stopInProcess); punPages are the
+	// pages mapped for punned jmps (endsearch.go).
+	stopSearch *endInProcess
+	stopThread *rthread
+	punPages   []uint64
 	late   bool            // threads run between calls as late as the log allows (threads.go)
 	end    format.EndState // what the replay must reach: c.End, or an interval start (Options.Until)
 	rseqs  []format.Rseq   // left out of the digests (format.DigestPage)

@@ -69,6 +69,9 @@ type rthread struct {
 	// counts its passes there.
 	stop       *format.Regs
 	stopPasses int
+	// stopInProc: the process compares the passes over stop itself
+	// (engine.stopSearch), and DR3 is off.
+	stopInProc bool
 	// nextSig is engine.nextSig of a thread that is not current, its
 	// position in its signals (engine.sigQ).
 	nextSig int
@@ -1045,7 +1048,7 @@ func (e *engine) dr7For(tid int) uint64 {
 		dr7 = e.dbg.dr7
 	}
 	for _, t := range e.threads {
-		if t.tid == tid && t.stop != nil {
+		if t.tid == tid && t.stop != nil && !t.stopInProc {
 			dr7 |= dr7StopDR3
 		}
 	}
@@ -1056,6 +1059,10 @@ func (e *engine) dr7For(tid int) uint64 {
 // the current thread, or outside a debugger (which steps over the int3s of
 // the table itself) a stop's int3 that is not also the end search's.
 func (e *engine) stopTrap(ev event, regs proc.Regs, debugger bool) (event, bool, error) {
+	if s := e.stopSearch; s != nil && regs.Rip == s.trap+1 {
+		ev, err := e.atStopInProcess(ev, regs)
+		return ev, true, err
+	}
 	if e.hwbp {
 		hit, err := e.stopHit(regs)
 		if !hit || err != nil {
@@ -1099,8 +1106,58 @@ func (e *engine) atStop(ev event) (event, error) {
 	ev.kind = evOther
 	e.cur.stopPasses++
 	if !e.atOwnStop(ev.regs) {
+		return ev, e.stopInProcess()
+	}
+	return e.holdAtStop(ev)
+}
+
+// stopInProcess has the process compare the current thread's passes over
+// its stop itself from now on, as the end search does (endsearch.go), when
+// it can: a worker crashed from outside in the middle of a computation
+// passes its stop hundreds of thousands of times (xz -T2: 497,621 stops
+// before the one that matched), each a ptrace stop. One such search at a
+// time, not with the end search; the jmp displaces one instruction, since
+// the other threads run the same code and only this one's debug registers
+// could move a jump into the others.
+func (e *engine) stopInProcess() error {
+	t := e.cur
+	if e.stopSearch != nil || e.bp.inproc != nil || e.dbg != nil || t.stop == nil {
+		return nil
+	}
+	s, err := e.compareInProcess(*t.stop, t.stop.Rip, false)
+	if s == nil || err != nil {
+		return err
+	}
+	e.stopSearch, e.stopThread, t.stopInProc = s, t, true
+	e.logf("thread %d: the passes over its stop at %#x are compared in the process", t.rec.Tid, t.stop.Rip)
+	return e.setDR7(t)
+}
+
+// atStopInProcess handles a thread at the int3 of the stop search in the
+// process: every general register matched. When it is the search's thread
+// and the rest matches too, the jmp is taken out and the thread stands at
+// its stop, held there; any other pass goes on through the code's miss
+// path (another thread whose registers happened to match).
+func (e *engine) atStopInProcess(ev event, regs proc.Regs) (event, error) {
+	ev.kind = evOther
+	s, t := e.stopSearch, e.stopThread
+	if t != e.cur || t.stop == nil {
 		return ev, nil
 	}
+	t.stopPasses += s.passes()
+	at := s.regsAt(regs, t.stop.Rip)
+	if !e.atOwnStop(at) {
+		binary.LittleEndian.PutUint64(s.data[idEndPasses:], 0)
+		return ev, nil
+	}
+	if err := s.remove(e); err != nil {
+		return ev, err
+	}
+	e.stopSearch, e.stopThread, t.stopInProc = nil, nil, false
+	if err := proc.SetRegs(t.tid, at); err != nil {
+		return ev, err
+	}
+	ev.regs = at
 	return e.holdAtStop(ev)
 }
 

@@ -817,13 +817,57 @@ func TestGDBMemcachedReverse(t *testing.T) {
 	}
 }
 
+// Debian's xz compressing with two worker threads, crashed from outside
+// (its main thread waits for them in a futex): both workers are in the
+// middle of their compression loop where the recording ends, and replay
+// must stop each where the recording found it. Every pass over those
+// instructions used to be a ptrace stop, hundreds of thousands in the
+// window: the trial replay timed out and kept every page, and tpreplay ran
+// past its 53 s. The process now compares those passes itself, one
+// worker after the other (threads.go, stopInProcess): the trial finds the
+// touched pages and tpreplay verifies.
+func TestParallelWorkersRunningAtEnd(t *testing.T) {
+	requireRoot(t)
+	xz := needTool(t, "xz")
+	// 48 MiB of text from a small vocabulary: two blocks of xz's default
+	// preset (24 MiB each), seconds of work for each worker.
+	words := strings.Fields("the of and to in is was that for on with as by at from his her they this had not are but which be or an were all have one their")
+	var b strings.Builder
+	r := rand.New(rand.NewPCG(1, 2))
+	for b.Len() < 48<<20 {
+		b.WriteString(words[r.IntN(len(words))])
+		if r.IntN(12) == 0 {
+			b.WriteByte('\n')
+		} else {
+			b.WriteByte(' ')
+		}
+	}
+	in := filepath.Join(t.TempDir(), "text")
+	if err := os.WriteFile(in, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	forBackends(t, func(t *testing.T, backend string) {
+		target, _, done := startTarget(t, xz, "-T2", "-c", in)
+		time.Sleep(300 * time.Millisecond)
+		ck := crashThread(t, target, done, target.Process.Pid, 1500*time.Millisecond, "--backend", backend)
+		out := replay(t, ck, "-v")
+		if n := threadsVerified(t, out); n != 3 {
+			t.Errorf("the replay ran %d threads, want the main thread and two workers", n)
+		}
+		if n := strings.Count(out, "are compared in the process"); n == 0 {
+			t.Errorf("no worker's passes over its stop were compared in the process:\n%s", out[max(0, len(out)-3000):])
+		}
+	})
+}
+
 // testdata/busyworker.c's worker computes between its calls, and the main
 // thread is crashed from outside at a moment its worker is seen running
 // (its /proc syscall file says "running"): the recording ends with the
 // worker between two calls, after its last one. Replay stops it where the
 // recording did, with the recorded registers, instead of running it on to
 // its next call, so the trial replay and tpreplay verify the end state,
-// which holds what the worker wrote on the way. A moment that turns out to
+// which holds what the worker wrote on the way; the process compares the
+// worker's passes there itself. A moment that turns out to
 // have the worker in a call after all, or just back from one (its
 // registers those of the call's exit), is recorded again.
 func TestThreadRunningAtEnd(t *testing.T) {
@@ -886,6 +930,11 @@ func runningAtEnd(t *testing.T, prog, backend string) {
 		}
 		if threadsVerified(t, rep) != 2 || !strings.Contains(rep, fmt.Sprintf("thread %d waits at", worker)) {
 			t.Fatalf("the replay did not stop the worker where the recording ended with it running:\n%s", rep)
+		}
+		// Its thousands of passes there are compared by the process
+		// itself, not a ptrace stop each (threads.go, stopInProcess).
+		if !strings.Contains(rep, fmt.Sprintf("thread %d: the passes over its stop at", worker)) {
+			t.Errorf("the worker's passes over its stop were not compared in the process:\n%s", rep)
 		}
 		return
 	}
