@@ -266,23 +266,23 @@ const (
 // engine is the state of one replay. All its methods but prepare run on the
 // tracer thread.
 type engine struct {
-	c *format.Checkpoint
+	c      *format.Checkpoint
+	late   bool            // threads run between calls as late as the log allows (threads.go)
+	end    format.EndState // what the replay must reach: c.End, or an interval start (Options.Until)
+	rseqs  []format.Rseq   // left out of the digests (format.DigestPage)
+	peeked map[uint64]bool // lazy pages the end comparison read without serving (peek)
+	until  int             // position in c.Intervals where the replay ends (len when at c.End)
+	pages  format.PageSource
+	opts   Options
+	k      int           // position of the start interval in c.Intervals
+	first  int           // position of the oldest interval a replay could start at
+	thread format.Thread // the thread the checkpoint ends in, at the start
 	// stopSearch compares in the process where stopThread, which has no
 	// call left, is to stop (threads.go, stopInProcess); punPages are the
 	// pages mapped for punned jmps (endsearch.go).
 	stopSearch *endInProcess
 	stopThread *rthread
 	punPages   []uint64
-	late       bool            // threads run between calls as late as the log allows (threads.go)
-	end        format.EndState // what the replay must reach: c.End, or an interval start (Options.Until)
-	rseqs      []format.Rseq   // left out of the digests (format.DigestPage)
-	peeked     map[uint64]bool // lazy pages the end comparison read without serving (peek)
-	until      int             // position in c.Intervals where the replay ends (len when at c.End)
-	pages      format.PageSource
-	opts       Options
-	k          int           // position of the start interval in c.Intervals
-	first      int           // position of the oldest interval a replay could start at
-	thread     format.Thread // the thread the checkpoint ends in, at the start
 	// The threads replay runs (threads.go): by recorded tid, the current
 	// one, the others than the end thread, those still to run to their
 	// first entry, those a call in the window starts (until it does), and
