@@ -1124,6 +1124,12 @@ func (e *engine) stopInProcess() error {
 	if e.stopSearch != nil || e.bp.inproc != nil || e.dbg != nil || t.stop == nil {
 		return nil
 	}
+	// Not at a rep string instruction: the recording may have stopped it
+	// among its iterations, which the code, comparing at its start only,
+	// would never see.
+	if code, err := e.instructionBytes(t.stop.Rip); err != nil || decodeRepString(code).size > 0 {
+		return nil
+	}
 	s, err := e.compareInProcess(*t.stop, t.stop.Rip, false)
 	if s == nil || err != nil {
 		return err
