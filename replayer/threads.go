@@ -70,8 +70,10 @@ type rthread struct {
 	stop       *format.Regs
 	stopPasses int
 	// stopInProc: the process compares the passes over stop itself
-	// (engine.stopSearch), and DR3 is off.
+	// (engine.stopSearch), and DR3 is off. stopWhy says why it could not,
+	// once it tried (a divergence's hint names it).
 	stopInProc bool
+	stopWhy    string
 	// nextSig is engine.nextSig of a thread that is not current, its
 	// position in its signals (engine.sigQ).
 	nextSig int
@@ -962,6 +964,11 @@ func (e *engine) threadsHint() string {
 	h := fmt.Sprintf("%d threads ran: replay keeps the recorded order of their syscalls, not of what they exchange through memory between calls (a contended lock, a flag one sets and another polls)", len(e.threads))
 	if len(running) > 0 {
 		h += fmt.Sprintf("; where the recording ends, thread(s) %v were running between two calls, and replay did not find them there with their recorded registers before their next call", running)
+		for _, tid := range running {
+			if t := e.threads[tid]; t.stopWhy != "" {
+				h += fmt.Sprintf(" (thread %d's passes there could not be compared in the process: %s)", tid, t.stopWhy)
+			}
+		}
 	}
 	ran, other := format.ScheduleEager, format.ScheduleLate
 	if e.late {
@@ -1121,17 +1128,21 @@ func (e *engine) atStop(ev event) (event, error) {
 // could move a jump into the others.
 func (e *engine) stopInProcess() error {
 	t := e.cur
-	if e.stopSearch != nil || e.bp.inproc != nil || e.dbg != nil || t.stop == nil {
+	if e.stopSearch != nil || e.bp.inproc != nil || e.dbg != nil || t.stop == nil || t.stopWhy != "" {
 		return nil
 	}
 	// Not at a rep string instruction: the recording may have stopped it
 	// among its iterations, which the code, comparing at its start only,
 	// would never see.
 	if code, err := e.instructionBytes(t.stop.Rip); err != nil || decodeRepString(code).size > 0 {
+		t.stopWhy = "a rep string instruction"
 		return nil
 	}
 	s, err := e.compareInProcess(*t.stop, t.stop.Rip, false)
 	if s == nil || err != nil {
+		// Tried once: each try would cost as much as a pass.
+		t.stopWhy = "no jmp there displaces its instruction alone (none of the places a punned one can land at is free), or the code is not patched"
+		e.logf("thread %d: its passes over %#x are ptrace stops: %s", t.rec.Tid, t.stop.Rip, t.stopWhy)
 		return err
 	}
 	e.stopSearch, e.stopThread, t.stopInProc = s, t, true
