@@ -261,7 +261,8 @@ func (t *trial) run(n int, o replayer.Options) (*replayer.Result, error) {
 // spins for a store of another one it holds, so it gets four times what the
 // eager one took, at least 5 s.
 func (t *trial) late(n int, eager error, logf func(string, ...any)) (*replayer.Result, error) {
-	o := replayer.Options{Schedule: format.ScheduleLate.String(), Timeout: max(5*time.Second, 4*t.took)}
+	late := format.ScheduleLate
+	o := replayer.Options{Schedule: &late, Timeout: max(5*time.Second, 4*t.took)}
 	res, err := t.run(n, o)
 	if err != nil {
 		logf("the trial replay of several threads diverged (%v); under the late schedule too: %v", eager, err)

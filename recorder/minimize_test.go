@@ -157,8 +157,8 @@ func TestTrialBudget(t *testing.T) {
 	tr.took = 2 * time.Second
 	tr.replay = func(_ context.Context, _ *format.Checkpoint, _ format.PageSource, _ int, _ bool, o replayer.Options) (*replayer.Result, error) {
 		timeouts = append(timeouts, o.Timeout)
-		if o.Schedule != "late" {
-			t.Errorf("schedule %q, want late", o.Schedule)
+		if o.Schedule == nil || *o.Schedule != format.ScheduleLate {
+			t.Errorf("schedule %v, want late", o.Schedule)
 		}
 		return &replayer.Result{}, nil
 	}

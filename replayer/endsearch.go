@@ -259,7 +259,7 @@ func (e *engine) compareInProcess(goal format.Regs, now uint64, interior bool) (
 	// alone, when a page is free where it can land.
 	var pun punned
 	if l := insts[0].Len; l < 5 && punJumps {
-		if pun = e.punTarget(rip, code[:5], l, c.views); pun.to != 0 {
+		if pun = punTarget(rip, code[:5], l, c.used); pun.to != 0 {
 			insts, n = insts[:1], l
 		}
 	}
@@ -367,7 +367,7 @@ func (e *engine) compareInProcess(goal format.Regs, now uint64, interior bool) (
 			unix.PROT_READ|unix.PROT_EXEC, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED_NOREPLACE, ^uint64(0), 0); err != nil {
 			return nil, err
 		}
-		e.punPages = append(e.punPages, page)
+		c.used = append(c.used, [2]uint64{page, page + pageSize})
 		abs := append([]byte{0xff, 0x25, 0, 0, 0, 0}, u64le(base)...) // jmp [rip+0]
 		if err := e.mem.WriteAt(abs, pun.to); err != nil {
 			return nil, fmt.Errorf("end search: write %#x: %w", pun.to, err)
@@ -408,11 +408,10 @@ type punned struct {
 // 5-l high bytes are those the code has after it, left as they are, so
 // that a jump there still finds its instructions, and nothing else is
 // displaced. That leaves 256^(l-1) places the jmp can land at, in a range
-// of up to 16 MiB; one whose page nothing uses (the maps of the window,
-// the regions its calls map, the stub, views) and with room for an
-// absolute jmp (14 bytes) is taken. The idea is E9Patch's instruction
-// punning (Duck et al., PLDI 2020).
-func (e *engine) punTarget(rip uint64, code []byte, l int, views []uint64) punned {
+// of up to 16 MiB; one whose page no range of used takes (inProcess.used)
+// and with room for an absolute jmp (14 bytes) is taken. The idea is
+// E9Patch's instruction punning (Duck et al., PLDI 2020).
+func punTarget(rip uint64, code []byte, l int, used [][2]uint64) punned {
 	free := uint(8 * (l - 1))
 	var high uint32
 	for i := 4; i >= l; i-- {
@@ -422,14 +421,6 @@ func (e *engine) punTarget(rip uint64, code []byte, l int, views []uint64) punne
 	span := uint64(1) << free
 	at := func(low uint64) uint64 { return rip + 5 + uint64(int64(int32(high|uint32(low)))) }
 	lo, hi := at(0), at(span-1)
-	used := occupied(e.c, e.log)
-	used = append(used, [2]uint64{e.base, e.base + stubSize})
-	for _, v := range views {
-		used = append(used, [2]uint64{v, v + ipSize})
-	}
-	for _, p := range e.punPages {
-		used = append(used, [2]uint64{p, p + pageSize})
-	}
 	for page := pageDown(lo); page <= hi; page += pageSize {
 		to := max(page, lo)
 		if to+14 > page+pageSize || to > hi || page < 1<<16 || page+pageSize > 0x7fff_ffff_f000 {

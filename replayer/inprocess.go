@@ -159,8 +159,11 @@ func (s ipSite) patchAt(sys uint64) uint64 {
 }
 
 type inProcess struct {
-	buf   []byte            // the memfd, mapped here: the data, then each view's code
-	views []uint64          // where each view is in the process
+	buf   []byte   // the memfd, mapped here: the data, then each view's code
+	views []uint64 // where each view is in the process
+	// used: the ranges the window's maps and calls use, the stub, the
+	// views, and the pages of punned jmps (endsearch.go, punTarget).
+	used  [][2]uint64
 	sites map[uint64]ipSite // by address of the `syscall`
 	// The records in the data: those of owner from log position base on,
 	// armed of them, of which taken were done and accounted for. A stop
@@ -269,7 +272,7 @@ func (e *engine) setupInProcess() (*inProcess, error) {
 	if len(views) == 0 {
 		return nil, nil
 	}
-	c := &inProcess{sites: map[uint64]ipSite{}, views: views}
+	c := &inProcess{sites: map[uint64]ipSite{}, views: views, used: append(used, [2]uint64{e.base, e.base + stubSize})}
 	if err := e.mapInProcess(c, views); err != nil {
 		return nil, err
 	}

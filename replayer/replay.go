@@ -53,9 +53,9 @@ type Options struct {
 	// CPU picks the CPU the tracer and the replayed process are pinned to:
 	// this many places before the last CPU the caller may use.
 	CPU int
-	// Schedule, "eager" or "late", overrides the order the checkpoint
-	// says its threads replay in (Header.Schedule; threads.go); "" keeps it.
-	Schedule string
+	// Schedule, when set, overrides the order the checkpoint says its
+	// threads replay in (Header.Schedule; threads.go).
+	Schedule *format.Schedule
 }
 
 // Result describes a verified replay.
@@ -267,7 +267,7 @@ const (
 // tracer thread.
 type engine struct {
 	c      *format.Checkpoint
-	late   bool            // threads run between calls as late as the log allows (threads.go)
+	sched  format.Schedule // the order threads run their code between calls in (threads.go)
 	end    format.EndState // what the replay must reach: c.End, or an interval start (Options.Until)
 	rseqs  []format.Rseq   // left out of the digests (format.DigestPage)
 	peeked map[uint64]bool // lazy pages the end comparison read without serving (peek)
@@ -278,11 +278,9 @@ type engine struct {
 	first  int           // position of the oldest interval a replay could start at
 	thread format.Thread // the thread the checkpoint ends in, at the start
 	// stopSearch compares in the process where stopThread, which has no
-	// call left, is to stop (threads.go, stopInProcess); punPages are the
-	// pages mapped for punned jmps (endsearch.go).
+	// call left, is to stop (threads.go, stopInProcess).
 	stopSearch *endInProcess
 	stopThread *rthread
-	punPages   []uint64
 	// The threads replay runs (threads.go): by recorded tid, the current
 	// one, the others than the end thread, those still to run to their
 	// first entry, those a call in the window starts (until it does), and
@@ -439,16 +437,13 @@ func prepare(c *format.Checkpoint, pages format.PageSource, opts Options) (*engi
 		return nil, fmt.Errorf("checkpoint end state has unknown kind %q", end.Kind)
 	}
 	sched := c.Header.Schedule
-	if opts.Schedule != "" {
-		var err error
-		if sched, err = format.ParseSchedule(opts.Schedule); err != nil {
-			return nil, err
-		}
+	if opts.Schedule != nil {
+		sched = *opts.Schedule
 	}
 	if sched > format.ScheduleLate {
 		return nil, fmt.Errorf("checkpoint asks for a thread %v, which this build does not know", sched)
 	}
-	e := &engine{c: c, end: end, until: until, pages: pages, opts: opts, k: k, first: first, thread: thread, brkEnd: heapEnd(c, k), rseqs: rseqs, stopReq: new(atomic.Int32), late: sched == format.ScheduleLate}
+	e := &engine{c: c, end: end, until: until, pages: pages, opts: opts, k: k, first: first, thread: thread, brkEnd: heapEnd(c, k), rseqs: rseqs, stopReq: new(atomic.Int32), sched: sched}
 	if e.hwbp, e.noHW = HardwareBreakpoints(); !e.hwbp && opts.Verbose {
 		e.logf("the debug registers do not work on this machine (%s): breakpoints are int3, watchpoints single steps", e.noHW)
 	}
@@ -1246,9 +1241,7 @@ func (e *engine) verified(rip uint64) *Result {
 		Served:       e.servedPages(),
 		InProcess:    e.inproc.completed(),
 		WrittenFirst: e.writtenFirst,
-	}
-	if e.late {
-		r.Schedule = format.ScheduleLate
+		Schedule:     e.sched,
 	}
 	if s := e.bp.inproc; s != nil {
 		s.report(r)

@@ -69,11 +69,10 @@ type rthread struct {
 	// counts its passes there.
 	stop       *format.Regs
 	stopPasses int
-	// stopInProc: the process compares the passes over stop itself
-	// (engine.stopSearch), and DR3 is off. stopWhy says why it could not,
-	// once it tried (a divergence's hint names it).
-	stopInProc bool
-	stopWhy    string
+	// stopWhy says why the process could not compare the passes over stop
+	// itself (engine.stopSearch, with DR3 off), once it tried; a
+	// divergence's hint names it.
+	stopWhy string
 	// nextSig is engine.nextSig of a thread that is not current, its
 	// position in its signals (engine.sigQ).
 	nextSig int
@@ -759,7 +758,7 @@ func (e *engine) afterCall(regs proc.Regs) (bool, *Result, error) {
 	for i, s := range e.log[e.next:] {
 		if s.Tid == e.cur.rec.Tid {
 			under := wakeUnderLock(&e.log[e.next-1], &s) && !releasedBefore(&s, e.log[e.next:e.next+i])
-			last, more = false, e.late || under || e.endsBefore(e.next+i)
+			last, more = false, e.sched == format.ScheduleLate || under || e.endsBefore(e.next+i)
 			break
 		}
 	}
@@ -970,11 +969,11 @@ func (e *engine) threadsHint() string {
 			}
 		}
 	}
-	ran, other := format.ScheduleEager, format.ScheduleLate
-	if e.late {
-		ran, other = other, ran
+	other := format.ScheduleLate
+	if e.sched == other {
+		other = format.ScheduleEager
 	}
-	return h + fmt.Sprintf("; this replay ran their code between calls on the %v schedule, tpreplay --schedule %v runs the other order", ran, other)
+	return h + fmt.Sprintf("; this replay ran their code between calls on the %v schedule, tpreplay --schedule %v runs the other order", e.sched, other)
 }
 
 // severalThreads reports whether the window runs several threads, at some
@@ -1055,7 +1054,7 @@ func (e *engine) dr7For(tid int) uint64 {
 		dr7 = e.dbg.dr7
 	}
 	for _, t := range e.threads {
-		if t.tid == tid && t.stop != nil && !t.stopInProc {
+		if t.tid == tid && t.stop != nil && t != e.stopThread {
 			dr7 |= dr7StopDR3
 		}
 	}
@@ -1145,7 +1144,7 @@ func (e *engine) stopInProcess() error {
 		e.logf("thread %d: its passes over %#x are ptrace stops: %s", t.rec.Tid, t.stop.Rip, t.stopWhy)
 		return err
 	}
-	e.stopSearch, e.stopThread, t.stopInProc = s, t, true
+	e.stopSearch, e.stopThread = s, t
 	e.logf("thread %d: the passes over its stop at %#x are compared in the process", t.rec.Tid, t.stop.Rip)
 	return e.setDR7(t)
 }
@@ -1170,7 +1169,7 @@ func (e *engine) atStopInProcess(ev event, regs proc.Regs) (event, error) {
 	if err := s.remove(e); err != nil {
 		return ev, err
 	}
-	e.stopSearch, e.stopThread, t.stopInProc = nil, nil, false
+	e.stopSearch, e.stopThread = nil, nil
 	if err := proc.SetRegs(t.tid, at); err != nil {
 		return ev, err
 	}

@@ -27,7 +27,7 @@ func gdbAddr(a string) string {
 }
 
 // serveGDB replays the checkpoint under a GDB remote-protocol server.
-func serveGDB(c *cli.Context, stdout, stderr io.Writer) error {
+func serveGDB(c *cli.Context, sched *format.Schedule, stdout, stderr io.Writer) error {
 	if c.String("gdb") != "" && c.Bool("gdb-stdio") {
 		return fmt.Errorf("--gdb and --gdb-stdio exclude each other")
 	}
@@ -47,7 +47,7 @@ func serveGDB(c *cli.Context, stdout, stderr io.Writer) error {
 		defer lf.Close()
 		cfg.WireLog = lf
 	}
-	s, err := replayer.NewSession(ck, f, replayer.Options{From: c.Int("from"), Log: stderr, Verbose: c.Bool("verbose"), Schedule: c.String("schedule")})
+	s, err := replayer.NewSession(ck, f, replayer.Options{From: c.Int("from"), Log: stderr, Verbose: c.Bool("verbose"), Schedule: sched})
 	if err != nil {
 		return err
 	}

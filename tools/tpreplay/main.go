@@ -67,16 +67,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 			if c.NArg() != 1 {
 				return fmt.Errorf("expected one checkpoint file, got %d arguments", c.NArg())
 			}
-			if s := c.String("schedule"); s != "" {
-				if _, err := format.ParseSchedule(s); err != nil {
-					return err
-				}
+			sched, err := scheduleFlag(c)
+			if err != nil {
+				return err
 			}
 			if err := proc.QuietStops(); err != nil {
 				return err
 			}
 			if c.String("gdb") != "" || c.Bool("gdb-stdio") {
-				return serveGDB(c, stdout, stderr)
+				return serveGDB(c, sched, stdout, stderr)
 			}
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -86,7 +85,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 				OutputDir: c.String("output-dir"),
 				Verbose:   c.Bool("verbose"),
 				Log:       stderr,
-				Schedule:  c.String("schedule"),
+				Schedule:  sched,
 			}, c.Bool("time") || c.Bool("verbose"), stderr)
 			var d *replayer.Divergence
 			switch {
@@ -155,4 +154,13 @@ func replay(ctx context.Context, path string, opts replayer.Options, timing bool
 // interval from, whose start the checkpoint stores, and ran through asked.
 func fromNote(w io.Writer, asked, from int) {
 	fmt.Fprintf(w, "tpreplay: the checkpoint does not store the start of interval %d; replayed from interval %d, the nearest earlier one it stores, through it\n", asked, from)
+}
+
+// scheduleFlag is the schedule --schedule names, nil when it is not given.
+func scheduleFlag(c *cli.Context) (*format.Schedule, error) {
+	if c.String("schedule") == "" {
+		return nil, nil
+	}
+	s, err := format.ParseSchedule(c.String("schedule"))
+	return &s, err
 }
