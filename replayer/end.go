@@ -666,6 +666,9 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 			return nil, unix.PTRACE_SYSCALL, nil // on through the code's miss path
 		}
 		if k := slices.Index(s.interior, regs.Rip); k >= 0 {
+			if s.mayPun && s.retargeted == 0 {
+				return nil, unix.PTRACE_SYSCALL, e.punInstead(s, regs.Rip)
+			}
 			// A jump to a displaced instruction: to its copy.
 			regs.Rip = s.relocated[k+1]
 			s.redirects++

@@ -32,12 +32,14 @@ func TestEndSearchInProcess(t *testing.T) {
 
 // The loop of testdata/looptail.c is entered at its second instruction,
 // just after the end rip when the recording ended at its first, a 4-byte
-// add. A punned jmp displaces that add alone, its last byte being the
-// entry's first: the loop enters as it did, and no pass stops. Without
-// punned jmps, the jmp's 5 bytes displace the entry too, and the jump there
-// is moved to its copy at a stop. Displaced jumps, a conditional one taken
-// at every other iteration among them, go where they went: the replay
-// reaches the end from each of the loop's six instructions, both ways.
+// add. The jmp's 5 bytes displace the entry too, and the jump there is
+// moved to its copy at a stop. With punned jmps (the default), that stop
+// moves the search to a punned jmp that displaces the add alone, its last
+// byte being the entry's first, and no later jump there stops; a punned
+// jmp is not the first choice, being slower at each pass. Displaced jumps,
+// a conditional one taken at every other iteration among them, go where
+// they went: the replay reaches the end from each of the loop's six
+// instructions, both ways.
 func TestEndSearchInProcessJumpInside(t *testing.T) {
 	needRoot(t)
 	for _, pun := range []bool{true, false} {
@@ -58,9 +60,8 @@ func TestEndSearchInProcessJumpInside(t *testing.T) {
 			t.Logf("punned jmps %v, %d steps: end at %#x, %d passes, %d jumps moved, punned %v", pun, steps, res.Rip, res.EndPasses, res.endRedirects, res.endPunned)
 		}
 		// add, add, bt, jb, add, jmp: the first one's 5 bytes cover the
-		// loop's entry; every one but the bt (5 bytes) is shorter than the
-		// jmp and punned.
-		want := [2]int{0, 5}
+		// loop's entry, where a punned jmp takes over.
+		want := [2]int{1, 1}
 		if !pun {
 			want = [2]int{1, 0}
 		}
@@ -139,9 +140,10 @@ func TestEndSearchInProcessMemoryWord(t *testing.T) {
 //
 // Each end is the one a replay that stops at every pass reaches.
 //
-// With punned jmps (the default), the xor is displaced alone and the next
-// function's first instruction stays where it is: no call is retargeted.
-// The test runs both ways.
+// With punned jmps (the default), that first call's stop moves the search
+// to a punned jmp that displaces the xor alone, the next function's first
+// instruction staying where it is: no call is retargeted. The test runs
+// both ways.
 func TestEndSearchInProcessNearFunctionStart(t *testing.T) {
 	needRoot(t)
 	for _, pun := range []bool{false, true} {

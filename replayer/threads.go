@@ -1137,7 +1137,7 @@ func (e *engine) stopInProcess() error {
 		t.stopWhy = "a rep string instruction"
 		return nil
 	}
-	s, err := e.compareInProcess(*t.stop, t.stop.Rip, false)
+	s, err := e.compareInProcess(*t.stop, t.stop.Rip, displaceOne)
 	if s == nil || err != nil {
 		// Tried once: each try would cost as much as a pass.
 		t.stopWhy = "no jmp there displaces its instruction alone (none of the places a punned one can land at is free), or the code is not patched"

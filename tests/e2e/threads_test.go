@@ -877,6 +877,35 @@ func TestParallelWorkersRunningAtEnd(t *testing.T) {
 	})
 }
 
+// testdata/hungloop.c's main thread hangs in a loop that makes no call
+// while its heartbeat thread goes on sleeping and waking, and a watchdog's
+// SIGSEGV lands in the loop: the end search runs in a replay of two
+// threads, hundreds of millions of passes over the end rip in a window of
+// 2 s. The process compares them itself (with a stop at each, the trial
+// replay ran out of time after 73 s and the checkpoint kept every page);
+// the trial replay verifies the window and tpreplay the file.
+func TestHungThreadKilledFromOutside(t *testing.T) {
+	requireRoot(t)
+	prog := cc(t, "testdata/hungloop.c", t.TempDir())
+	forBackends(t, func(t *testing.T, backend string) {
+		target, _, done := startTarget(t, prog)
+		ck, log := crashWith(t, target, done, 1500*time.Millisecond, func(pid int) error { return unix.Kill(pid, unix.SIGSEGV) }, "--backend", backend)
+		if strings.Contains(log, "every present page") {
+			keepFailed(t, ck)
+			t.Fatalf("the trial replay failed:\n%s", log)
+		}
+		out := replay(t, ck, "-v")
+		if n := threadsVerified(t, out); n != 2 {
+			t.Errorf("the replay ran %d threads, want the main thread and the heartbeat", n)
+		}
+		m := regexp.MustCompile(`end found at breakpoint hit (\d+) \(compared in the process\)`).FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("the end was not searched in the process:\n%s", out[max(0, len(out)-3000):])
+		}
+		t.Logf("end found at pass %s over its rip", m[1])
+	})
+}
+
 // testdata/busyworker.c's worker computes between its calls, and the main
 // thread is crashed from outside at a moment its worker is seen running
 // (its /proc syscall file says "running"): the recording ends with the
