@@ -667,7 +667,7 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 		}
 		if k := slices.Index(s.interior, regs.Rip); k >= 0 {
 			if s.mayPun && s.retargeted == 0 {
-				return nil, unix.PTRACE_SYSCALL, e.punInstead(s, regs.Rip)
+				return nil, unix.PTRACE_SYSCALL, e.punEndSearch(s, regs.Rip)
 			}
 			// A jump to a displaced instruction: to its copy.
 			regs.Rip = s.relocated[k+1]

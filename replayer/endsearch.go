@@ -217,10 +217,17 @@ func (e *engine) searchInProcess(goal format.Regs, now uint64) (*endInProcess, e
 	if e.bp.syscall || e.bp.rep.size > 0 {
 		return nil, nil
 	}
-	if s, err := e.compareInProcess(goal, now, displaceSeveral); s != nil || err != nil {
+	return e.compareInProcess(goal, now)
+}
+
+// compareInProcess sets up the comparison with goal in the process, for the
+// end search or a thread's stop (threads.go, stopInProcess), whose thread
+// stands at now: displacing several instructions if it can, else one.
+func (e *engine) compareInProcess(goal format.Regs, now uint64) (*endInProcess, error) {
+	if s, err := e.patchInProcess(goal, now, displaceSeveral); s != nil || err != nil {
 		return s, err
 	}
-	return e.compareInProcess(goal, now, displaceOne)
+	return e.patchInProcess(goal, now, displaceOne)
 }
 
 // displacing says how many instructions the jmp of a search in the process
@@ -229,23 +236,22 @@ type displacing int
 
 const (
 	// displaceOne: the instruction at the goal alone, by a punned jmp when
-	// it is shorter than 5 bytes. Other threads may run the code (a
-	// thread's stop, threads.go), or a jump into the instructions after it
-	// came (punInstead).
+	// it is shorter than 5 bytes, once a jump into the instructions after
+	// it came (punInstead), or when they cannot be displaced.
 	displaceOne displacing = iota
 	// displaceSeveral: as many as make the jmp's 5 bytes, the jumps into
-	// those after the first moved to their copies by DR1-DR3, which watch
-	// the current thread only. The fast way: a punned jmp costs each pass
+	// those after the first moved to their copies by DR1-DR2 of the
+	// searching thread, the only one that runs until the search ends (the
+	// replay runs one thread at a time). The fast way: a punned jmp costs each pass
 	// 10 ns more on this project's VM (13-15 against 3.5 ns, by hand), the
 	// processor decoding the bytes it shares with the next instruction
 	// both ways in turn.
 	displaceSeveral
 )
 
-// compareInProcess sets up the comparison with goal in the process, for the
-// end search or a thread's stop (threads.go, stopInProcess), displacing the
-// instructions at the goal as d says.
-func (e *engine) compareInProcess(goal format.Regs, now uint64, d displacing) (*endInProcess, error) {
+// patchInProcess sets up the comparison with goal in the process,
+// displacing the instructions at the goal as d says.
+func (e *engine) patchInProcess(goal format.Regs, now uint64, d displacing) (*endInProcess, error) {
 	rip := goal.Rip
 	c := e.inproc
 	if c == nil || e.sigSearch != nil || e.sigsLeft() > 0 || !e.hwbp || e.stopSearch != nil {
@@ -377,14 +383,12 @@ func (e *engine) compareInProcess(goal format.Regs, now uint64, d displacing) (*
 		le.PutUint64(s.data[idEndWords+16*k:], s.dataAddr+uint64(idEndWords+16*k+8))
 	}
 	copy(c.buf[ipDataSize+c.viewIndex(view)*ipCodeSize+endCode:], a.b)
-	dr7 := uint64(0)
 	for k, addr := range s.interior {
 		if err := proc.SetDebugReg(e.stub.tid, k+1, addr); err != nil {
 			return nil, err
 		}
-		dr7 |= 1 << (2 * (k + 1)) // local enable, execution
 	}
-	if err := proc.SetDebugReg(e.stub.tid, 7, dr7); err != nil {
+	if err := proc.SetDebugReg(e.stub.tid, 7, s.dr7()); err != nil {
 		return nil, err
 	}
 	jmp := append([]byte{0xe9}, u32le(uint32(int32(there)))...)
@@ -412,6 +416,16 @@ func (e *engine) compareInProcess(goal format.Regs, now uint64, d displacing) (*
 	return s, nil
 }
 
+// dr7 enables the execution breakpoints DR1-DR2 that watch the
+// instructions displaced after the first.
+func (s *endInProcess) dr7() uint64 {
+	var dr7 uint64
+	for k := range s.interior {
+		dr7 |= 1 << (2 * (k + 1)) // local enable, execution
+	}
+	return dr7
+}
+
 // remove puts back the instructions the search's jmp overwrote.
 func (s *endInProcess) remove(e *engine) error {
 	if err := e.mem.WriteAt(s.orig, s.displaced[0]); err != nil {
@@ -420,34 +434,41 @@ func (s *endInProcess) remove(e *engine) error {
 	return nil
 }
 
-// punInstead moves the end search s, whose thread jumped into one of the
+// punInstead moves the search s, whose thread jumped into one of the
 // instructions it displaces after the first (at), to a punned jmp that
 // displaces the first alone: that jump is likely a loop's, which would
 // otherwise make every pass a stop (bc's main loop jumps to the instruction
-// after a 3-byte end: 17 million stops). The passes counted and the words
+// after a 3-byte end: 17 million stops). It returns nil, with s taken out,
+// when it cannot place that jmp after all. The passes counted and the words
 // compared carry over; the thread goes on at at, where the code is the
-// program's own again. Should the punned jmp not be placed after all, the
-// search goes on with a breakpoint.
-func (e *engine) punInstead(s *endInProcess, at uint64) error {
+// program's own again.
+func (e *engine) punInstead(s *endInProcess, at uint64) (*endInProcess, error) {
 	passes, words := s.passes(), slices.Clone(s.data[idEndWords:idEndWords+16*endWords])
 	if err := s.remove(e); err != nil {
-		return err
+		return nil, err
 	}
-	moved, err := e.compareInProcess(s.goal, at, displaceOne)
-	if err != nil {
-		return err
-	}
-	if moved == nil {
-		e.logf("a jump to %#x, among the instructions the end search displaced, and no punned jmp: a stop at each pass from now on", at)
-		e.bp.inproc, e.bp.armed, e.bp.hits = nil, false, passes
-		return e.armBreakpoint()
+	moved, err := e.patchInProcess(s.goal, at, displaceOne)
+	if moved == nil || err != nil {
+		return nil, err
 	}
 	binary.LittleEndian.PutUint64(moved.data[idEndPasses:], uint64(passes))
 	copy(moved.data[idEndWords:], words)
 	moved.words, moved.ret, moved.redirects = s.words, s.ret, s.redirects+1
-	e.bp.inproc = moved
-	e.logf("a jump to %#x, among the instructions the end search displaced: its jmp displaces the one at %#x alone now, punned", at, s.displaced[0])
-	return nil
+	e.logf("a jump to %#x, among the instructions the search in the process displaced: its jmp displaces the one at %#x alone now, punned", at, s.displaced[0])
+	return moved, nil
+}
+
+// punEndSearch moves the end search to a punned jmp (punInstead), or to a
+// breakpoint when it cannot.
+func (e *engine) punEndSearch(s *endInProcess, at uint64) error {
+	moved, err := e.punInstead(s, at)
+	if err != nil || moved != nil {
+		e.bp.inproc = moved
+		return err
+	}
+	e.logf("a jump to %#x, among the instructions the end search displaced, and no punned jmp: a stop at each pass from now on", at)
+	e.bp.inproc, e.bp.armed, e.bp.hits = nil, false, s.passes()
+	return e.armBreakpoint()
 }
 
 // punJumps lets the end search use punned jmps (tests turn them off to

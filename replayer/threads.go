@@ -1057,6 +1057,9 @@ func (e *engine) dr7For(tid int) uint64 {
 		if t.tid == tid && t.stop != nil && t != e.stopThread {
 			dr7 |= dr7StopDR3
 		}
+		if t.tid == tid && t == e.stopThread {
+			dr7 |= e.stopSearch.dr7()
+		}
 	}
 	return dr7
 }
@@ -1068,6 +1071,12 @@ func (e *engine) stopTrap(ev event, regs proc.Regs, debugger bool) (event, bool,
 	if s := e.stopSearch; s != nil && regs.Rip == s.trap+1 {
 		ev, err := e.atStopInProcess(ev, regs)
 		return ev, true, err
+	}
+	if s := e.stopSearch; s != nil && e.cur == e.stopThread {
+		if k := slices.Index(s.interior, regs.Rip); k >= 0 {
+			ev.kind = evOther
+			return ev, true, e.stopJumpInside(s, k, regs)
+		}
 	}
 	if e.hwbp {
 		hit, err := e.stopHit(regs)
@@ -1137,16 +1146,47 @@ func (e *engine) stopInProcess() error {
 		t.stopWhy = "a rep string instruction"
 		return nil
 	}
-	s, err := e.compareInProcess(*t.stop, t.stop.Rip, displaceOne)
+	s, err := e.compareInProcess(*t.stop, t.stop.Rip)
 	if s == nil || err != nil {
 		// Tried once: each try would cost as much as a pass.
-		t.stopWhy = "no jmp there displaces its instruction alone (none of the places a punned one can land at is free), or the code is not patched"
+		t.stopWhy = "no jmp could be placed there, or the code is not patched"
 		e.logf("thread %d: its passes over %#x are ptrace stops: %s", t.rec.Tid, t.stop.Rip, t.stopWhy)
 		return err
 	}
 	e.stopSearch, e.stopThread = s, t
 	e.logf("thread %d: the passes over its stop at %#x are compared in the process", t.rec.Tid, t.stop.Rip)
 	return e.setDR7(t)
+}
+
+// stopJumpInside handles the stop search's thread at interior[k] of the
+// search s (a debug register trap): a jump to one of the instructions it
+// displaces after the first. The search moves to a punned jmp that
+// displaces the first alone (punInstead), else the jump goes to that
+// instruction's copy, at a stop each time (calls are not made to go to the
+// copy, as the end search does: the other threads run on once the stop is
+// found, and the copy goes with the search). Where the punned jmp cannot
+// be placed after all, DR3 stops at each pass again.
+func (e *engine) stopJumpInside(s *endInProcess, k int, regs proc.Regs) error {
+	t := e.stopThread
+	if !s.mayPun {
+		regs.Rip = s.relocated[k+1]
+		s.redirects++
+		return proc.SetRegs(t.tid, regs)
+	}
+	t.stopPasses += s.passes()
+	moved, err := e.punInstead(s, regs.Rip)
+	if err != nil {
+		return err
+	}
+	if moved != nil {
+		binary.LittleEndian.PutUint64(moved.data[idEndPasses:], 0) // counted in stopPasses
+		e.stopSearch = moved
+		return nil
+	}
+	t.stopWhy = "a jump into the instructions after the one there, and no punned jmp for it alone"
+	e.logf("thread %d: its passes over %#x are ptrace stops: %s", t.rec.Tid, t.stop.Rip, t.stopWhy)
+	e.stopSearch, e.stopThread = nil, nil
+	return e.setStop(t) // DR3 may have watched a displaced instruction
 }
 
 // atStopInProcess handles a thread at the int3 of the stop search in the
