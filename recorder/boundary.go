@@ -280,6 +280,14 @@ func (s *session) threadStates() (threads []format.Thread, err error) {
 			if call != nil {
 				s.restarts[tid] = call
 			}
+		} else if inSys && regs.OrigRax == unix.SYS_RESTART_SYSCALL && s.restarts[tid] != nil && s.src.name() != "ebpf" {
+			// Stopped again in the restart_syscall that finishes a call
+			// the ptrace backend saw interrupted (syscallExit noted it): the
+			// start state re-issues that call, as the log holds it, and
+			// not restart_syscall, which a replay's kernel would answer
+			// with EINTR (xz -T2's main thread, waiting in futex across
+			// several boundaries: a trial diverged at the window's first call).
+			nregs.Rax = s.restarts[tid].Nr
 		}
 		threads = append(threads, format.Thread{Tid: tid, Regs: nregs, XState: xs, SigMask: mask, InSyscall: inSys, Rseq: threadRseq(tid)})
 	}

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -117,6 +118,54 @@ func TestAttachDuringPoll(t *testing.T) {
 			if attempt == 3 {
 				t.Fatalf("in 3 attempts the end never fell inside poll, or the replay does not say which page it left out:\n%s", out[max(0, len(out)-2000):])
 			}
+		}
+	})
+}
+
+// pythonTimedWait waits 3 s for a lock it holds itself (a futex wait with
+// an absolute timeout, which the kernel resumes through restart_syscall
+// after each boundary's stop), while a thread computes for 2 s and ends (so
+// that boundaries come: a process that does nothing has none); then it
+// computes a little and crashes.
+const pythonTimedWait = `
+import os, signal, time
+import _thread
+def work():
+    end = time.monotonic() + 2.0
+    while time.monotonic() < end:
+        sum(range(2000))
+_thread.start_new_thread(work, ())
+l = _thread.allocate_lock()
+l.acquire()
+l.acquire(True, 3.0)
+n = sum(range(300000))
+os.kill(os.getpid(), signal.SIGSEGV)
+`
+
+// A wait longer than the window that ends in it: every interval starts
+// with the thread in the restart_syscall that resumes its futex, and the
+// start state must re-issue the futex the log holds. On the ptrace backend
+// it said restart_syscall from the second boundary on, and replays from
+// those intervals diverged at their first call (a trial of xz -T2 cut its
+// window so), leaving them not replayable.
+func TestWaitAcrossBoundaries(t *testing.T) {
+	requireRoot(t)
+	script := pythonScript(t, "timedwait.py", pythonTimedWait)
+	forBackends(t, func(t *testing.T, backend string) {
+		ck, log := recordMinimizedWith(t, []string{"--all-starts"}, backend, "/usr/bin/python3", "-S", script)
+		allReplayable(t, ck)
+		if strings.Contains(log, "diverged") {
+			t.Errorf("a trial replay diverged:\n%s", log)
+		}
+		ivs := intervalsIn(t, ck)
+		if len(ivs) < 4 {
+			t.Fatalf("want the window's intervals, got %d", len(ivs))
+		}
+		// From an interval that starts in the wait, a replay runs
+		// through the futex's end.
+		out := replay(t, ck, "--from", fmt.Sprint(ivs[1].Index), "-v")
+		if !strings.Contains(out, "futex(") || !verifiedRe.MatchString(out) {
+			t.Fatalf("the replay from interval %d did not verify through the futex:\n%s", ivs[1].Index, out[max(0, len(out)-3000):])
 		}
 	})
 }
