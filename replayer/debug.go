@@ -2,6 +2,7 @@ package replayer
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"sync/atomic"
 
@@ -125,6 +126,9 @@ func (e *engine) readMem(buf []byte, addr uint64) error {
 		return err
 	}
 	e.int3s.hide(buf, addr)
+	if s := e.bp.inproc; s != nil {
+		s.hide(buf, addr)
+	}
 	return nil
 }
 
@@ -223,6 +227,14 @@ func (e *engine) trackAddr(addr uint64, clean bool) error {
 	if _, ok := d.track[addr]; ok {
 		return nil
 	}
+	if s := e.bp.inproc; s != nil && addr >= s.displaced[0] && addr < s.displaced[0]+5 {
+		// A breakpoint under the end search's jmp, or on the bytes of the
+		// next instruction a punned one shares: the search stops at
+		// every pass from now on.
+		if err := e.endSearchStops(); err != nil {
+			return err
+		}
+	}
 	if err := e.int3s.set(e.mem, addr, ownerDbg, true); err != nil {
 		return fmt.Errorf("breakpoint at %#x: %w", addr, err)
 	}
@@ -232,6 +244,7 @@ func (e *engine) trackAddr(addr uint64, clean bool) error {
 
 func (e *engine) untrackAddr(addr uint64) error {
 	delete(e.dbg.track, addr)
+	e.bp.inprocFailed = false
 	return e.int3s.set(e.mem, addr, ownerDbg, false)
 }
 
@@ -512,22 +525,42 @@ func (e *engine) execOne(step bool) (dEvent, bool, error) {
 		return e.after(ev, step)
 	}
 	req := unix.PTRACE_SYSCALL
+	var under *endInProcess // the end search's jmp, lifted for a step
 	if step || onInt3 || e.softWatching() {
 		req = unix.PTRACE_SINGLESTEP
 		if err := e.int3s.lift(e.mem, regs.Rip); err != nil {
 			return dEvent{}, false, err
 		}
+		if s := e.bp.inproc; s != nil && s.under(regs.Rip) {
+			if err := e.mem.WriteAt(s.orig, s.displaced[0]); err != nil {
+				return dEvent{}, false, err
+			}
+			under = s
+		}
 		d.stepping = true
+	}
+	if req == unix.PTRACE_SYSCALL {
+		if err := e.endInProcessAgain(regs); err != nil {
+			return dEvent{}, false, err
+		}
 	}
 	ev, err := e.advance(req, e.claim)
 	d.stepping = false
 	if derr := e.int3s.drop(e.mem); derr != nil && err == nil {
 		err = derr
 	}
+	if under != nil && e.bp.inproc == under {
+		if werr := e.mem.WriteAt(under.patched, under.displaced[0]); err == nil {
+			err = werr
+		}
+	}
 	if err != nil {
 		return dEvent{}, false, err
 	}
 	if ev.kind == evTrap && le32(ev.info[0:]) == uint32(unix.SIGSTOP) {
+		if ev.regs, err = e.leaveSearchCode(ev.regs); err != nil {
+			return dEvent{}, false, err
+		}
 		d.interrupt.Store(false)
 		if step {
 			return dEvent{kind: dStep, regs: ev.regs}, false, nil // not done: step again
@@ -547,6 +580,68 @@ func (e *engine) execOne(step bool) (dEvent, bool, error) {
 		return e.landed(ev.regs, true)
 	}
 	return e.after(ev, false)
+}
+
+// leaveSearchCode steps a thread that an interrupt stopped in the end
+// search's code (endsearch.go) back into the program's, where a debugger
+// may look at it.
+func (e *engine) leaveSearchCode(regs proc.Regs) (proc.Regs, error) {
+	s := e.bp.inproc
+	for n := 0; s != nil && s.inCode(regs.Rip) && n < 100; n++ {
+		if err := proc.Resume(unix.PTRACE_SINGLESTEP, e.stub.tid, 0); err != nil {
+			return regs, err
+		}
+		if _, err := proc.Wait(e.stub.tid); err != nil {
+			return regs, err
+		}
+		var err error
+		if regs, err = proc.GetRegs(e.stub.tid); err != nil {
+			return regs, err
+		}
+	}
+	return regs, nil
+}
+
+// endInProcessAgain has the process compare the end search's passes again
+// before a debugger's continue, where it stopped at every pass: a
+// breakpoint under the jmp that is gone now, or one that came after the
+// search began (endSearchStops).
+func (e *engine) endInProcessAgain(regs proc.Regs) error {
+	if !e.bp.active || !e.bp.armed || e.bp.inproc != nil || e.bp.inprocFailed || e.bp.hw || e.bp.syscall || e.bp.rep.size > 0 || e.sigSearch != nil || e.inproc == nil {
+		return nil
+	}
+	hits := e.bp.hits
+	if err := e.disarmBreakpoint(); err != nil {
+		return err
+	}
+	s, err := e.searchInProcess(e.goal(), regs.Rip)
+	if err != nil {
+		return err
+	}
+	if s == nil {
+		e.bp.inprocFailed = true
+		for a := range e.int3s.at {
+			if a >= e.bp.addr && a < e.bp.addr+5 {
+				e.bp.inprocFailed = false // a breakpoint there: when it goes
+			}
+		}
+		return e.armBreakpoint()
+	}
+	binary.LittleEndian.PutUint64(s.data[idEndPasses:], uint64(hits))
+	e.bp.inproc, e.bp.armed = s, true
+	return nil
+}
+
+// endSearchStops takes the end search's jmp out of the program, and the
+// search goes on with a breakpoint: a stop at every pass.
+func (e *engine) endSearchStops() error {
+	s := e.bp.inproc
+	if err := s.remove(e); err != nil {
+		return err
+	}
+	e.logf("the end search stops at every pass from now on: a debugger's breakpoint lies under its jmp at %#x", s.displaced[0])
+	e.bp.inproc, e.bp.armed, e.bp.hits = nil, false, s.passes()
+	return e.armBreakpoint()
 }
 
 // landed handles the thread standing at a new address after an instruction.

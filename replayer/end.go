@@ -47,8 +47,12 @@ type breakpoint struct {
 	repRest uint64
 	hits    int
 	// inproc: the search compares the registers in the process
-	// (endsearch.go); a stop comes only when they all match.
-	inproc *endInProcess
+	// (endsearch.go); a stop comes only when they all match. Under a
+	// debugger, a search that stops at every pass tries again at each
+	// continue until it could not for another reason than a breakpoint
+	// (inprocFailed; dropped breakpoints reset it).
+	inproc       *endInProcess
+	inprocFailed bool
 	// regsMatched counts hits where only memory differed; lastWhy says how.
 	regsMatched int
 	lastWhy     string
@@ -657,9 +661,13 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 			e.bp.hits = s.passes() - 1 // goalHit counts this one
 			at := s.rewindRet(s.regsAt(regs, s.displaced[0]), e.bp.addr)
 			if res, done, err := e.goalHit(at); res != nil || done || err != nil {
-				if res != nil && s.ret != 0 {
-					// Stand where the recording ended, before the ret.
-					err = proc.SetRegs(pid, at)
+				if res != nil && err == nil {
+					// Stand where the recording ended (before the ret), in
+					// the program's own code, for a debugger to look at.
+					if err = proc.SetRegs(pid, at); err == nil {
+						err = s.remove(e)
+					}
+					e.bp.inproc = nil
 				}
 				return res, unix.PTRACE_SYSCALL, err
 			}

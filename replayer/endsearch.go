@@ -22,8 +22,9 @@ import (
 // stop of tens of microseconds: the search was most of the replay of a
 // program crashed in a computation (gzip files here: 8,065 to 71,590 passes).
 //
-// When the replayed process has its region (inprocess.go) and one thread,
-// the search overwrites the instructions at the end rip with a jmp to code
+// When the replayed process has its region (inprocess.go), the search
+// (run by the end thread alone: the replay runs one thread at a time)
+// overwrites the instructions at the end rip with a jmp to code
 // in the region that compares the general registers with the recorded
 // end's and executes an int3 only when all of them match; otherwise it
 // runs the instructions it displaced, moved there (rip-relative
@@ -35,14 +36,16 @@ import (
 // addresses of the ones
 // after the first, where a jump elsewhere in the program could land, are
 // watched by the debug registers, which move such a jump to their copy, a
-// stop each time. An instruction shorter than the jmp is displaced alone
-// where a punned jmp can be placed (punTarget): its last bytes are the
-// next instruction's, which stays in place.
+// stop each time; the first such jump moves the search to a punned jmp
+// that displaces the first instruction alone (punInstead, punTarget): its
+// last bytes are the next instruction's, which stays in place.
 // Only code mapped from a file and not writable is patched (JIT code may be
-// rewritten or read), only in a replay of one thread with no signal left
-// to deliver, and not at a rep string instruction or a `syscall`, which the
-// search treats apart. Otherwise, and in debugger sessions, the search
-// stops at every pass.
+// rewritten or read), only with no signal left to deliver, and not at a
+// rep string instruction or a `syscall`, which the search treats apart;
+// otherwise the search stops at every pass. Under a debugger the jmp
+// displaces one instruction (the debug registers are the debugger's), is
+// hidden from its reads (engine.readMem), lifted for a step over it, and
+// gives way to a breakpoint set under it (debug.go, endSearchStops).
 
 //
 // Some loops pass the end rip with the same registers every time, their
@@ -111,8 +114,12 @@ type endInProcess struct {
 	// punned is where the punned jmp at the goal lands (punTarget), 0 for
 	// a plain one.
 	punned uint64
-	// orig: the bytes the jmp overwrote, at displaced[0].
-	orig []byte
+	// orig: the bytes the jmp overwrote, at displaced[0]; patched: the
+	// jmp's.
+	orig, patched []byte
+	// code: where the search's code lies (a debugger never sees a thread
+	// stand there: leaveCode).
+	code [2]uint64
 	// goal is what the code compares with.
 	goal format.Regs
 	// mayPun: several instructions are displaced, and a punned jmp could
@@ -224,8 +231,12 @@ func (e *engine) searchInProcess(goal format.Regs, now uint64) (*endInProcess, e
 // end search or a thread's stop (threads.go, stopInProcess), whose thread
 // stands at now: displacing several instructions if it can, else one.
 func (e *engine) compareInProcess(goal format.Regs, now uint64) (*endInProcess, error) {
-	if s, err := e.patchInProcess(goal, now, displaceSeveral); s != nil || err != nil {
-		return s, err
+	if e.dbg == nil {
+		// A debugger's watchpoints take the debug registers that would
+		// watch the displaced instructions after the first.
+		if s, err := e.patchInProcess(goal, now, displaceSeveral); s != nil || err != nil {
+			return s, err
+		}
 	}
 	return e.patchInProcess(goal, now, displaceOne)
 }
@@ -309,6 +320,11 @@ func (e *engine) patchInProcess(goal format.Regs, now uint64, d displacing) (*en
 	if e.endCompares(rip, rip+uint64(n)-1) {
 		return nil, nil // the jmp would change a page the end compares
 	}
+	for a := range e.int3s.at {
+		if a >= rip && a < rip+5 {
+			return nil, nil // a debugger's breakpoint, or a thread's stop
+		}
+	}
 	view, ok := c.viewNear(rip)
 	if !ok {
 		return nil, nil
@@ -388,7 +404,7 @@ func (e *engine) patchInProcess(goal format.Regs, now uint64, d displacing) (*en
 			return nil, err
 		}
 	}
-	if err := proc.SetDebugReg(e.stub.tid, 7, s.dr7()); err != nil {
+	if err := proc.SetDebugReg(e.stub.tid, 7, e.dr7For(e.stub.tid)|s.dr7()); err != nil {
 		return nil, err
 	}
 	jmp := append([]byte{0xe9}, u32le(uint32(int32(there)))...)
@@ -409,7 +425,8 @@ func (e *engine) patchInProcess(goal format.Regs, now uint64, d displacing) (*en
 		s.punned = pun.to
 		e.logf("the end search's jmp at %#x lands at %#x: its last %d bytes are the code's own", rip, pun.to, 5-n)
 	}
-	s.orig = slices.Clone(code[:len(jmp)])
+	s.orig, s.patched = slices.Clone(code[:len(jmp)]), jmp
+	s.code = [2]uint64{base, base + uint64(len(a.b))}
 	if err := e.mem.WriteAt(jmp, rip); err != nil {
 		return nil, fmt.Errorf("end search: patch %#x: %w", rip, err)
 	}
@@ -419,11 +436,35 @@ func (e *engine) patchInProcess(goal format.Regs, now uint64, d displacing) (*en
 // dr7 enables the execution breakpoints DR1-DR2 that watch the
 // instructions displaced after the first.
 func (s *endInProcess) dr7() uint64 {
+	if s == nil {
+		return 0
+	}
 	var dr7 uint64
 	for k := range s.interior {
 		dr7 |= 1 << (2 * (k + 1)) // local enable, execution
 	}
 	return dr7
+}
+
+// hide puts the program's own bytes where the jmp lies into buf, read
+// from memory at addr (engine.readMem).
+func (s *endInProcess) hide(buf []byte, addr uint64) {
+	for i, b := range s.orig {
+		if a := s.displaced[0] + uint64(i); a >= addr && a < addr+uint64(len(buf)) {
+			buf[a-addr] = b
+		}
+	}
+}
+
+// under reports whether the jmp overwrote the byte at addr.
+func (s *endInProcess) under(addr uint64) bool {
+	return addr >= s.displaced[0] && addr < s.displaced[0]+uint64(len(s.orig))
+}
+
+// inCode reports whether rip lies in the search's code or on its punned
+// jmp's landing.
+func (s *endInProcess) inCode(rip uint64) bool {
+	return rip >= s.code[0] && rip < s.code[1] || s.punned != 0 && rip >= s.punned && rip < s.punned+14
 }
 
 // remove puts back the instructions the search's jmp overwrote.
@@ -561,7 +602,8 @@ func (e *engine) retargetCall(s *endInProcess, k int, rsp uint64) {
 // digest leaves out (format.DigestMasked).
 func (e *engine) watchEndWord(d format.PageRef) {
 	s := e.bp.inproc
-	if s == nil || len(s.words) >= endWords || e.sigSearch != nil {
+	if s == nil || len(s.words) >= endWords || e.sigSearch != nil || e.dbg != nil && len(e.dbg.watches) > 0 {
+		// (A debugger's read watchpoint would fire in the search's code.)
 		return
 	}
 	if _, guarded := e.guards.find(d.Addr); guarded {

@@ -181,20 +181,26 @@ func (c *inProcess) data() []byte { return c.buf[:ipDataSize] }
 
 // setupInProcess maps the region, writes its code and patches the calls the
 // log shows. It returns nil, with no error, when the replay runs without
-// it: a debugger drives it, TPREPLAY_NO_IN_PROCESS is set, or no call of the
-// log can be taken over.
+// it: TPREPLAY_NO_IN_PROCESS is set, or no view can be placed. Under a
+// debugger, which sees every call's entry and exit, it patches no call: the
+// region serves the end search alone.
 //
 // A rel32 jump reaches 2 GiB, and a program's code, its libraries and the
 // vDSO lie further apart than that, so the region has a view near each
 // group of sites: its own code, and the one data part, which the memfd
 // maps at every view.
 func (e *engine) setupInProcess() (*inProcess, error) {
-	if e.dbg != nil || os.Getenv("TPREPLAY_NO_IN_PROCESS") != "" {
+	if os.Getenv("TPREPLAY_NO_IN_PROCESS") != "" {
 		return nil, nil
 	}
 	sites := map[uint64]ipSite{}
 	tried := map[uint64]bool{}
 	for i := range e.log {
+		if e.dbg != nil {
+			// A debugger sees every call's entry and exit: the region
+			// serves the end search alone.
+			break
+		}
 		rec := &e.log[i]
 		if !e.takeable(rec) || rec.Rip < 8 || tried[rec.Rip] {
 			continue

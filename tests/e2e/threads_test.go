@@ -905,7 +905,54 @@ func TestHungThreadKilledFromOutside(t *testing.T) {
 			t.Fatalf("the end was not searched in the process:\n%s", out[max(0, len(out)-3000):])
 		}
 		t.Logf("end found at pass %s over its rip", m[1])
+		if backend == "ebpf" {
+			hungLoopInGDB(t, prog, ck)
+		}
 	})
+}
+
+// hungLoopInGDB debugs the replay of a hungloop checkpoint. A continue
+// reaches the recorded SIGSEGV with the process comparing the passes
+// itself (with a stop at each, as a debugger session made every pass
+// until 2026-11-27, hours), and the program's code there is its own. With
+// a breakpoint at the end rip, every pass is a stop again, as the user
+// asked, and a step from there runs the program's instruction.
+func hungLoopInGDB(t *testing.T, prog, ck string) {
+	t.Helper()
+	var v struct {
+		End struct {
+			Rip string `json:"rip"`
+		} `json:"end"`
+	}
+	inspectJSON(t, ck, &v)
+	target, _ := gdbTarget(t, ck)
+	out := runGDB(t, prog, target, `echo @@cont\n
+continue
+echo @@pc\n
+p/x $pc
+x/i $pc
+bt
+`)
+	sec := sections(out)
+	if !strings.Contains(sec["cont"], "SIGSEGV") || !strings.Contains(sec["pc"], "= "+v.End.Rip) {
+		t.Fatalf("gdb's continue did not reach the SIGSEGV at %s:\n%s", v.End.Rip, out)
+	}
+	if strings.Contains(sec["pc"], "jmp") || !strings.Contains(sec["pc"], "main") {
+		t.Errorf("the end's code or backtrace is not the program's own:\n%s", sec["pc"])
+	}
+	out = runGDB(t, prog, target, `break *`+v.End.Rip+`
+continue
+echo @@hit\n
+p/x $pc
+stepi
+echo @@step\n
+p $pc != `+v.End.Rip+`
+x/i `+v.End.Rip+`
+`)
+	sec = sections(out)
+	if !strings.Contains(sec["hit"], "= "+v.End.Rip) || !strings.Contains(sec["step"], "= 1") || strings.Contains(sec["step"], "jmp") {
+		t.Errorf("a breakpoint at the end rip, then a step:\n%s", out)
+	}
 }
 
 // testdata/busyworker.c's worker computes between its calls, and the main
