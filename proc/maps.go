@@ -103,3 +103,47 @@ func ThreadNames(pid int) []format.ThreadName {
 	}
 	return out
 }
+
+// DontForkRanges lists the ranges of pid's memory marked MADV_DONTFORK (the
+// "dc" flag of /proc/PID/smaps), adjacent ones merged: a fork's child does
+// not get them. V8 (node) marks its heap so.
+func DontForkRanges(pid int) ([][2]uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
+	if err != nil {
+		return nil, fmt.Errorf("read smaps: %w", err)
+	}
+	return ParseDontFork(b), nil
+}
+
+// ParseDontFork parses /proc/PID/smaps for DontForkRanges.
+func ParseDontFork(b []byte) [][2]uint64 {
+	var out [][2]uint64
+	var lo, hi uint64
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		if rest, ok := bytes.CutPrefix(line, []byte("VmFlags:")); ok {
+			for _, f := range bytes.Fields(rest) {
+				if string(f) != "dc" || hi <= lo {
+					continue
+				}
+				if n := len(out); n > 0 && out[n-1][1] == lo {
+					out[n-1][1] = hi
+				} else {
+					out = append(out, [2]uint64{lo, hi})
+				}
+			}
+			lo, hi = 0, 0
+			continue
+		}
+		// A mapping's first line: "start-end perms ...".
+		if i := bytes.IndexByte(line, ' '); i > 0 {
+			if a, z, ok := bytes.Cut(line[:i], []byte("-")); ok {
+				s, err1 := strconv.ParseUint(string(a), 16, 64)
+				e, err2 := strconv.ParseUint(string(z), 16, 64)
+				if err1 == nil && err2 == nil {
+					lo, hi = s, e
+				}
+			}
+		}
+	}
+	return out
+}

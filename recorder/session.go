@@ -99,6 +99,10 @@ type session struct {
 	// ERESTART_RESTARTBLOCK at an interval start (threadStates), for a
 	// later start that finds the thread in the restart_syscall resuming it.
 	restartOrig map[int]*proc.SyscallInfo
+	// shadows counts the shadows made; dontFork are the ranges marked
+	// MADV_DONTFORK at the last look (allowFork).
+	shadows     int
+	dontFork    [][2]uint64
 	execOrphans map[int]bool // shadows that die after the target's exec
 	src         source
 	shadow      *shadow

@@ -26,6 +26,76 @@ const badStack = 0x1000
 // delivery of a fatal signal (s.heldSignal) keeps it: the injection queues it
 // again and it is delivered when the thread runs.
 func (s *session) createShadow() (*shadow, error) {
+	dontFork, err := s.allowFork()
+	if err != nil {
+		return nil, err
+	}
+	sh, err := s.cloneShadow()
+	if rerr := s.restoreDontFork(dontFork); rerr != nil && err == nil {
+		if sh != nil {
+			unix.Kill(sh.pid, unix.SIGKILL)
+		}
+		sh, err = nil, rerr
+	}
+	return sh, err
+}
+
+// dontForkEvery: a process in which no range was marked MADV_DONTFORK at
+// the last look is looked at again every dontForkEvery shadows (reading
+// /proc/PID/smaps costs milliseconds for a large process).
+const dontForkEvery = 8
+
+// allowFork lets the shadow get the target's ranges marked MADV_DONTFORK,
+// which a fork's child does not get: V8 (node) marks its heap so, and the
+// originals of the pages written there read as zeros from a shadow without
+// them (a node replay crashed at its first instruction, loading a V8 object's
+// map). It marks them MADV_DOFORK, in the stopped target, until
+// restoreDontFork marks them again, and returns them.
+func (s *session) allowFork() ([][2]uint64, error) {
+	s.shadows++
+	if len(s.dontFork) == 0 && (s.shadows-1)%dontForkEvery != 0 {
+		return nil, nil
+	}
+	rs, err := proc.DontForkRanges(s.pid)
+	if err != nil {
+		return nil, err
+	}
+	s.dontFork = rs
+	for i, r := range rs {
+		if err := s.madvise(r, unix.MADV_DOFORK); err != nil {
+			// Back as they were, those already changed.
+			_ = s.restoreDontFork(rs[:i])
+			return nil, err
+		}
+	}
+	return rs, nil
+}
+
+// restoreDontFork marks the ranges allowFork changed MADV_DONTFORK again.
+func (s *session) restoreDontFork(rs [][2]uint64) error {
+	var first error
+	for _, r := range rs {
+		if err := s.madvise(r, unix.MADV_DONTFORK); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// madvise has the target call madvise on range r.
+func (s *session) madvise(r [2]uint64, advice int) error {
+	res, err := s.inject(proc.Call{Nr: unix.SYS_MADVISE, Args: []uint64{r[0], r[1] - r[0], uint64(advice)}})
+	if err == nil && res.Ret < 0 {
+		err = unix.Errno(-res.Ret)
+	}
+	if err != nil {
+		return fmt.Errorf("madvise %#x-%#x (%d) in the target: %w", r[0], r[1], advice, err)
+	}
+	return nil
+}
+
+// cloneShadow injects the clone that makes the shadow.
+func (s *session) cloneShadow() (*shadow, error) {
 	flags := uint64(unix.CLONE_FILES) // low byte 0: no exit signal
 	res, err := s.inject(proc.Call{Nr: unix.SYS_CLONE, Args: []uint64{flags, badStack, 0, 0, 0}, Clone: true, Signal: s.heldSignal})
 	if res.Requeued {

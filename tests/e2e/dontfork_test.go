@@ -1,0 +1,40 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// nodeLoop builds strings into an object's slots for ever, on a timer's
+// event loop: V8's heap, which it marks MADV_DONTFORK, is written all the
+// time.
+const nodeLoop = `let a = {}; let i = 0; setInterval(() => {}, 5);
+(function f() { for (let k = 0; k < 100000; k++) { a[i++ % 50000] = "x".repeat(i % 50) } setImmediate(f) })()`
+
+// Debian's node, its V8 kept to the main thread (--single-threaded
+// --v8-pool-size=0: V8's own threads meet through memory), attached and
+// crashed from outside. A shadow made by fork has none of the heap, whose
+// ranges node marks MADV_DONTFORK, and every original saved from it read
+// as zeros: the trial replay crashed at the window's first instructions,
+// loading an object's map, and kept every page. tprec now lets the shadow
+// have them; the trial verifies, and so does tpreplay.
+func TestNodeHeapDontFork(t *testing.T) {
+	requireRoot(t)
+	node := needTool(t, "node")
+	forBackends(t, func(t *testing.T, backend string) {
+		target, _, done := startTarget(t, node, "--single-threaded", "--v8-pool-size=0", "-e", nodeLoop)
+		time.Sleep(500 * time.Millisecond)
+		ck, log := crashWith(t, target, done, 1500*time.Millisecond, func(pid int) error { return unix.Tgkill(pid, pid, unix.SIGSEGV) }, "--backend", backend)
+		if strings.Contains(log, "every present page") || !strings.Contains(log, "touched pages of") {
+			keepFailed(t, ck)
+			t.Fatalf("want a checkpoint minimized by a trial replay that verified:\n%s", log)
+		}
+		out := replay(t, ck)
+		if !verifiedRe.MatchString(out) {
+			t.Fatalf("the replay did not verify:\n%s", out)
+		}
+	})
+}
