@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tprec/tprec/format"
@@ -100,9 +101,11 @@ type session struct {
 	// later start that finds the thread in the restart_syscall resuming it.
 	restartOrig map[int]*proc.SyscallInfo
 	// shadows counts the shadows made; dontFork are the ranges marked
-	// MADV_DONTFORK at the last look (allowFork).
+	// MADV_DONTFORK at the last look while the target was stopped, and
+	// dontForkDue says a look after it resumed found some (allowFork).
 	shadows     int
 	dontFork    [][2]uint64
+	dontForkDue atomic.Bool
 	execOrphans map[int]bool // shadows that die after the target's exec
 	src         source
 	shadow      *shadow

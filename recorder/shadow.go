@@ -40,9 +40,12 @@ func (s *session) createShadow() (*shadow, error) {
 	return sh, err
 }
 
-// dontForkEvery: a process in which no range was marked MADV_DONTFORK at
-// the last look is looked at again every dontForkEvery shadows (reading
-// /proc/PID/smaps costs milliseconds for a large process).
+// dontForkEvery: the first shadow looks for ranges marked MADV_DONTFORK
+// while the target is stopped; a process in which none was marked at the
+// last look is looked at again every dontForkEvery shadows, after the
+// target resumes (reading /proc/PID/smaps walks its page tables:
+// milliseconds for a large process, which its stop would pay), and while
+// it is stopped again only when that look found some.
 const dontForkEvery = 8
 
 // allowFork lets the shadow get the target's ranges marked MADV_DONTFORK,
@@ -53,7 +56,14 @@ const dontForkEvery = 8
 // restoreDontFork marks them again, and returns them.
 func (s *session) allowFork() ([][2]uint64, error) {
 	s.shadows++
-	if len(s.dontFork) == 0 && (s.shadows-1)%dontForkEvery != 0 {
+	if len(s.dontFork) == 0 && !s.dontForkDue.Load() && s.shadows > 1 {
+		if s.shadows%dontForkEvery == 0 {
+			pid := s.pid
+			s.deferred = append(s.deferred, func() {
+				rs, err := proc.DontForkRanges(pid)
+				s.dontForkDue.Store(err == nil && len(rs) > 0)
+			})
+		}
 		return nil, nil
 	}
 	rs, err := proc.DontForkRanges(s.pid)
