@@ -92,9 +92,14 @@ func (s *session) restoreDontFork(rs [][2]uint64) error {
 	return first
 }
 
-// madvise has the target call madvise on range r.
+// madvise has the target call madvise on range r. A thread held in the
+// delivery of a fatal signal gives it back to the kernel at the first
+// injected call, as the clone does when it is the first (createShadow).
 func (s *session) madvise(r [2]uint64, advice int) error {
-	res, err := s.inject(proc.Call{Nr: unix.SYS_MADVISE, Args: []uint64{r[0], r[1] - r[0], uint64(advice)}})
+	res, err := s.inject(proc.Call{Nr: unix.SYS_MADVISE, Args: []uint64{r[0], r[1] - r[0], uint64(advice)}, Signal: s.heldSignal})
+	if res.Requeued {
+		s.heldSignal = 0
+	}
 	if err == nil && res.Ret < 0 {
 		err = unix.Errno(-res.Ret)
 	}

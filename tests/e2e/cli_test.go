@@ -189,11 +189,22 @@ func TestDamagedCheckpointExitStatus(t *testing.T) {
 }
 
 // A process recorded until it crashes dies exactly as it would have: its own
-// SIGSEGV handler sees the same siginfo, and it ends killed by SIGSEGV.
+// SIGSEGV handler sees the same siginfo, and it ends killed by SIGSEGV. So
+// too with a range marked MADV_DONTFORK, for which the recorder makes the
+// crashing thread call madvise before the dump's shadow (allowFork): the
+// first of those calls gives the signal back to the kernel, siginfo and all.
 func TestCrashIsDeliveredUnchanged(t *testing.T) {
 	requireRoot(t)
+	t.Run("plain", func(t *testing.T) { crashDeliveredUnchanged(t) })
+	t.Run("dontfork", func(t *testing.T) { crashDeliveredUnchanged(t, "-DDONTFORK") })
+}
+
+func crashDeliveredUnchanged(t *testing.T, cflags ...string) {
 	dir := t.TempDir()
-	prog := cc(t, "testdata/segvinfo.c", dir)
+	prog := filepath.Join(dir, "segvinfo")
+	if b, err := exec.Command("gcc", append(append([]string{"-g", "-O1"}, cflags...), "-o", prog, "testdata/segvinfo.c")...).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, b)
+	}
 	plain := exec.Command(prog)
 	want, err := plain.Output()
 	if ws, ok := plain.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGSEGV {
