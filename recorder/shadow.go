@@ -1,6 +1,7 @@
 package recorder
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/tprec/tprec/proc"
@@ -26,16 +27,16 @@ const badStack = 0x1000
 // delivery of a fatal signal (s.heldSignal) keeps it: the injection queues it
 // again and it is delivered when the thread runs.
 func (s *session) createShadow() (*shadow, error) {
+	// Neither step fails the boundary: a shadow without those ranges is
+	// what tprec made before it knew of them (the trial replay then
+	// catches the originals it gets wrong).
 	dontFork, err := s.allowFork()
 	if err != nil {
-		return nil, err
+		s.logf("process %d: the shadow will lack its ranges marked MADV_DONTFORK: %v", s.pid, err)
 	}
 	sh, err := s.cloneShadow()
-	if rerr := s.restoreDontFork(dontFork); rerr != nil && err == nil {
-		if sh != nil {
-			unix.Kill(sh.pid, unix.SIGKILL)
-		}
-		sh, err = nil, rerr
+	if rerr := s.restoreDontFork(dontFork); rerr != nil {
+		s.logf("process %d: some of its ranges stay MADV_DOFORK: %v", s.pid, rerr)
 	}
 	return sh, err
 }
@@ -71,14 +72,22 @@ func (s *session) allowFork() ([][2]uint64, error) {
 		return nil, err
 	}
 	s.dontFork = rs
-	for i, r := range rs {
-		if err := s.madvise(r, unix.MADV_DOFORK); err != nil {
+	var changed [][2]uint64
+	for _, r := range rs {
+		err := s.madvise(r, unix.MADV_DOFORK)
+		if errors.Is(err, unix.EINVAL) {
+			// A mapping of the kernel's that no fork copies (VM_IO:
+			// the [uprobes] area), whatever its flags say.
+			continue
+		}
+		if err != nil {
 			// Back as they were, those already changed.
-			_ = s.restoreDontFork(rs[:i])
+			_ = s.restoreDontFork(changed)
 			return nil, err
 		}
+		changed = append(changed, r)
 	}
-	return rs, nil
+	return changed, nil
 }
 
 // restoreDontFork marks the ranges allowFork changed MADV_DONTFORK again.
