@@ -251,7 +251,7 @@ const (
 	// it came (punInstead), or when they cannot be displaced.
 	displaceOne displacing = iota
 	// displaceSeveral: as many as make the jmp's 5 bytes, the jumps into
-	// those after the first moved to their copies by DR1-DR2 of the
+	// those after the first moved to their copies by DR1-DR3 of the
 	// searching thread, the only one that runs until the search ends (the
 	// replay runs one thread at a time). The fast way: a punned jmp costs each pass
 	// 10 ns more on this project's VM (13-15 against 3.5 ns, by hand), the
@@ -433,7 +433,7 @@ func (e *engine) patchInProcess(goal format.Regs, now uint64, d displacing) (*en
 	return s, nil
 }
 
-// dr7 enables the execution breakpoints DR1-DR2 that watch the
+// dr7 enables the execution breakpoints DR1-DR3 that watch the
 // instructions displaced after the first.
 func (s *endInProcess) dr7() uint64 {
 	if s == nil {
