@@ -33,16 +33,14 @@ func ParseMaps(b []byte) ([]format.Mapping, error) {
 			return nil, fmt.Errorf("parse memory map line %q", line)
 		}
 		var m format.Mapping
-		se := strings.SplitN(f[0], "-", 2)
-		if len(se) != 2 {
+		var ok bool
+		if m.Start, m.End, ok = parseRange(f[0]); !ok {
 			return nil, fmt.Errorf("parse memory map line %q", line)
 		}
-		var err1, err2, err3, err4 error
-		m.Start, err1 = strconv.ParseUint(se[0], 16, 64)
-		m.End, err2 = strconv.ParseUint(se[1], 16, 64)
+		var err3, err4 error
 		m.Offset, err3 = strconv.ParseUint(f[2], 16, 64)
 		m.Inode, err4 = strconv.ParseUint(f[4], 10, 64)
-		if err1 != nil || err2 != nil || err3 != nil || err4 != nil || len(f[1]) < 4 {
+		if err3 != nil || err4 != nil || len(f[1]) < 4 {
 			return nil, fmt.Errorf("parse memory map line %q", line)
 		}
 		p := f[1]
@@ -112,11 +110,11 @@ func DontForkRanges(pid int) ([][2]uint64, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read smaps: %w", err)
 	}
-	return ParseDontFork(b), nil
+	return parseDontFork(b), nil
 }
 
-// ParseDontFork parses /proc/PID/smaps for DontForkRanges.
-func ParseDontFork(b []byte) [][2]uint64 {
+// parseDontFork parses /proc/PID/smaps for DontForkRanges.
+func parseDontFork(b []byte) [][2]uint64 {
 	var out [][2]uint64
 	var lo, hi uint64
 	for _, line := range bytes.Split(b, []byte("\n")) {
@@ -136,14 +134,21 @@ func ParseDontFork(b []byte) [][2]uint64 {
 		}
 		// A mapping's first line: "start-end perms ...".
 		if i := bytes.IndexByte(line, ' '); i > 0 {
-			if a, z, ok := bytes.Cut(line[:i], []byte("-")); ok {
-				s, err1 := strconv.ParseUint(string(a), 16, 64)
-				e, err2 := strconv.ParseUint(string(z), 16, 64)
-				if err1 == nil && err2 == nil {
-					lo, hi = s, e
-				}
+			if s, e, ok := parseRange(string(line[:i])); ok {
+				lo, hi = s, e
 			}
 		}
 	}
 	return out
+}
+
+// parseRange parses a maps line's "start-end" (hexadecimal).
+func parseRange(f string) (lo, hi uint64, ok bool) {
+	a, z, ok := strings.Cut(f, "-")
+	if !ok {
+		return 0, 0, false
+	}
+	lo, err1 := strconv.ParseUint(a, 16, 64)
+	hi, err2 := strconv.ParseUint(z, 16, 64)
+	return lo, hi, err1 == nil && err2 == nil
 }

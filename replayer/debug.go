@@ -227,7 +227,7 @@ func (e *engine) trackAddr(addr uint64, clean bool) error {
 	if _, ok := d.track[addr]; ok {
 		return nil
 	}
-	if s := e.bp.inproc; s != nil && addr >= s.displaced[0] && addr < s.displaced[0]+5 {
+	if s := e.bp.inproc; s != nil && underJmp(s.displaced[0], addr) {
 		// A breakpoint under the end search's jmp, or on the bytes of the
 		// next instruction a punned one shares: the search stops at
 		// every pass from now on.
@@ -619,12 +619,9 @@ func (e *engine) endInProcessAgain(regs proc.Regs) error {
 		return err
 	}
 	if s == nil {
-		e.bp.inprocFailed = true
-		for a := range e.int3s.at {
-			if a >= e.bp.addr && a < e.bp.addr+5 {
-				e.bp.inprocFailed = false // a breakpoint there: when it goes
-			}
-		}
+		// Failed for good, unless a breakpoint there is the reason: it
+		// may go.
+		e.bp.inprocFailed = !e.int3UnderJmp(e.bp.addr)
 		return e.armBreakpoint()
 	}
 	binary.LittleEndian.PutUint64(s.data[idEndPasses:], uint64(hits))
@@ -640,8 +637,7 @@ func (e *engine) endSearchStops() error {
 		return err
 	}
 	e.logf("the end search stops at every pass from now on: a debugger's breakpoint lies under its jmp at %#x", s.displaced[0])
-	e.bp.inproc, e.bp.armed, e.bp.hits = nil, false, s.passes()
-	return e.armBreakpoint()
+	return e.searchByBreakpoint(s.passes())
 }
 
 // landed handles the thread standing at a new address after an instruction.

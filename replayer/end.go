@@ -678,10 +678,8 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 				return nil, unix.PTRACE_SYSCALL, e.punEndSearch(s, regs.Rip)
 			}
 			// A jump to a displaced instruction: to its copy.
-			regs.Rip = s.relocated[k+1]
-			s.redirects++
 			e.retargetCall(s, k, regs.Rsp)
-			return nil, unix.PTRACE_SYSCALL, proc.SetRegs(pid, regs)
+			return nil, unix.PTRACE_SYSCALL, s.redirect(pid, k, regs)
 		}
 	}
 	if sig == int(unix.SIGTRAP) && e.bp.active && e.bp.repRun && regs.Rip == e.bp.addr+e.bp.rep.length+1 {

@@ -320,10 +320,8 @@ func (e *engine) patchInProcess(goal format.Regs, now uint64, d displacing) (*en
 	if e.endCompares(rip, rip+uint64(n)-1) {
 		return nil, nil // the jmp would change a page the end compares
 	}
-	for a := range e.int3s.at {
-		if a >= rip && a < rip+5 {
-			return nil, nil // a debugger's breakpoint, or a thread's stop
-		}
+	if e.int3UnderJmp(rip) {
+		return nil, nil // a debugger's breakpoint, or a thread's stop
 	}
 	view, ok := c.viewNear(rip)
 	if !ok {
@@ -508,8 +506,38 @@ func (e *engine) punEndSearch(s *endInProcess, at uint64) error {
 		return err
 	}
 	e.logf("a jump to %#x, among the instructions the end search displaced, and no punned jmp: a stop at each pass from now on", at)
-	e.bp.inproc, e.bp.armed, e.bp.hits = nil, false, s.passes()
+	return e.searchByBreakpoint(s.passes())
+}
+
+// searchByBreakpoint goes on with the end search, whose jmp is out of the
+// program, by a breakpoint at the goal: a stop at every pass, passes
+// already counted.
+func (e *engine) searchByBreakpoint(passes int) error {
+	e.bp.inproc, e.bp.armed, e.bp.hits = nil, false, passes
 	return e.armBreakpoint()
+}
+
+// underJmp reports whether addr lies under the 5 bytes of a search's jmp
+// at rip (a punned one's last bytes are the next instruction's).
+func underJmp(rip, addr uint64) bool { return addr >= rip && addr < rip+5 }
+
+// int3UnderJmp reports whether an int3 of the table lies under the 5
+// bytes of a jmp at rip.
+func (e *engine) int3UnderJmp(rip uint64) bool {
+	for a := range e.int3s.at {
+		if underJmp(rip, a) {
+			return true
+		}
+	}
+	return false
+}
+
+// redirect sends the thread that jumped to the displaced instruction
+// interior[k] of s (a debug register trap, regs) to that instruction's copy.
+func (s *endInProcess) redirect(tid, k int, regs proc.Regs) error {
+	regs.Rip = s.relocated[k+1]
+	s.redirects++
+	return proc.SetRegs(tid, regs)
 }
 
 // punJumps lets the end search use punned jmps (tests turn them off to

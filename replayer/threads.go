@@ -1169,9 +1169,7 @@ func (e *engine) stopInProcess() error {
 func (e *engine) stopJumpInside(s *endInProcess, k int, regs proc.Regs) error {
 	t := e.stopThread
 	if !s.mayPun {
-		regs.Rip = s.relocated[k+1]
-		s.redirects++
-		return proc.SetRegs(t.tid, regs)
+		return s.redirect(t.tid, k, regs)
 	}
 	t.stopPasses += s.passes()
 	moved, err := e.punInstead(s, regs.Rip)
