@@ -1,6 +1,7 @@
 package proc
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"golang.org/x/sys/unix"
@@ -98,4 +99,36 @@ func WaitNoHang(tid int) (Stop, bool, error) {
 		return Stop{}, false, nil
 	}
 	return Stop{Tid: got, Status: ws}, true, nil
+}
+
+// StoppedAt returns the ptrace stop tid is in now, rebuilt as the status a
+// wait for it returned, when the tracer already took that stop and has not
+// resumed the tracee since; ok is false when tid runs (or is in
+// PTRACE_LISTEN, which ptrace requests treat as running). A tracer that
+// lost track of whether it holds a thread (an error between a stop and its
+// resume) asks this instead of waiting for a stop that will not come: a
+// PTRACE_INTERRUPT of a tracee already stopped makes no new stop.
+func StoppedAt(tid int) (st Stop, ok bool) {
+	si, err := GetSyscallInfo(tid)
+	if err != nil {
+		return Stop{}, false
+	}
+	stopped := func(sig, cause int) Stop {
+		return Stop{Tid: tid, Status: unix.WaitStatus(0x7f | sig<<8 | cause<<16)}
+	}
+	if si.Op == SyscallEntry || si.Op == SyscallExit {
+		return stopped(int(unix.SIGTRAP)|0x80, 0), true
+	}
+	info, err := GetSiginfo(tid)
+	if err != nil {
+		return Stop{}, false
+	}
+	signo := int(int32(binary.LittleEndian.Uint32(info[0:])))
+	code := int(int32(binary.LittleEndian.Uint32(info[8:])))
+	// The kernel gives an event stop the siginfo si_code (event<<8 | signal)
+	// (ptrace_do_notify); no signal's own si_code has that form.
+	if event := code >> 8; code&0xff == signo && (event == unix.PTRACE_EVENT_STOP || event >= unix.PTRACE_EVENT_FORK && event <= unix.PTRACE_EVENT_SECCOMP) {
+		return stopped(signo, event), true
+	}
+	return stopped(signo, 0), true
 }

@@ -2,6 +2,7 @@ package recorder
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -148,8 +149,14 @@ func (s *session) openIntervalFrom(now time.Time, snap *pageSnapshot) error {
 	s.reapZombie(false)
 	clk.mark("reap")
 	sh, err := s.createShadow()
-	if err != nil {
+	if refused := (cloneRefused{}); errors.As(err, &refused) {
+		s.shadowRefused(iv, refused)
+		err = nil
+	} else if err != nil {
 		return err
+	} else if s.noShadow > 0 {
+		s.errorf("process %d: its shadow was made again, after %d intervals without one", s.pid, s.noShadow)
+		s.noShadow = 0
 	}
 	clk.mark("clone")
 	s.shadow = sh
@@ -158,6 +165,19 @@ func (s *session) openIntervalFrom(now time.Time, snap *pageSnapshot) error {
 	clk.mark("opened")
 	s.resetCalm()
 	return err
+}
+
+// shadowRefused opens iv without a shadow: the kernel refused the clone
+// in the target. Recording goes on, and the target with it; iv cannot start
+// a replay (no originals of the pages it writes), and the next boundary
+// tries again. The user is told when it starts and when it ends.
+func (s *session) shadowRefused(iv *interval, err cloneRefused) {
+	if s.noShadow == 0 {
+		s.errorf("process %d: %v; recording goes on, but an interval without a shadow cannot start a replay; trying again at each boundary", s.pid, err)
+	}
+	s.noShadow++
+	iv.meta.Replayable = false
+	iv.meta.Reason = "no shadow: " + err.Error()
 }
 
 // resetCalm starts what skipTick compares with afresh, at an interval start

@@ -38,15 +38,24 @@ func (s *session) dump(end format.EndState, reason string) error {
 	live := s.pid
 	var dsh *shadow
 	if reason != format.EndExit {
-		if dsh, err = s.createShadow(); err != nil {
+		dsh, err = s.createShadow()
+		if refused := (cloneRefused{}); errors.As(err, &refused) {
+			// The file is made from the target itself, held until it is
+			// written, as at an exit.
+			s.errorf("process %d: no dump shadow (%v): the process stays stopped until its checkpoint is written", s.pid, refused)
+		} else if err != nil {
 			return fmt.Errorf("fork the dump shadow: %w", err)
+		} else {
+			live = dsh.pid
+			s.dropFiles(dsh)
 		}
-		live = dsh.pid
-		s.dropFiles(dsh)
 	}
 	name := fmt.Sprintf("tp-%d-%s.tpc", s.pid, t0.UTC().Format("20060102T150405.000Z"))
 	path := filepath.Join(s.o.OutputDir, name)
 	held := time.Since(t0)
+	if dsh == nil {
+		held = 0 // held until the file is written (finish)
+	}
 	clk.mark("dump shadow")
 	clk.log(s, "dump")
 	work := func() {
@@ -337,7 +346,7 @@ func (s *session) finish(path string, c *format.Checkpoint, src *liveSource, t0 
 		kept = fmt.Sprintf("%d touched pages of %d", len(addrs), candidates)
 	}
 	s.logf("wrote %s: %d intervals, %d syscalls, %s, %d bytes, in %v (the process was held %v)",
-		path, len(c.Intervals), len(c.Syscalls), kept, size, time.Since(t0).Round(time.Millisecond), held.Round(time.Millisecond))
+		path, len(c.Intervals), len(c.Syscalls), kept, size, time.Since(t0).Round(time.Millisecond), cmp.Or(held, time.Since(t0)).Round(time.Millisecond))
 	s.mu.Lock()
 	s.dumps = append(s.dumps, path)
 	s.mu.Unlock()

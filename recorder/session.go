@@ -104,6 +104,7 @@ type session struct {
 	// MADV_DONTFORK at the last look while the target was stopped, and
 	// dontForkDue says a look after it resumed found some (allowFork).
 	shadows     int
+	noShadow    int // intervals in a row whose shadow the kernel refused (cloneRefused)
 	dontFork    [][2]uint64
 	dontForkDue atomic.Bool
 	execOrphans map[int]bool // shadows that die after the target's exec
@@ -1350,15 +1351,31 @@ func (s *session) leaveVDSO() {
 
 // stopForDetach gets the target into an event stop, handling whatever else
 // arrives first (a syscall in progress completes and is discarded).
+//
+// The leader may already be stopped, in a stop tprec took and did not resume
+// (a boundary or a dump that failed with the target held for it, the shadow's
+// clone refused): an interrupt then makes no stop to wait for, and tprec
+// waited forever, the target stopped with it. That stop is used as it is.
 func (s *session) stopForDetach() error {
-	if err := s.interrupt(); err != nil {
+	st, ok, err := proc.WaitNoHang(s.pid)
+	if err != nil {
 		return err
 	}
-	for {
-		st, err := s.waitLeader()
-		if err != nil {
+	if !ok {
+		st, ok = proc.StoppedAt(s.pid)
+	}
+	if !ok {
+		if err := s.interrupt(); err != nil {
 			return err
 		}
+	}
+	for {
+		if !ok {
+			if st, err = s.waitLeader(); err != nil {
+				return err
+			}
+		}
+		ok = false
 		if st.Exited() {
 			s.gone = true
 			return nil
@@ -1628,6 +1645,9 @@ func (s *session) statusLine(now time.Time) string {
 	}
 	if s.skipped > 0 {
 		line += fmt.Sprintf(", %d boundaries skipped (the process was idle)", s.skipped)
+	}
+	if s.noShadow > 0 {
+		line += fmt.Sprintf(", no shadow for the last %d intervals (clone refused)", s.noShadow)
 	}
 	return line
 }

@@ -132,7 +132,7 @@ func (s *session) cloneShadow() (*shadow, error) {
 		return nil, fmt.Errorf("create shadow: %w", err)
 	}
 	if res.Ret < 0 || res.Child <= 0 {
-		return nil, fmt.Errorf("create shadow: clone failed: %v", unix.Errno(-res.Ret))
+		return nil, cloneRefused{unix.Errno(-res.Ret)}
 	}
 	child := res.Child
 	// The child is attached automatically (PTRACE_O_TRACECLONE) and starts in a
@@ -160,6 +160,19 @@ func (s *session) cloneShadow() (*shadow, error) {
 		return nil, err
 	}
 	return &shadow{pid: child, pm: pm}, nil
+}
+
+// cloneRefused is a shadow's clone that the kernel refused in the target:
+// EAGAIN when the target's pids cgroup or RLIMIT_NPROC is at its limit,
+// ENOMEM. The target itself is unharmed, and the next attempt may succeed.
+type cloneRefused struct{ errno unix.Errno }
+
+func (e cloneRefused) Error() string {
+	why := ""
+	if e.errno == unix.EAGAIN {
+		why = " (the process's pids cgroup or RLIMIT_NPROC is at its limit?)"
+	}
+	return fmt.Sprintf("create shadow: the kernel refused the clone: %v%s", e.errno, why)
 }
 
 // closeRangeUnshare is CLOSE_RANGE_UNSHARE (include/uapi/linux/close_range.h).

@@ -1,0 +1,190 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// pidsCgroup makes a cgroup with the pids controller (cgroup v1's
+// /sys/fs/cgroup/pids, else a cgroup v2 hierarchy that offers it) and
+// returns its directory; the cleanup moves what is left in it back to the
+// parent and removes it.
+func pidsCgroup(t *testing.T) string {
+	t.Helper()
+	var parent string
+	if fi, err := os.Stat("/sys/fs/cgroup/pids/cgroup.procs"); err == nil && !fi.IsDir() {
+		parent = "/sys/fs/cgroup/pids"
+	} else {
+		for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+			b, err := os.ReadFile(filepath.Join(root, "cgroup.controllers"))
+			if err == nil && strings.Contains(" "+string(b)+" ", " pids") {
+				os.WriteFile(filepath.Join(root, "cgroup.subtree_control"), []byte("+pids"), 0)
+				parent = root
+				break
+			}
+		}
+	}
+	if parent == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("no cgroup hierarchy with the pids controller: CI machines have one")
+		}
+		t.Skip("no cgroup hierarchy with the pids controller")
+	}
+	dir := filepath.Join(parent, fmt.Sprintf("tprec-e2e-%d", os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs")); err == nil {
+			for _, pid := range strings.Fields(string(b)) {
+				os.WriteFile(filepath.Join(parent, "cgroup.procs"), []byte(pid), 0)
+			}
+		}
+		os.Remove(dir)
+	})
+	return dir
+}
+
+func cgroupWrite(t *testing.T, dir, file, value string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, file), []byte(value), 0); err != nil {
+		t.Fatalf("write %s into %s: %v", value, file, err)
+	}
+}
+
+func cgroupRead(t *testing.T, dir, file string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// counterLoop counts in a file as it goes (read, add one, write back) and
+// sleeps a little between counts.
+const counterLoop = `import os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+os.pwrite(fd, b"0", 0)
+d = {}
+while True:
+    n = int(os.pread(fd, 32, 0)) + 1
+    os.pwrite(fd, str(n).encode(), 0)
+    d[n % 4096] = str(n) * 8
+    time.sleep(0.002)
+`
+
+// A process whose pids cgroup is at its limit (a container full of
+// workers): the kernel refuses the clone that makes each interval's
+// shadow. tprec used to fail at its first boundary and, the target already
+// stopped for it, wait for a stop that never came: tprec hung and the
+// server stayed stopped until tprec was killed. Now recording goes on
+// without shadows (those intervals cannot start a replay), the target runs
+// on, a requested dump is still written, the shadow comes back when the
+// limit allows it, and a crash with the limit reached again is dumped from
+// the held process itself and verifies.
+func TestShadowCloneRefused(t *testing.T) {
+	requireRoot(t)
+	forBackends(t, func(t *testing.T, backend string) {
+		cg := pidsCgroup(t)
+		counter := filepath.Join(t.TempDir(), "count")
+		target, _, done := startTarget(t, "/usr/bin/python3", "-S", "-c", counterLoop, counter)
+		pid := target.Process.Pid
+		cgroupWrite(t, cg, "cgroup.procs", strconv.Itoa(pid))
+		cgroupWrite(t, cg, "pids.max", "1")
+		count := func() int {
+			b, _ := os.ReadFile(counter)
+			n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+			return n
+		}
+		// progress requires the target to count on, not stopped by tprec.
+		progress := func(what string) {
+			t.Helper()
+			before := count()
+			time.Sleep(300 * time.Millisecond)
+			if after := count(); after <= before {
+				t.Fatalf("%s: the target stopped counting (%d, then %d); its threads:\n%s", what, before, after, threadStates(pid))
+			}
+		}
+		dir := t.TempDir()
+		rec := startTprec(t, "--pid", strconv.Itoa(pid), "--backend", backend, "-o", dir, "--status", "500ms")
+		rec.waitRecording(t)
+		waitLog := func(what string) {
+			t.Helper()
+			deadline := time.Now().Add(10 * time.Second)
+			for !strings.Contains(rec.stderr.String(), what) {
+				if time.Now().After(deadline) {
+					t.Fatalf("tprec did not say %q; stderr:\n%s", what, rec.quit())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		waitLog("refused the clone")
+		progress("shadow refused")
+		waitLog("no shadow for the last")
+
+		// A requested dump with no shadow anywhere: written from the held
+		// target, every page (nothing can start a replay), and the
+		// target goes on.
+		if out, code := runTool(t, "tprec", "dump", "--pid", strconv.Itoa(pid)); code != 0 {
+			t.Fatalf("tprec dump: exit %d\n%s", code, out)
+		}
+		waitLog("wrote ")
+		progress("after a dump without a dump shadow")
+		requested := checkpoints(t, dir)
+		if len(requested) != 1 {
+			t.Fatalf("want the requested checkpoint, got %v\n%s", requested, rec.stderr)
+		}
+		insp, code := runTool(t, "tpinspect", requested[0])
+		if code != 0 || !strings.Contains(insp, "no shadow") {
+			t.Fatalf("tpinspect should give the intervals' reason (no shadow): exit %d\n%s", code, insp)
+		}
+		os.Remove(requested[0])
+
+		// The limit raised: shadows again, and a history to replay.
+		cgroupWrite(t, cg, "pids.max", "64")
+		waitLog("its shadow was made again")
+		time.Sleep(2500 * time.Millisecond)
+
+		// The limit reached again just before a crash: the dump shadow
+		// is refused, and the file is made from the held target.
+		cgroupWrite(t, cg, "pids.max", cgroupRead(t, cg, "pids.current"))
+		if err := unix.Tgkill(pid, pid, unix.SIGSEGV); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			ws, ok := err.(interface{ Sys() any })
+			if !ok || !ws.Sys().(syscall.WaitStatus).Signaled() || ws.Sys().(syscall.WaitStatus).Signal() != syscall.SIGSEGV {
+				t.Fatalf("target did not die of SIGSEGV: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("target did not die; its threads:\n%s\ntprec stderr (with its goroutines):\n%s", threadStates(pid), rec.quit())
+		}
+		if err := rec.wait(t, 60*time.Second); err != nil {
+			t.Fatalf("tprec: %v\n%s", err, rec.stderr)
+		}
+		log := rec.stderr.String()
+		t.Logf("tprec:\n%s", log)
+		if !strings.Contains(log, "received SIGSEGV") || !strings.Contains(log[strings.Index(log, "received SIGSEGV"):], "no dump shadow") {
+			t.Fatalf("want the crash dumped without a dump shadow:\n%s", log)
+		}
+		cks := checkpoints(t, dir)
+		if len(cks) != 1 {
+			t.Fatalf("want one checkpoint of the crash, got %v", cks)
+		}
+		if crash := log[strings.Index(log, "received SIGSEGV"):]; strings.Contains(crash, "every present page") || !strings.Contains(crash, "touched pages of") {
+			keepFailed(t, cks[0])
+			t.Fatalf("the crash's trial replay failed:\n%s", log)
+		}
+		replay(t, cks[0])
+	})
+}
