@@ -8,6 +8,7 @@ require (
 	github.com/pierrec/lz4/v4 v4.1.33
 	github.com/urfave/cli/v2 v2.27.7
 	golang.org/x/arch v0.33.0
+	golang.org/x/net v0.48.0
 	golang.org/x/sys v0.49.0
 )
 

@@ -563,9 +563,19 @@ static __always_inline int ring_crowded(void)
 	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > bpf_ringbuf_query(&events, BPF_RB_RING_SIZE) / 2;
 }
 
+/* A call that installed a seccomp filter or strict mode: seccomp(2) with
+ * SECCOMP_SET_MODE_STRICT or _FILTER, prctl(PR_SET_SECCOMP). The recorder
+ * checks the filter before the thread runs on: its vDSO patch makes the time
+ * functions syscalls, which the filter may refuse. */
+static __always_inline int seccomp_install(struct call_ctx *call)
+{
+	return call->ret >= 0 && ((call->nr == 317 /* seccomp */ && (call->args[0] == 0 || call->args[0] == 1)) ||
+				  (call->nr == 157 /* prctl */ && call->args[0] == 22 /* PR_SET_SECCOMP */));
+}
+
 static __always_inline void urge(struct tp_proc *p, struct call_ctx *call)
 {
-	if (!(p->flags & TP_PROC_URGE) || !(file_mmap(call) || ring_crowded()))
+	if (!(p->flags & TP_PROC_URGE) || !(file_mmap(call) || seccomp_install(call) || ring_crowded()))
 		return;
 	struct task_struct *t = bpf_get_current_task_btf();
 	__u64 bit = 1ULL << (TP_SIGURG - 1);

@@ -146,6 +146,12 @@ func (s *session) openIntervalFrom(now time.Time, snap *pageSnapshot) error {
 		}
 	}
 	s.nextIndex++
+	// A seccomp filter installed since the last look (the eBPF programs'
+	// signal for it may be blocked) that would refuse the patched time
+	// calls or the shadow's: recording ends here (seccomp.go).
+	if err := s.seccompAllowsRecording(s.vdso.insn + 2); err != nil {
+		return fmt.Errorf("process %d: %w; tprec stops recording and leaves it as it was", s.pid, err)
+	}
 	s.reapZombie(false)
 	clk.mark("reap")
 	sh, err := s.createShadow()

@@ -39,10 +39,10 @@ func (s *session) dump(end format.EndState, reason string) error {
 	var dsh *shadow
 	if reason != format.EndExit {
 		dsh, err = s.createShadow()
-		if refused := (cloneRefused{}); errors.As(err, &refused) {
+		if refused, forbidden := (cloneRefused{}), (seccompForbids{}); errors.As(err, &refused) || errors.As(err, &forbidden) {
 			// The file is made from the target itself, held until it is
 			// written, as at an exit.
-			s.errorf("process %d: no dump shadow (%v): the process stays stopped until its checkpoint is written", s.pid, refused)
+			s.errorf("process %d: no dump shadow (%v): the process stays stopped until its checkpoint is written", s.pid, err)
 		} else if err != nil {
 			return fmt.Errorf("fork the dump shadow: %w", err)
 		} else {

@@ -104,7 +104,9 @@ type session struct {
 	// MADV_DONTFORK at the last look while the target was stopped, and
 	// dontForkDue says a look after it resumed found some (allowFork).
 	shadows     int
-	noShadow    int // intervals in a row whose shadow the kernel refused (cloneRefused)
+	stops       uint64       // stops taken (handle): what a stop's cached reads are keyed by
+	seccomp     seccompState // the leader's seccomp filters (seccomp.go)
+	noShadow    int          // intervals in a row whose shadow the kernel refused (cloneRefused)
 	dontFork    [][2]uint64
 	dontForkDue atomic.Bool
 	execOrphans map[int]bool // shadows that die after the target's exec
@@ -539,6 +541,7 @@ func (s *session) handle(st proc.Stop) error {
 	if os.Getenv("TPREC_DEBUG") == "stops" {
 		s.logf("stop: %v status %#x", st, uint32(st.Status))
 	}
+	s.stops++
 	t := s.threads[st.Tid]
 	if t == nil {
 		// A shadow, or a killed one reporting its exit.
@@ -706,7 +709,13 @@ func (s *session) onSyscall(t *thread) error {
 		if !t.reentry {
 			s.calm.stops++
 		}
+		entry := t.entry
 		s.syscallExit(t, si)
+		if entry != nil {
+			if err := s.afterSeccompInstall(t, entry.Nr, entry.Args[0], si.Ret); err != nil {
+				return err
+			}
+		}
 	}
 	if t.tid == s.pid && s.wanted() {
 		if err := s.act(); err != nil {
@@ -822,6 +831,15 @@ func (s *session) onSignal(t *thread, sig int) error {
 		// may go to another of its threads).
 		s.requeuedTid = 0
 		return s.resume(t.tid, sig)
+	}
+	if sig != 0 && s.src.ownSignal(sig) {
+		// The eBPF programs signal a thread that installed a seccomp
+		// filter, as one that mapped a file.
+		if regs, err := proc.GetRegs(t.tid); err == nil {
+			if err := s.afterSeccompInstall(t, regs.OrigRax, regs.Rdi, int64(regs.Rax)); err != nil {
+				return err
+			}
+		}
 	}
 	if sig == 0 || s.suppressed(t, sig) {
 		return s.resume(t.tid, 0)
@@ -1228,6 +1246,9 @@ func (s *session) start() error {
 		return err
 	}
 	if s.vdso == nil {
+		if err := s.seccompAllowsRecording(vdsoStart(maps)); err != nil {
+			return fmt.Errorf("process %d cannot be recorded: %w", s.pid, err)
+		}
 		var rips []uint64
 		for tid := range s.threads {
 			if r, err := proc.GetRegs(tid); err == nil {

@@ -120,8 +120,9 @@ func (s *session) madvise(r [2]uint64, advice int) error {
 
 // cloneShadow injects the clone that makes the shadow.
 func (s *session) cloneShadow() (*shadow, error) {
-	flags := uint64(unix.CLONE_FILES) // low byte 0: no exit signal
-	res, err := s.inject(proc.Call{Nr: unix.SYS_CLONE, Args: []uint64{flags, badStack, 0, 0, 0}, Clone: true, Signal: s.heldSignal})
+	c := shadowClone()
+	c.Signal = s.heldSignal
+	res, err := s.inject(c)
 	if res.Requeued {
 		s.heldSignal = 0
 	}
@@ -131,8 +132,11 @@ func (s *session) cloneShadow() (*shadow, error) {
 		}
 		return nil, fmt.Errorf("create shadow: %w", err)
 	}
-	if res.Ret < 0 || res.Child <= 0 {
+	if res.Ret < 0 {
 		return nil, cloneRefused{unix.Errno(-res.Ret)}
+	}
+	if res.Child <= 0 {
+		return nil, fmt.Errorf("create shadow: clone returned %d and no child", res.Ret)
 	}
 	child := res.Child
 	// The child is attached automatically (PTRACE_O_TRACECLONE) and starts in a
@@ -162,6 +166,17 @@ func (s *session) cloneShadow() (*shadow, error) {
 	return &shadow{pid: child, pm: pm}, nil
 }
 
+// shadowClone is the call that makes a shadow: clone(CLONE_FILES) with exit
+// signal 0 (low byte of the flags), its stack pointer badStack.
+func shadowClone() proc.Call {
+	return proc.Call{Nr: unix.SYS_CLONE, Args: []uint64{unix.CLONE_FILES, badStack, 0, 0, 0}, Clone: true}
+}
+
+// reapCall is the wait4 that reaps dead shadow pid in the target.
+func reapCall(pid int) proc.Call {
+	return proc.Call{Nr: unix.SYS_WAIT4, Args: []uint64{uint64(pid), 0, unix.WNOHANG | unix.WALL, 0}}
+}
+
 // cloneRefused is a shadow's clone that the kernel refused in the target:
 // EAGAIN when the target's pids cgroup or RLIMIT_NPROC is at its limit,
 // ENOMEM. The target itself is unharmed, and the next attempt may succeed.
@@ -187,6 +202,11 @@ const closeRangeUnshare = 1 << 1
 // CLOSE_RANGE_UNSHARE gives the shadow a private copy of the table and closes
 // that, leaving the target's own as it was.
 func (s *session) dropFiles(sh *shadow) {
+	// The shadow has the target's seccomp filters.
+	if err := s.seccompAllows(unix.SYS_CLOSE_RANGE, []uint64{0, uint64(^uint32(0)), closeRangeUnshare}, s.vdso.insn+2, injectionPurpose(unix.SYS_CLOSE_RANGE)); err != nil {
+		s.logf("warning: %v; the crashed process's descriptors (sockets, pipes) stay open until the checkpoint is written", err)
+		return
+	}
 	res, err := proc.Inject(sh.pid, s.vdso.insn, unix.SYS_CLOSE_RANGE, 0, uint64(^uint32(0)), closeRangeUnshare)
 	if err == nil && res.Ret < 0 {
 		err = unix.Errno(-res.Ret)
@@ -293,7 +313,7 @@ func (s *session) reap(pid int) bool {
 	if s.vdso == nil {
 		return false
 	}
-	res, err := s.inject(proc.Call{Nr: unix.SYS_WAIT4, Args: []uint64{uint64(pid), 0, unix.WNOHANG | unix.WALL, 0}})
+	res, err := s.inject(reapCall(pid))
 	return err == nil && res.Ret == int64(pid)
 }
 
@@ -301,5 +321,8 @@ func (s *session) reap(pid int) bool {
 // trampoline, which leaves the target whole whatever instant tprec dies at
 // (proc.Trampoline).
 func (s *session) inject(c proc.Call) (proc.Injection, error) {
+	if err := s.seccompAllows(c.Nr, c.Args, s.vdso.insn+2, injectionPurpose(c.Nr)); err != nil {
+		return proc.Injection{}, err
+	}
 	return s.vdso.tramp.Inject(s.mem, s.ctl, c)
 }
