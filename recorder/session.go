@@ -260,6 +260,21 @@ func (s *session) awaitDumps(ctx context.Context) {
 	<-done
 }
 
+// tracerOf names the process tracing pid ("" when none, or unknown).
+func tracerOf(pid int) string {
+	st, err := procStatus(pid)
+	if err != nil || st["TracerPid"] == "" || st["TracerPid"] == "0" {
+		return ""
+	}
+	// TracerPid is the tracing thread; its process is what the user knows.
+	tracer := st["TracerPid"]
+	if tst, err := procStatus(atoi(tracer)); err == nil && tst["Tgid"] != "" {
+		tracer = tst["Tgid"]
+	}
+	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%s/comm", tracer))
+	return fmt.Sprintf("process %s (%s)", tracer, strings.TrimSpace(string(comm)))
+}
+
 // attach seizes a running process, every thread of it, and asks it to stop.
 func (s *session) attach(pid int) error {
 	if pid <= 0 {
@@ -270,6 +285,9 @@ func (s *session) attach(pid int) error {
 	}
 	if err := proc.Seize(pid, targetOptions); err != nil {
 		if errors.Is(err, unix.EPERM) {
+			if by := tracerOf(pid); by != "" {
+				return fmt.Errorf("attach to %d: %w: it is traced already, by %s (a process has one tracer at most: another tprec, a debugger, strace)", pid, ErrPermission, by)
+			}
 			return fmt.Errorf("attach to %d: %w: tprec needs root or CAP_SYS_PTRACE (and kernel.yama.ptrace_scope <= 1 for a process that is not its child): run it with sudo", pid, ErrPermission)
 		}
 		if errors.Is(err, unix.ESRCH) {
@@ -1684,4 +1702,9 @@ func residentBytes() int64 {
 		return 0
 	}
 	return rss * int64(os.Getpagesize())
+}
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
 }

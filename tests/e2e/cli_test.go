@@ -91,6 +91,11 @@ func TestDetachLeavesTargetUntouched(t *testing.T) {
 	if bytes.Equal(vdsoBytes(t, pid), orig) {
 		t.Fatal("the vDSO is not patched while recording (the test would prove nothing)")
 	}
+	// A second tprec on the same process says who traces it, not that it
+	// lacks privilege, and changes nothing for the first.
+	if out, code := runTool(t, "tprec", "--pid", fmt.Sprint(pid), "-o", t.TempDir()); code == 0 || !strings.Contains(out, fmt.Sprintf("traced already, by process %d (tprec)", rec.cmd.Process.Pid)) {
+		t.Fatalf("a second tprec: exit %d, want it to name the first as the tracer:\n%s", code, out)
+	}
 	time.Sleep(600 * time.Millisecond)
 	rec.cmd.Process.Signal(os.Interrupt)
 	if err := rec.wait(t, 20*time.Second); err != nil {
