@@ -107,6 +107,7 @@ type session struct {
 	stops       uint64       // stops taken (handle): what a stop's cached reads are keyed by
 	seccomp     seccompState // the leader's seccomp filters (seccomp.go)
 	noShadow    int          // intervals in a row whose shadow the kernel refused (cloneRefused)
+	shadowsDied int          // shadows found dead at their interval's end (shadowDied)
 	dontFork    [][2]uint64
 	dontForkDue atomic.Bool
 	execOrphans map[int]bool // shadows that die after the target's exec
@@ -826,20 +827,28 @@ func (s *session) actHeld() error {
 
 // suppressed reports whether a signal stop is one the program must not see:
 // the eBPF programs' own signal, or the SIGCHLD of a shadow after an exec.
-// It does what that signal was for.
-func (s *session) suppressed(t *thread, sig int) bool {
+// It does what that signal was for; an error ends the recording (a seccomp
+// filter that would refuse tprec's calls), the thread held.
+func (s *session) suppressed(t *thread, sig int) (bool, error) {
 	if sig == int(unix.SIGCHLD) && len(s.execOrphans) > 0 {
 		if info, err := proc.GetSiginfo(t.tid); err == nil && s.execOrphans[int(int32(le32(info[16:])))] {
 			delete(s.execOrphans, int(int32(le32(info[16:]))))
-			return true
+			return true, nil
 		}
 	}
 	if s.src.ownSignal(sig) {
+		// The eBPF programs signal a thread that installed a seccomp
+		// filter, as one that mapped a file.
+		if regs, err := proc.GetRegs(t.tid); err == nil {
+			if err := s.afterSeccompInstall(t, regs.OrigRax, regs.Rdi, int64(regs.Rax)); err != nil {
+				return true, err
+			}
+		}
 		s.openMarkedMmap(t.tid)
 		s.src.catchUp()
-		return true
+		return true, nil
 	}
-	return false
+	return false, nil
 }
 
 func (s *session) onSignal(t *thread, sig int) error {
@@ -850,16 +859,13 @@ func (s *session) onSignal(t *thread, sig int) error {
 		s.requeuedTid = 0
 		return s.resume(t.tid, sig)
 	}
-	if sig != 0 && s.src.ownSignal(sig) {
-		// The eBPF programs signal a thread that installed a seccomp
-		// filter, as one that mapped a file.
-		if regs, err := proc.GetRegs(t.tid); err == nil {
-			if err := s.afterSeccompInstall(t, regs.OrigRax, regs.Rdi, int64(regs.Rax)); err != nil {
-				return err
-			}
-		}
+	if sig == 0 {
+		return s.resume(t.tid, 0)
 	}
-	if sig == 0 || s.suppressed(t, sig) {
+	if sup, err := s.suppressed(t, sig); err != nil || sup {
+		if err != nil {
+			return err
+		}
 		return s.resume(t.tid, 0)
 	}
 	if s.atEntry(t, sig) {
@@ -1092,7 +1098,9 @@ func (s *session) holdStop(t *thread, st proc.Stop) (*thread, error) {
 		t.hold(req, 0)
 	default:
 		sig := st.Signal()
-		if s.suppressed(t, sig) {
+		if sup, err := s.suppressed(t, sig); err != nil {
+			return nil, err
+		} else if sup {
 			if err := s.resume(t.tid, 0); err != nil {
 				return nil, err
 			}
@@ -1687,6 +1695,9 @@ func (s *session) statusLine(now time.Time) string {
 	}
 	if s.noShadow > 0 {
 		line += fmt.Sprintf(", no shadow for the last %d intervals (clone refused)", s.noShadow)
+	}
+	if s.shadowsDied > 0 {
+		line += fmt.Sprintf(", %d shadows killed (out of memory)", s.shadowsDied)
 	}
 	return line
 }
