@@ -173,6 +173,26 @@ func (s *session) openIntervalFrom(now time.Time, snap *pageSnapshot) error {
 	return err
 }
 
+// shadowDied reports why sh died during its interval, if it did: nothing
+// but the OOM killer kills a shadow with SIGKILL while tprec lives (it has
+// the highest OOM score, cloneShadow), and its originals are gone with it.
+// The first such death of a run is reported.
+func (s *session) shadowDied(sh *shadow) string {
+	st, ok, err := proc.WaitNoHang(sh.pid)
+	if err != nil || !ok || !st.Exited() {
+		return ""
+	}
+	why := fmt.Sprintf("its shadow died during the interval (%v)", st)
+	if st.Status.Signaled() && st.Status.Signal() == unix.SIGKILL {
+		why = "its shadow was killed during the interval (SIGKILL: the OOM killer, the target's memory cgroup or the machine out of memory)"
+	}
+	s.shadowsDied++
+	if s.shadowsDied == 1 {
+		s.errorf("process %d: %s; the shadow, which holds the originals of the pages the process writes, goes first so that the process does not; such an interval cannot start a replay", s.pid, why)
+	}
+	return why
+}
+
 // shadowRefused opens iv without a shadow: the kernel refused the clone
 // in the target. Recording goes on, and the target with it; iv cannot start
 // a replay (no originals of the pages it writes), and the next boundary
@@ -396,6 +416,11 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 	fail := func(err error) error {
 		finish()
 		return s.markLost(iv, err.Error())
+	}
+	if why := s.shadowDied(sh); why != "" {
+		finish()
+		iv.meta.Replayable, iv.meta.Reason = false, why
+		return nil, nil
 	}
 	maps, err := proc.ReadMaps(s.pid)
 	if err != nil {

@@ -3,6 +3,7 @@ package recorder
 import (
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/tprec/tprec/proc"
 	"golang.org/x/sys/unix"
@@ -157,6 +158,13 @@ func (s *session) cloneShadow() (*shadow, error) {
 	if err := proc.SetOptions(child, unix.PTRACE_O_EXITKILL); err != nil {
 		unix.Kill(child, unix.SIGKILL)
 		return nil, fmt.Errorf("create shadow: set exit-kill: %w", err)
+	}
+	// The shadow holds the originals of the pages the target writes, charged
+	// to the target's memory cgroup: when that runs out, the OOM killer takes
+	// the shadow (its highest score), not the target. The interval then has
+	// no originals (closeIntervalSnap says so).
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", child), []byte("1000"), 0); err != nil && debugStops {
+		s.logf("shadow %d: oom_score_adj: %v", child, err)
 	}
 	pm, err := proc.OpenPagemap(child)
 	if err != nil {

@@ -13,30 +13,31 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// pidsCgroup makes a cgroup with the pids controller (cgroup v1's
-// /sys/fs/cgroup/pids, else a cgroup v2 hierarchy that offers it) and
-// returns its directory; the cleanup moves what is left in it back to the
-// parent and removes it.
-func pidsCgroup(t *testing.T) string {
+// newCgroup makes a cgroup with controller (cgroup v1's
+// /sys/fs/cgroup/CONTROLLER, else a cgroup v2 hierarchy that offers it) and
+// returns its directory and whether it is v2; the cleanup moves what is
+// left in it back to the parent and removes it.
+func newCgroup(t *testing.T, controller string) (string, bool) {
 	t.Helper()
 	var parent string
-	if fi, err := os.Stat("/sys/fs/cgroup/pids/cgroup.procs"); err == nil && !fi.IsDir() {
-		parent = "/sys/fs/cgroup/pids"
+	v2 := false
+	if fi, err := os.Stat("/sys/fs/cgroup/" + controller + "/cgroup.procs"); err == nil && !fi.IsDir() {
+		parent = "/sys/fs/cgroup/" + controller
 	} else {
 		for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
 			b, err := os.ReadFile(filepath.Join(root, "cgroup.controllers"))
-			if err == nil && strings.Contains(" "+string(b)+" ", " pids") {
-				os.WriteFile(filepath.Join(root, "cgroup.subtree_control"), []byte("+pids"), 0)
-				parent = root
+			if err == nil && strings.Contains(" "+strings.TrimSpace(string(b))+" ", " "+controller+" ") {
+				os.WriteFile(filepath.Join(root, "cgroup.subtree_control"), []byte("+"+controller), 0)
+				parent, v2 = root, true
 				break
 			}
 		}
 	}
 	if parent == "" {
 		if os.Getenv("CI") == "true" {
-			t.Fatal("no cgroup hierarchy with the pids controller: CI machines have one")
+			t.Fatalf("no cgroup hierarchy with the %s controller: CI machines have one", controller)
 		}
-		t.Skip("no cgroup hierarchy with the pids controller")
+		t.Skipf("no cgroup hierarchy with the %s controller", controller)
 	}
 	dir := filepath.Join(parent, fmt.Sprintf("tprec-e2e-%d", os.Getpid()))
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -50,7 +51,7 @@ func pidsCgroup(t *testing.T) string {
 		}
 		os.Remove(dir)
 	})
-	return dir
+	return dir, v2
 }
 
 func cgroupWrite(t *testing.T, dir, file, value string) {
@@ -94,7 +95,7 @@ while True:
 func TestShadowCloneRefused(t *testing.T) {
 	requireRoot(t)
 	forBackends(t, func(t *testing.T, backend string) {
-		cg := pidsCgroup(t)
+		cg, _ := newCgroup(t, "pids")
 		counter := filepath.Join(t.TempDir(), "count")
 		target, _, done := startTarget(t, "/usr/bin/python3", "-S", "-c", counterLoop, counter)
 		pid := target.Process.Pid
@@ -186,5 +187,81 @@ func TestShadowCloneRefused(t *testing.T) {
 			t.Fatalf("the crash's trial replay failed:\n%s", log)
 		}
 		replay(t, cks[0])
+	})
+}
+
+// bigRewrite keeps 200 MB in a bytearray and writes a byte of each of its
+// pages every 50 ms, counting its rounds in a file.
+const bigRewrite = `import os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+buf = bytearray(200 << 20)
+n = 0
+while True:
+    n += 1
+    for off in range(0, len(buf), 4096):
+        buf[off] = n & 0xff
+    os.pwrite(fd, str(n).encode(), 0)
+    time.sleep(0.05)
+`
+
+// A process in a memory cgroup with room for itself but not for a second
+// copy of what it rewrites (a container at its limit): each shadow keeps
+// the originals of the pages the target writes, charged to the same
+// cgroup, and the OOM killer had the target and its shadow to choose from.
+// tprec now gives every shadow the highest OOM score: the killer takes the
+// shadow, the target counts on, and tprec says the interval lost its
+// originals.
+func TestShadowTakesTheOOMKill(t *testing.T) {
+	requireRoot(t)
+	forBackends(t, func(t *testing.T, backend string) {
+		cg, v2 := newCgroup(t, "memory")
+		counter := filepath.Join(t.TempDir(), "count")
+		script := pythonScript(t, "big.py", bigRewrite)
+		target, _, done := startTarget(t, "/usr/bin/python3", "-S", script, counter)
+		pid := target.Process.Pid
+		cgroupWrite(t, cg, "cgroup.procs", strconv.Itoa(pid))
+		limit := "memory.limit_in_bytes"
+		if v2 {
+			limit = "memory.max"
+		}
+		cgroupWrite(t, cg, limit, strconv.Itoa(300<<20))
+		count := func() int {
+			b, _ := os.ReadFile(counter)
+			n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+			return n
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for count() < 3 {
+			if time.Now().After(deadline) {
+				t.Fatal("the target did not start rewriting its memory")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		rec := startTprec(t, "--pid", strconv.Itoa(pid), "--backend", backend, "-o", t.TempDir())
+		rec.waitRecording(t)
+		before := count()
+		time.Sleep(3 * time.Second)
+		select {
+		case err := <-done:
+			t.Fatalf("the target died while recorded: %v; tprec:\n%s", err, rec.quit())
+		default:
+		}
+		if after := count(); after < before+5 {
+			t.Fatalf("the target stopped rewriting (%d rounds, then %d); tprec:\n%s", before, after, rec.quit())
+		}
+		rec.cmd.Process.Signal(os.Interrupt)
+		if err := rec.wait(t, 30*time.Second); err != nil {
+			t.Fatalf("tprec: %v\n%s", err, rec.stderr)
+		}
+		log := rec.stderr.String()
+		t.Logf("tprec:\n%s", log)
+		if !strings.Contains(log, "its shadow was killed during the interval (SIGKILL") {
+			t.Fatalf("want tprec to say that the OOM killer took a shadow (else the test proves nothing):\n%s", log)
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the target died: %v", err)
+		default:
+		}
 	})
 }
