@@ -108,13 +108,17 @@ type session struct {
 	seccomp     seccompState // the leader's seccomp filters (seccomp.go)
 	noShadow    int          // intervals in a row whose shadow the kernel refused (cloneRefused)
 	shadowsDied int          // shadows found dead at their interval's end (shadowDied)
-	dontFork    [][2]uint64
-	dontForkDue atomic.Bool
-	execOrphans map[int]bool // shadows that die after the target's exec
-	src         source
-	shadow      *shadow
-	vforks      vforkCaptures // what vfork children wrote into the target (vfork.go)
-	zombie      int           // killed shadow the target still has to reap
+	// shadowCgroup: where shadows go so as not to take a task slot of the
+	// target's limited pids cgroup (shadowPidsCgroup; "" when unlimited).
+	shadowCgroup       string
+	shadowCgroupFailed bool
+	dontFork           [][2]uint64
+	dontForkDue        atomic.Bool
+	execOrphans        map[int]bool // shadows that die after the target's exec
+	src                source
+	shadow             *shadow
+	vforks             vforkCaptures // what vfork children wrote into the target (vfork.go)
+	zombie             int           // killed shadow the target still has to reap
 	// deferred is work a boundary leaves for after the target resumes
 	// (runDeferred): saving the closed interval's originals.
 	deferred []func()
@@ -1290,6 +1294,7 @@ func (s *session) start() error {
 		}
 	}
 	s.fillHeader()
+	s.shadowCgroup = shadowPidsCgroup(s.pid)
 	s.state = stateRecording
 	if s.crashed != 0 {
 		s.logf("process %d goes on after its %v (a handler, or threads not dead yet): recording it afresh", s.pid, unix.SignalName(unix.Signal(s.crashed)))

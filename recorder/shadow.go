@@ -4,6 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/tprec/tprec/proc"
 	"golang.org/x/sys/unix"
@@ -159,6 +163,7 @@ func (s *session) cloneShadow() (*shadow, error) {
 		unix.Kill(child, unix.SIGKILL)
 		return nil, fmt.Errorf("create shadow: set exit-kill: %w", err)
 	}
+	s.unchargeShadow(child)
 	// The shadow holds the originals of the pages the target writes, charged
 	// to the target's memory cgroup: when that runs out, the OOM killer takes
 	// the shadow (its highest score), not the target. The interval then has
@@ -333,4 +338,58 @@ func (s *session) inject(c proc.Call) (proc.Injection, error) {
 		return proc.Injection{}, err
 	}
 	return s.vdso.tramp.Inject(s.mem, s.ctl, c)
+}
+
+// shadowPidsCgroup finds where a shadow of process pid must go so that it
+// does not take a task slot of the target's: the cgroup.procs file of the
+// root of its pids hierarchy, when the target's pids cgroup or one above it
+// has a limit ("" otherwise). Inside the target's cgroup, a shadow made
+// while a container was one task below its pids.max took the last slot,
+// and the program's own next thread or fork failed (python3 raised "can't
+// start new thread"). A shadow does not fork, so the root's lack of a limit
+// costs nothing.
+func shadowPidsCgroup(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return ""
+	}
+	var root, rel string
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.SplitN(l, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		switch {
+		case slices.Contains(strings.Split(f[1], ","), "pids"):
+			root, rel = "/sys/fs/cgroup/pids", f[2]
+		case f[0] == "0" && f[1] == "" && root == "":
+			for _, r := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+				if c, err := os.ReadFile(filepath.Join(r, "cgroup.controllers")); err == nil && slices.Contains(strings.Fields(string(c)), "pids") {
+					root, rel = r, f[2]
+					break
+				}
+			}
+		}
+	}
+	if root == "" {
+		return ""
+	}
+	for dir := filepath.Join(root, rel); len(dir) > len(root); dir = filepath.Dir(dir) {
+		if m, err := os.ReadFile(filepath.Join(dir, "pids.max")); err == nil && strings.TrimSpace(string(m)) != "max" {
+			return filepath.Join(root, "cgroup.procs")
+		}
+	}
+	return ""
+}
+
+// unchargeShadow moves a new shadow out of the target's limited pids cgroup
+// (shadowPidsCgroup), while the target is still stopped.
+func (s *session) unchargeShadow(child int) {
+	if s.shadowCgroup == "" {
+		return
+	}
+	if err := os.WriteFile(s.shadowCgroup, []byte(strconv.Itoa(child)), 0); err != nil && !s.shadowCgroupFailed {
+		s.shadowCgroupFailed = true
+		s.logf("process %d: cannot move its shadow out of its pids cgroup (%v): the shadow takes one of its task slots", s.pid, err)
+	}
 }

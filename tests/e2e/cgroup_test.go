@@ -265,3 +265,56 @@ func TestShadowTakesTheOOMKill(t *testing.T) {
 		}
 	})
 }
+
+// threadEach starts and joins a thread per round, counting rounds in a file.
+const threadEach = `import os, sys, threading, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+n = 0
+while True:
+    t = threading.Thread(target=time.sleep, args=(0.002,))
+    t.start()
+    t.join()
+    n += 1
+    os.pwrite(fd, str(n).encode(), 0)
+    time.sleep(0.05)
+`
+
+// A process whose pids cgroup leaves little room beyond the threads it runs
+// (a container's pids.max): a shadow made in that cgroup took the slot of
+// the program's next thread, and python3 died of "can't start new thread".
+// Shadows now leave the target's pids cgroup as soon as they are made.
+func TestShadowTakesNoTaskSlot(t *testing.T) {
+	requireRoot(t)
+	forBackends(t, func(t *testing.T, backend string) {
+		cg, _ := newCgroup(t, "pids")
+		counter := filepath.Join(t.TempDir(), "count")
+		script := pythonScript(t, "threads.py", threadEach)
+		target, _, done := startTarget(t, "/usr/bin/python3", "-S", script, counter)
+		pid := target.Process.Pid
+		cgroupWrite(t, cg, "cgroup.procs", strconv.Itoa(pid))
+		// The main thread and one more (a traced thread that ended waits
+		// for its tracer to collect its exit: the 50 ms between threads
+		// leave tprec the time to).
+		cgroupWrite(t, cg, "pids.max", "2")
+		rec := startTprec(t, "--pid", strconv.Itoa(pid), "--backend", backend, "-o", t.TempDir())
+		rec.waitRecording(t)
+		time.Sleep(3 * time.Second)
+		select {
+		case err := <-done:
+			t.Fatalf("the target died while recorded: %v; tprec:\n%s", err, rec.quit())
+		default:
+		}
+		if err := unix.Tgkill(pid, pid, unix.SIGSEGV); err != nil {
+			t.Fatal(err)
+		}
+		<-done
+		if err := rec.wait(t, 60*time.Second); err != nil {
+			t.Fatalf("tprec: %v\n%s", err, rec.stderr)
+		}
+		log := rec.stderr.String()
+		t.Logf("tprec:\n%s", log)
+		if strings.Contains(log, "refused the clone") && !strings.Contains(log, "made again") {
+			t.Fatalf("no shadow was ever made (the test proves nothing):\n%s", log)
+		}
+	})
+}
