@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -54,20 +55,31 @@ func newCgroup(t *testing.T, controller string) (string, bool) {
 	return dir, v2
 }
 
+// countingInCgroup starts Debian's python3 on a script that counts in the
+// file named by its argument, inside a new cgroup of controller, and
+// returns the cgroup's directory, whether it is cgroup v2, the target, its
+// done channel and what the file says.
+func countingInCgroup(t *testing.T, controller, script string) (string, bool, *exec.Cmd, chan error, func() int) {
+	t.Helper()
+	cg, v2 := newCgroup(t, controller)
+	counter := filepath.Join(t.TempDir(), "count")
+	target, _, done := startTarget(t, "/usr/bin/python3", "-S", pythonScript(t, "count.py", script), counter)
+	cgroupWrite(t, cg, "cgroup.procs", strconv.Itoa(target.Process.Pid))
+	return cg, v2, target, done, func() int { return readCount(counter) }
+}
+
+// readCount is the number a counting program last wrote into file.
+func readCount(file string) int {
+	b, _ := os.ReadFile(file)
+	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return n
+}
+
 func cgroupWrite(t *testing.T, dir, file, value string) {
 	t.Helper()
 	if err := os.WriteFile(filepath.Join(dir, file), []byte(value), 0); err != nil {
 		t.Fatalf("write %s into %s: %v", value, file, err)
 	}
-}
-
-func cgroupRead(t *testing.T, dir, file string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, file))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(string(b))
 }
 
 // counterLoop counts in a file as it goes (read, add one, write back) and
@@ -95,17 +107,9 @@ while True:
 func TestShadowCloneRefused(t *testing.T) {
 	requireRoot(t)
 	forBackends(t, func(t *testing.T, backend string) {
-		cg, _ := newCgroup(t, "pids")
-		counter := filepath.Join(t.TempDir(), "count")
-		target, _, done := startTarget(t, "/usr/bin/python3", "-S", "-c", counterLoop, counter)
+		cg, _, target, done, count := countingInCgroup(t, "pids", counterLoop)
 		pid := target.Process.Pid
-		cgroupWrite(t, cg, "cgroup.procs", strconv.Itoa(pid))
 		cgroupWrite(t, cg, "pids.max", "1")
-		count := func() int {
-			b, _ := os.ReadFile(counter)
-			n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-			return n
-		}
 		// progress requires the target to count on, not stopped by tprec.
 		progress := func(what string) {
 			t.Helper()
@@ -157,7 +161,8 @@ func TestShadowCloneRefused(t *testing.T) {
 
 		// The limit reached again just before a crash: the dump shadow
 		// is refused, and the file is made from the held target.
-		cgroupWrite(t, cg, "pids.max", cgroupRead(t, cg, "pids.current"))
+		// The target's own task only: its shadows leave the cgroup.
+		cgroupWrite(t, cg, "pids.max", "1")
 		if err := unix.Tgkill(pid, pid, unix.SIGSEGV); err != nil {
 			t.Fatal(err)
 		}
@@ -214,22 +219,13 @@ while True:
 func TestShadowTakesTheOOMKill(t *testing.T) {
 	requireRoot(t)
 	forBackends(t, func(t *testing.T, backend string) {
-		cg, v2 := newCgroup(t, "memory")
-		counter := filepath.Join(t.TempDir(), "count")
-		script := pythonScript(t, "big.py", bigRewrite)
-		target, _, done := startTarget(t, "/usr/bin/python3", "-S", script, counter)
+		cg, v2, target, done, count := countingInCgroup(t, "memory", bigRewrite)
 		pid := target.Process.Pid
-		cgroupWrite(t, cg, "cgroup.procs", strconv.Itoa(pid))
 		limit := "memory.limit_in_bytes"
 		if v2 {
 			limit = "memory.max"
 		}
 		cgroupWrite(t, cg, limit, strconv.Itoa(300<<20))
-		count := func() int {
-			b, _ := os.ReadFile(counter)
-			n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-			return n
-		}
 		deadline := time.Now().Add(20 * time.Second)
 		for count() < 3 {
 			if time.Now().After(deadline) {
@@ -286,12 +282,8 @@ while True:
 func TestShadowTakesNoTaskSlot(t *testing.T) {
 	requireRoot(t)
 	forBackends(t, func(t *testing.T, backend string) {
-		cg, _ := newCgroup(t, "pids")
-		counter := filepath.Join(t.TempDir(), "count")
-		script := pythonScript(t, "threads.py", threadEach)
-		target, _, done := startTarget(t, "/usr/bin/python3", "-S", script, counter)
+		cg, _, target, done, _ := countingInCgroup(t, "pids", threadEach)
 		pid := target.Process.Pid
-		cgroupWrite(t, cg, "cgroup.procs", strconv.Itoa(pid))
 		// The main thread and one more (a traced thread that ended waits
 		// for its tracer to collect its exit: the 50 ms between threads
 		// leave tprec the time to).

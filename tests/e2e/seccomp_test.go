@@ -51,14 +51,9 @@ while True:
 // not traced any more.
 func counting(t *testing.T, pid int, counter string) {
 	t.Helper()
-	count := func() int {
-		b, _ := os.ReadFile(counter)
-		n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-		return n
-	}
-	before := count()
+	before := readCount(counter)
 	time.Sleep(500 * time.Millisecond)
-	if after := count(); after <= before {
+	if after := readCount(counter); after <= before {
 		t.Fatalf("the target stopped counting (%d, then %d); its threads:\n%s", before, after, threadStates(pid))
 	}
 	if st := status(pid); !strings.Contains(st, "TracerPid:\t0") {
