@@ -143,3 +143,54 @@ func TestSeccompSandboxedTarget(t *testing.T) {
 		})
 	})
 }
+
+// asService runs a program under the seccomp filter of a systemd unit:
+// default action kill, the syscalls listed in the file argv[1] allowed,
+// clone only without namespace flags and clone3 refused with ENOSYS
+// (RestrictNamespaces=true), native architecture only; then execs argv[2:].
+const asService = `import errno, os, sys, seccomp
+f = seccomp.SyscallFilter(defaction=seccomp.KILL_PROCESS)
+for name in open(sys.argv[1]).read().split():
+    if name.startswith("#") or name in ("clone", "clone3"):
+        continue
+    try:
+        f.add_rule(seccomp.ALLOW, name)
+    except Exception:
+        pass  # not a syscall of this architecture
+namespaces = 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000 | 0x00020000 | 0x00000080
+f.add_rule(seccomp.ALLOW, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, namespaces, 0))
+f.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+f.load()
+os.execv(sys.argv[2], sys.argv[2:])
+`
+
+// Debian's redis-server under the filter its own systemd unit sets
+// (SystemCallFilter=@system-service ~@privileged @resources,
+// RestrictNamespaces=true: 345 syscalls allowed, clone checked on its
+// flags, the rest killing the process): tprec's evaluation of the filter
+// lets everything it needs through, so the server is recorded under load,
+// crashed, and its replay verifies.
+func TestRedisUnderItsServiceFilter(t *testing.T) {
+	requireRoot(t)
+	py := "/usr/bin/python3"
+	if out, err := exec.Command(py, "-c", "import seccomp").CombinedOutput(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("python3-seccomp is not installed (.ci/run installs it): %v\n%s", err, out)
+		}
+		t.Skipf("python3-seccomp is not installed: %s", out)
+	}
+	list, err := filepath.Abs("testdata/redis-service-syscalls.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	via := []string{py, pythonScript(t, "service.py", asService), list}
+	forBackends(t, func(t *testing.T, backend string) {
+		target, done := redisUnderLoadVia(t, via, map[string]string{"ebpf": "6441", "ptrace": "6442"}[backend])
+		pid := target.Process.Pid
+		if st := status(pid); !strings.Contains(st, "Seccomp:\t2") {
+			t.Fatalf("redis-server runs under no seccomp filter (the test would prove nothing):\n%s", st)
+		}
+		ck := crashThread(t, target, done, pid, 2*time.Second, "--backend", backend)
+		replay(t, ck)
+	})
+}

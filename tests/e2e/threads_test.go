@@ -591,11 +591,18 @@ spin()
 // server arguments.
 func redisUnderLoad(t *testing.T, port string, extra ...string) (*exec.Cmd, chan error) {
 	t.Helper()
+	return redisUnderLoadVia(t, nil, port, extra...)
+}
+
+// redisUnderLoadVia is redisUnderLoad with redis-server started by the
+// command via, which execs it (its last argument is the server's path).
+func redisUnderLoadVia(t *testing.T, via []string, port string, extra ...string) (*exec.Cmd, chan error) {
+	t.Helper()
 	srv := needTool(t, "redis-server")
 	bench := needTool(t, "redis-benchmark")
 	cli := needTool(t, "redis-cli")
-	args := append([]string{"--port", port, "--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", t.TempDir()}, extra...)
-	target, _, done := startTarget(t, srv, args...)
+	args := append(append(append([]string{}, via...), srv, "--port", port, "--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", t.TempDir()), extra...)
+	target, _, done := startTarget(t, args[0], args[1:]...)
 	for i := 0; exec.Command(cli, "-p", port, "ping").Run() != nil; i++ {
 		if i == 100 {
 			t.Fatal("redis-server did not answer")
