@@ -47,6 +47,20 @@ while True:
     time.sleep(0.002)
 `
 
+// pythonWithSeccomp returns Debian's python3 once it has libseccomp's
+// bindings (python3-seccomp).
+func pythonWithSeccomp(t *testing.T) string {
+	t.Helper()
+	py := "/usr/bin/python3"
+	if out, err := exec.Command(py, "-c", "import seccomp").CombinedOutput(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("python3-seccomp is not installed (.ci/run installs it): %v\n%s", err, out)
+		}
+		t.Skipf("python3-seccomp is not installed: %s", out)
+	}
+	return py
+}
+
 // counting requires the program counting in file counter to go on, and
 // not traced any more.
 func counting(t *testing.T, pid int, counter string) {
@@ -77,13 +91,7 @@ func status(pid int) string {
 // that installed it runs on.
 func TestSeccompSandboxedTarget(t *testing.T) {
 	requireRoot(t)
-	py := "/usr/bin/python3"
-	if out, err := exec.Command(py, "-c", "import seccomp").CombinedOutput(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("python3-seccomp is not installed (.ci/run installs it): %v\n%s", err, out)
-		}
-		t.Skipf("python3-seccomp is not installed: %s", out)
-	}
+	py := pythonWithSeccomp(t)
 	script := pythonScript(t, "sandboxed.py", sandboxed)
 	forBackends(t, func(t *testing.T, backend string) {
 		for _, mode := range []string{"kill-clone", "kill-clock"} {
@@ -172,13 +180,7 @@ os.execv(sys.argv[2], sys.argv[2:])
 // crashed, and its replay verifies.
 func TestRedisUnderItsServiceFilter(t *testing.T) {
 	requireRoot(t)
-	py := "/usr/bin/python3"
-	if out, err := exec.Command(py, "-c", "import seccomp").CombinedOutput(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("python3-seccomp is not installed (.ci/run installs it): %v\n%s", err, out)
-		}
-		t.Skipf("python3-seccomp is not installed: %s", out)
-	}
+	py := pythonWithSeccomp(t)
 	list, err := filepath.Abs("testdata/redis-service-syscalls.txt")
 	if err != nil {
 		t.Fatal(err)
