@@ -818,6 +818,7 @@ func TestGDBMemcachedReverse(t *testing.T) {
 	r := sec["read"]
 	th := regexp.MustCompile(`= 100(\d)`).FindStringSubmatch(r)
 	if !strings.Contains(r, "hit Breakpoint 1,") || th == nil || th[1] == "1" || !strings.Contains(r, `"set k`) {
+		keepFailed(t, ck)
 		t.Errorf("reverse-continue did not stop at the last read, in a worker, with the request it returned:\n%s", out)
 	}
 	end := sec["end"]
