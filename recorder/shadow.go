@@ -348,24 +348,39 @@ func (s *session) inject(c proc.Call) (proc.Injection, error) {
 // and the program's own next thread or fork failed (python3 raised "can't
 // start new thread"). A shadow does not fork, so the root's lack of a limit
 // costs nothing.
+//
+// In a cgroup v2 hierarchy the move takes the shadow out of the target's
+// memory cgroup too, where the OOM killer must find it first (cloneShadow's
+// oom_score_adj): the OOM killer of a cgroup chooses among its own tasks
+// only, and would kill the target. There a target under a memory limit
+// keeps its shadows: a task slot is the lesser harm. (cgroup v1 keeps pids
+// and memory in separate hierarchies, and the move leaves the memory
+// cgroup as it is.)
 func shadowPidsCgroup(pid int) string {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 	if err != nil {
 		return ""
 	}
+	return shadowPidsCgroupIn(string(b), "/sys/fs/cgroup")
+}
+
+// shadowPidsCgroupIn is shadowPidsCgroup for a process whose
+// /proc/PID/cgroup says cgroups, with the cgroup file systems under sysfs.
+func shadowPidsCgroupIn(cgroups, sysfs string) string {
 	var root, rel string
-	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+	v2 := false
+	for _, l := range strings.Split(strings.TrimSpace(cgroups), "\n") {
 		f := strings.SplitN(l, ":", 3)
 		if len(f) != 3 {
 			continue
 		}
 		switch {
 		case slices.Contains(strings.Split(f[1], ","), "pids"):
-			root, rel = "/sys/fs/cgroup/pids", f[2]
+			root, rel = filepath.Join(sysfs, "pids"), f[2]
 		case f[0] == "0" && f[1] == "" && root == "":
-			for _, r := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+			for _, r := range []string{sysfs, filepath.Join(sysfs, "unified")} {
 				if c, err := os.ReadFile(filepath.Join(r, "cgroup.controllers")); err == nil && slices.Contains(strings.Fields(string(c)), "pids") {
-					root, rel = r, f[2]
+					root, rel, v2 = r, f[2], true
 					break
 				}
 			}
@@ -374,12 +389,18 @@ func shadowPidsCgroup(pid int) string {
 	if root == "" {
 		return ""
 	}
-	for dir := filepath.Join(root, rel); len(dir) > len(root); dir = filepath.Dir(dir) {
-		if m, err := os.ReadFile(filepath.Join(dir, "pids.max")); err == nil && strings.TrimSpace(string(m)) != "max" {
-			return filepath.Join(root, "cgroup.procs")
+	limited := func(file string) bool {
+		for dir := filepath.Join(root, rel); len(dir) > len(root); dir = filepath.Dir(dir) {
+			if m, err := os.ReadFile(filepath.Join(dir, file)); err == nil && strings.TrimSpace(string(m)) != "max" {
+				return true
+			}
 		}
+		return false
 	}
-	return ""
+	if !limited("pids.max") || v2 && limited("memory.max") {
+		return ""
+	}
+	return filepath.Join(root, "cgroup.procs")
 }
 
 // unchargeShadow moves a new shadow out of the target's limited pids cgroup

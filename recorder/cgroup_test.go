@@ -1,0 +1,50 @@
+package recorder
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// A shadow leaves a limited pids cgroup, except in a cgroup v2 hierarchy
+// where the target also has a memory limit: there the move would take the
+// shadow out of reach of the memory cgroup's OOM killer.
+func TestShadowPidsCgroup(t *testing.T) {
+	write := func(path, s string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v1 := "9:name=systemd:/\n8:pids:/box\n4:memory:/box\n0::/\n"
+	v2 := "0::/system.slice/app.service\n"
+	for _, c := range []struct {
+		name, cgroups string
+		files         map[string]string
+		want          string
+	}{
+		{"v1 unlimited", v1, map[string]string{"pids/box/pids.max": "max"}, ""},
+		{"v1 limited", v1, map[string]string{"pids/box/pids.max": "8", "memory/box/memory.limit_in_bytes": "1000000"}, "pids/cgroup.procs"},
+		{"v1 limited above", "8:pids:/box/inner\n", map[string]string{"pids/box/pids.max": "8", "pids/box/inner/pids.max": "max"}, "pids/cgroup.procs"},
+		{"v2 limited", v2, map[string]string{"cgroup.controllers": "cpu memory pids", "system.slice/app.service/pids.max": "4915", "system.slice/app.service/memory.max": "max", "system.slice/pids.max": "max"}, "cgroup.procs"},
+		{"v2 limited, memory too", v2, map[string]string{"cgroup.controllers": "cpu memory pids", "system.slice/app.service/pids.max": "4915", "system.slice/memory.max": "1073741824"}, ""},
+		{"v2 without pids", v2, map[string]string{"cgroup.controllers": "cpu memory", "system.slice/app.service/pids.max": "4915"}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sysfs := t.TempDir()
+			for f, s := range c.files {
+				write(filepath.Join(sysfs, f), s)
+			}
+			want := c.want
+			if want != "" {
+				want = filepath.Join(sysfs, want)
+			}
+			if got := shadowPidsCgroupIn(c.cgroups, sysfs); got != want {
+				t.Errorf("got %q, want %q", got, want)
+			}
+		})
+	}
+}
