@@ -1309,7 +1309,10 @@ func TestWokenThreadFindsMutexReleased(t *testing.T) {
 	requireRoot(t)
 	prog := cc(t, "testdata/condagain.c", t.TempDir())
 	forBackends(t, func(t *testing.T, backend string) {
-		ck, log := recordMinimized(t, backend, prog)
+		// The exchange is at the start; under a loaded CI the spin and
+		// the sleep after it took longer than 8 intervals, and the window
+		// held the main thread alone: keep 10 s.
+		ck, log := recordMinimizedWith(t, []string{"--keep", "40"}, backend, prog)
 		if strings.Contains(log, "diverged") {
 			t.Fatalf("want a trial replay that succeeded at once:\n%s", log)
 		}
