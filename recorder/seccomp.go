@@ -6,6 +6,7 @@ import (
 
 	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/proc"
+	"github.com/tprec/tprec/syscalls"
 	"golang.org/x/sys/unix"
 )
 
@@ -28,31 +29,7 @@ type seccompForbids struct {
 }
 
 func (e seccompForbids) Error() string {
-	return fmt.Sprintf("its seccomp filter would %s on the %s (%s): tprec does not make it", proc.SeccompActionName(e.action), e.what, syscallName(e.nr))
-}
-
-func syscallName(nr int) string {
-	switch nr {
-	case unix.SYS_CLONE:
-		return "clone"
-	case unix.SYS_WAIT4:
-		return "wait4"
-	case unix.SYS_MADVISE:
-		return "madvise"
-	case unix.SYS_CLOSE_RANGE:
-		return "close_range"
-	case unix.SYS_CLOCK_GETTIME:
-		return "clock_gettime"
-	case unix.SYS_GETTIMEOFDAY:
-		return "gettimeofday"
-	case unix.SYS_TIME:
-		return "time"
-	case unix.SYS_GETCPU:
-		return "getcpu"
-	case unix.SYS_CLOCK_GETRES:
-		return "clock_getres"
-	}
-	return "syscall " + strconv.Itoa(nr)
+	return fmt.Sprintf("its seccomp filter would %s on the %s (%s): tprec does not make it", proc.SeccompActionName(e.action), e.what, syscalls.Name(e.nr))
 }
 
 // seccompState is the leader's filters as last read, and the stop at which
@@ -78,10 +55,7 @@ func (s *session) seccompFilters() (*proc.SeccompFilters, error) {
 	mode, _ := strconv.Atoi(st["Seccomp"])
 	n, _ := strconv.Atoi(st["Seccomp_filters"])
 	if s.seccomp.stop == 0 || mode != s.seccomp.mode || n != s.seccomp.count {
-		s.seccomp.filters, s.seccomp.err = proc.ReadSeccomp(s.pid, mode)
-		if s.seccomp.err != nil {
-			s.seccomp.err = fmt.Errorf("it runs under seccomp filters that tprec cannot read (%w), so it cannot tell whether its own calls would kill the process", s.seccomp.err)
-		}
+		s.seccomp.filters, s.seccomp.err = readFilters(s.pid, mode)
 		s.seccomp.mode, s.seccomp.count = mode, n
 	}
 	s.seccomp.stop = s.stops
@@ -229,9 +203,9 @@ func (s *session) threadAllowsTimeCalls(tid int) error {
 		return err
 	}
 	mode, _ := strconv.Atoi(st["Seccomp"])
-	sf, err := proc.ReadSeccomp(tid, mode)
+	sf, err := readFilters(tid, mode)
 	if err != nil {
-		return fmt.Errorf("thread %d runs under seccomp filters that tprec cannot read (%w)", tid, err)
+		return err
 	}
 	for _, c := range timeCalls() {
 		if err := allows(sf, c, s.vdso.insn+2); err != nil {
@@ -239,4 +213,14 @@ func (s *session) threadAllowsTimeCalls(tid int) error {
 		}
 	}
 	return nil
+}
+
+// readFilters reads the filters of thread tid, whose seccomp mode is mode,
+// with an error that says what failing to read them means.
+func readFilters(tid, mode int) (*proc.SeccompFilters, error) {
+	sf, err := proc.ReadSeccomp(tid, mode)
+	if err != nil {
+		return nil, fmt.Errorf("thread %d runs under seccomp filters that tprec cannot read (%w), so it cannot tell whether its own calls would kill the process", tid, err)
+	}
+	return sf, nil
 }
