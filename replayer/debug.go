@@ -185,6 +185,8 @@ type debugState struct {
 	// instruction any thread executed; entry says, for the last entry
 	// reported, what ran just before it (Session.beforeEntry).
 	entryDue   *event
+	holdDue    *event      // the current thread stands at its stop: held at the next resume
+	from       resumePoint // where the last resume started
 	sysAt      uint64
 	entry      entryMark
 	stepping   bool         // the last resume was a single step of ours
@@ -194,6 +196,12 @@ type debugState struct {
 	fresh      bool // no instruction of the stretch has run yet
 	// snap is called at each stretch start, to leave a snapshot behind.
 	snap func(*engine)
+}
+
+// resumePoint is a thread and the address it was resumed from.
+type resumePoint struct {
+	tid int
+	rip uint64
 }
 
 // catchSet says which syscalls the debugger wants to see.
@@ -497,10 +505,20 @@ func (e *engine) execOne(step bool) (dEvent, bool, error) {
 	if d.entryDue != nil {
 		return e.takeEntry(step)
 	}
+	if d.holdDue != nil {
+		ev := *d.holdDue
+		d.holdDue = nil
+		held, err := e.holdNow(ev)
+		if err != nil {
+			return dEvent{}, false, err
+		}
+		return e.after(held, step)
+	}
 	regs, err := proc.GetRegs(pid)
 	if err != nil {
 		return dEvent{}, false, err
 	}
+	d.from = resumePoint{tid: pid, rip: regs.Rip}
 	var insn [2]byte
 	isSyscall := e.readMem(insn[:], regs.Rip) == nil && insn[0] == 0x0f && insn[1] == 0x05
 	_, onInt3 := e.int3s.at[regs.Rip]
@@ -719,12 +737,40 @@ func (e *engine) after(ev event, step bool) (dEvent, bool, error) {
 	if ev.delivered {
 		return e.landed(ev.regs, true)
 	}
+	if ev.standing {
+		// At its stop, held at the next resume: an arrival there.
+		e.arrive(ev.regs.Rip)
+		if _, ok := d.track[ev.regs.Rip]; ok {
+			return dEvent{kind: dArrive, addr: ev.regs.Rip, regs: ev.regs}, true, nil
+		}
+		return dEvent{kind: dStep, regs: ev.regs}, true, nil
+	}
 	if ev.res != nil {
 		d.ended = ev.res
-		if ev.kind == evEntry {
+		switch {
+		case ev.kind == evEntry:
 			// The recorded exit: stand at its entry.
 			d.atEntry, d.entryRegs = true, ev.regs
 			d.entry = entryMark{k: e.next, sysAt: d.sysAt, fresh: d.fresh, ok: true}
+		case ev.kind == evExit || ev.switched:
+			// The end came with the call's exit, or with a switch to the
+			// end thread where it waited (after its last call, which
+			// other threads' calls may have followed). After an exit a
+			// stretch began with nothing of it run yet; after a switch
+			// the thread arrives where it waited, as below. Either way
+			// the end is named like any other point.
+			regs, err := proc.GetRegs(e.stub.tid)
+			if err != nil {
+				return dEvent{}, false, err
+			}
+			if ev.kind == evExit {
+				if err := e.stretchStart(regs.Rip); err != nil {
+					return dEvent{}, false, err
+				}
+			} else {
+				e.arrive(regs.Rip)
+			}
+			ev.regs = regs
 		}
 		return dEvent{kind: dEnd, res: ev.res, regs: ev.regs}, true, nil
 	}

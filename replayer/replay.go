@@ -631,6 +631,9 @@ type event struct {
 	// switched: the thread that stopped at an entry was parked there and
 	// another one became current (threads.go); regs are the parked one's.
 	switched bool
+	// standing: under a debugger, the current thread stands at its stop,
+	// where the next resume holds it (holdAtStop).
+	standing bool
 }
 
 type eventKind int

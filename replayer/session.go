@@ -682,7 +682,7 @@ func (e *engine) reach(p Position, user map[uint64]bool, keep []uint64) error {
 		if err != nil {
 			return err
 		}
-		if ev.kind == dEnd {
+		if ev.kind == dEnd && e.next < p.Syscalls {
 			return fmt.Errorf("position %v: the replay ended before", p)
 		}
 	}
@@ -739,7 +739,10 @@ func (e *engine) reach(p Position, user map[uint64]bool, keep []uint64) error {
 				at := ev.kind == dArrive && ev.addr == p.Addr || ev.kind == dWatch && ev.regs.Rip == p.Addr
 				return at && t.count >= p.Arrivals || ev.kind == dExit || ev.kind == dEntry
 			}})
-			if err == nil && ev.kind != dArrive && ev.kind != dWatch {
+			// The end may be the arrival itself: a thread that becomes
+			// current where it waited meets the end there.
+			atEnd := ev.kind == dEnd && ev.regs.Rip == p.Addr && t.count >= p.Arrivals
+			if err == nil && ev.kind != dArrive && ev.kind != dWatch && !atEnd {
 				err = lost(ev)
 			}
 		}

@@ -1260,7 +1260,25 @@ func (e *engine) atSoftStop(ev event) (event, error) {
 
 // holdAtStop makes the current thread, standing at its stop with the
 // recorded registers, wait there; the thread whose call is next goes on.
+//
+// Under a debugger the thread first stands there as at any other point, so
+// that the point is one a debugger can stop at and go back to (the one
+// before the next thread's first event); the next resume holds it
+// (execOne). A thread resumed from that very point, which a debugger saw
+// already (a single step lands on the stop before its breakpoint fires),
+// is held at once.
 func (e *engine) holdAtStop(ev event) (event, error) {
+	if d := e.dbg; d != nil && !(d.from.tid == e.cur.tid && d.from.rip == ev.regs.Rip) {
+		ev.kind, ev.standing = evOther, true
+		due := ev
+		d.holdDue = &due
+		return ev, nil
+	}
+	return e.holdNow(ev)
+}
+
+// holdNow holds the current thread at its stop (holdAtStop).
+func (e *engine) holdNow(ev event) (event, error) {
 	t := e.cur
 	at := t.stop.Rip
 	t.stop = nil
@@ -1281,8 +1299,13 @@ func (e *engine) holdAtStop(ev event) (event, error) {
 		return ev, fmt.Errorf("thread %d stopped where the recording ended, and no thread is due", t.rec.Tid)
 	}
 	t.state = threadHeld
+	if e.dbg != nil {
+		// What ran last before the next thread's first event: this
+		// thread, standing at its stop (Session.beforeEntry).
+		e.dbg.sysAt = at
+	}
 	var err error
-	ev.switched = true
+	ev.standing, ev.switched = false, true
 	ev.res, err = e.resumeThread(o)
 	return ev, err
 }

@@ -736,3 +736,48 @@ func TestGDBDynamicTLS(t *testing.T) {
 	}
 	t.Logf("dynamic thread-local count %d -> %d (module id %d)", before, after, mod.TLSModID)
 }
+
+// A memcached checkpoint whose end (SIGSEGV to the main thread, at the exit
+// of its epoll_wait) comes after other threads' calls: the workers' calls
+// that the dump's hold interrupted follow the main thread's last one in the
+// log, and the last worker to run was held where the recording ended with
+// it running (replayer/testdata/memcached-end-after-exit.txt). gdb's
+// reverse-continue from the end used to fail ("name the current position:
+// ... not counted") and reverse-stepi too; both must work, and a forward
+// continue must reach the crash again. Addresses are the checkpoint's own,
+// so the test needs neither memcached nor the libraries it was recorded
+// with.
+func TestGDBEndAfterOtherThreadsCalls(t *testing.T) {
+	requireRoot(t)
+	ck, err := filepath.Abs("../../replayer/testdata/memcached-end-after-exit.tpc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const (
+		readEntry = "0x7fbcd75162a0" // libc's read, where gdb's `break read` goes
+		heldAt    = "0x7fbcd74ab2dd" // where worker 26665 stood when the recording ended
+	)
+	script := "continue\n" +
+		"echo @@back\\n\nbreak *" + readEntry + "\nreverse-continue\np $_thread\np/x $pc\n" +
+		"echo @@end\\n\ndelete\ncontinue\n" +
+		"echo @@stepi\\n\nreverse-stepi\np $_thread\np/x $pc\n" +
+		"echo @@again\\n\ncontinue\n"
+	out := runGDB(t, "", "| "+filepath.Join(tools(t), "tpreplay")+" --gdb-stdio "+ck, script)
+	sec := sections(out)
+	if strings.Contains(out, "not counted") {
+		t.Errorf("tpreplay could not name a position:\n%s", out)
+	}
+	// Thread 2 is worker 26665, the one that served the last requests.
+	if b := noHist(sec["back"]); !strings.Contains(b, "hit Breakpoint 1,") || !strings.Contains(b, "= 2\n") || !strings.Contains(b, "= "+readEntry+"\n") {
+		t.Errorf("reverse-continue from the end did not stop at the last read, in worker 26665:\n%s", out)
+	}
+	if e := sec["end"]; !strings.Contains(e, "received signal SIGSEGV") || !strings.Contains(e, "Thread 26663") {
+		t.Errorf("continue did not reach the crash in the main thread again:\n%s", out)
+	}
+	if s := noHist(sec["stepi"]); !strings.Contains(s, "= 2\n") || !strings.Contains(s, "= "+heldAt+"\n") {
+		t.Errorf("reverse-stepi from the end did not go to worker 26665 where it was held:\n%s", out)
+	}
+	if a := sec["again"]; !strings.Contains(a, "received signal SIGSEGV") {
+		t.Errorf("continue after reverse-stepi did not reach the crash:\n%s", out)
+	}
+}
