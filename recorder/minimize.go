@@ -489,32 +489,41 @@ func cutDiverged(c *format.Checkpoint, err error, logf func(string, ...any)) boo
 			return false
 		}
 		logf("the trial replay could not place a signal (%v): the window now starts after interval %d", err, d.Signal.Interval)
-	case d.Threads > 1:
+	case d.Threads > 1 || !d.Timeout:
 		// Several threads, which took another path: they met through
 		// memory between their calls in a way the order of the calls does
-		// not give (replayer/threads.go). The window starts after the
-		// interval where that showed.
+		// not give (replayer/threads.go). Or one thread, which read
+		// something the recording did not capture: an instruction that
+		// gives data without a syscall (rdtsc, rdrand), or memory another
+		// process wrote. Either way a start after the interval where that
+		// showed may not meet it: the window starts there.
+		what := "the trial replay"
+		if d.Threads > 1 {
+			what = fmt.Sprintf("the trial replay of %d threads", d.Threads)
+		}
 		at := intervalOf(c, d.Seq)
 		if at < 0 {
 			return false
 		}
-		if cutBefore(c, at, fmt.Sprintf("the trial replay of %d threads diverged in it: %v", d.Threads, err)) {
-			logf("the trial replay of %d threads diverged (%v): the window now starts after interval %d", d.Threads, err, at)
+		if cutBefore(c, at, fmt.Sprintf("%s diverged in it: %v", what, err)) {
+			logf("%s diverged (%v): the window now starts after interval %d", what, err, at)
 			return true
 		}
 		// It showed in the last interval, typically at the end, where
-		// memory differed: a store one thread made between two calls
-		// reached another one earlier or later than in the recording
-		// (memcached's clock, which the main thread stores once a second
-		// and the workers read into the items they touch). That may
-		// have happened anywhere in the window, and a replay from an
-		// interval start after it reaches the end: the window keeps its
-		// second half.
+		// memory differed: with several threads, a store one thread made
+		// between two calls reached another one earlier or later than in
+		// the recording (memcached's clock, which the main thread stores
+		// once a second and the workers read into the items they touch);
+		// with one, a value the recording did not capture (gpg's session
+		// key, made from rdrand and rdtsc, ends up in what it encrypts).
+		// That may have happened anywhere in the window, and a replay
+		// from an interval start after it reaches the end: the window
+		// keeps its second half.
 		half, ok := firstHalfEnd(c)
-		if !ok || !cutBefore(c, half, fmt.Sprintf("a trial replay of %d threads from here diverged in the last interval: %v", d.Threads, err)) {
+		if !ok || !cutBefore(c, half, fmt.Sprintf("%s from here diverged in the last interval: %v", what, err)) {
 			return false
 		}
-		logf("the trial replay of %d threads diverged in its last interval (%v): the window now starts after interval %d", d.Threads, err, half)
+		logf("%s diverged in its last interval (%v): the window now starts after interval %d", what, err, half)
 	default:
 		return false
 	}

@@ -72,9 +72,10 @@ func TestTrialPieces(t *testing.T) {
 	}
 }
 
-// A divergence of several threads in the last interval (at the end, where
-// memory differed) halves the replayable window, again at each try, until
-// one interval is left; one in an earlier interval moves the start past it.
+// A divergence in the last interval (at the end, where memory differed)
+// halves the replayable window, again at each try, until one interval is
+// left; one in an earlier interval moves the start past it. So for one
+// thread as for several, unless the one thread ran out of time.
 func TestCutDivergedHalvesAtTheEnd(t *testing.T) {
 	c := &format.Checkpoint{}
 	for i := range 8 {
@@ -106,14 +107,31 @@ func TestCutDivergedHalvesAtTheEnd(t *testing.T) {
 		t.Errorf("the first interval's reason: %q", r)
 	}
 
-	// One thread: not a race between threads, no cut.
-	for i := range c.Intervals {
-		c.Intervals[i].Replayable, c.Intervals[i].Reason = true, ""
+	reset := func() {
+		for i := range c.Intervals {
+			c.Intervals[i].Replayable, c.Intervals[i].Reason = true, ""
+		}
 	}
-	if cutDiverged(c, &replayer.Divergence{Threads: 1, Seq: 800}, t.Logf) {
-		t.Errorf("a divergence of one thread cut the window to %s", starts())
+	// One thread that ran out of time: a later start would spend the
+	// trial's time again, no cut.
+	reset()
+	if cutDiverged(c, &replayer.Divergence{Threads: 1, Seq: 800, Timeout: true}, t.Logf) {
+		t.Errorf("a timeout of one thread cut the window to %s", starts())
+	}
+	// One thread that read something the recording did not capture
+	// (rdrand, rdtsc): the same cuts as for threads.
+	if !cutDiverged(c, &replayer.Divergence{Threads: 1, Seq: 800}, t.Logf) || starts() != "[7 8 9 10]" {
+		t.Errorf("a divergence of one thread at the end left the window %s, want [7 8 9 10]", starts())
+	}
+	if r := c.Intervals[0].Reason; !strings.HasPrefix(r, "the trial replay from here diverged in the last interval") {
+		t.Errorf("the first interval's reason: %q", r)
+	}
+	reset()
+	if !cutDiverged(c, &replayer.Divergence{Threads: 1, Seq: 350}, t.Logf) || starts() != "[7 8 9 10]" {
+		t.Errorf("a divergence of one thread in interval 6 left the window %s, want [7 8 9 10]", starts())
 	}
 	// Several threads, in an earlier interval: the window starts after it.
+	reset()
 	if !cutDiverged(c, &replayer.Divergence{Threads: 2, Seq: 250}, t.Logf) || starts() != "[6 7 8 9 10]" {
 		t.Errorf("a divergence in interval 5 left the window %s, want [6 7 8 9 10]", starts())
 	}

@@ -1,0 +1,95 @@
+package e2e
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Debian's gpg encrypting a stream with a passphrase, crashed after 1.5 s,
+// its whole run in the window. libgcrypt makes the session's random bytes
+// from rdrand and rdtsc, instructions that give data without a syscall and
+// that tprec does not record, so a replay from the window's first interval
+// encrypts with other bytes and ends with other memory. The trial replay
+// then starts the window after the interval where the difference showed,
+// and again, until a start verifies; the intervals left out say why. The
+// checkpoint must be minimized (not every page), verify with tpreplay, and
+// its log must say the window was cut.
+func TestUnrecordedRandomCutsTheWindow(t *testing.T) {
+	requireRoot(t)
+	gpg := needTool(t, "gpg")
+	forBackends(t, func(t *testing.T, backend string) {
+		dir := t.TempDir()
+		home := filepath.Join(dir, "gnupg")
+		if err := os.Mkdir(home, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		// gpg reads a FIFO the test feeds 64 KiB every 20 ms: it
+		// encrypts for as long as the test wants.
+		in := filepath.Join(dir, "in")
+		if err := unix.Mkfifo(in, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		fed := make(chan struct{})
+		go func() {
+			defer close(fed)
+			f, err := os.OpenFile(in, os.O_WRONLY, 0)
+			if err != nil {
+				return
+			}
+			defer f.Close()
+			chunk := bytes.Repeat([]byte("a line of text to encrypt, over and over\n"), 1600)
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+				if _, err := f.Write(chunk); err != nil {
+					return
+				}
+			}
+		}()
+		defer func() { close(stop); <-fed }()
+		rec := startTprec(t, "--backend", backend, "-o", dir, "--",
+			gpg, "--homedir", home, "--batch", "--yes", "--passphrase", "a passphrase",
+			"--symmetric", "-o", filepath.Join(dir, "out.gpg"), in)
+		rec.waitRecording(t)
+		time.Sleep(1500 * time.Millisecond)
+		m := regexp.MustCompile(`recording process (\d+) \(/usr/bin/gpg\)`).FindStringSubmatch(rec.stderr.String())
+		if m == nil {
+			t.Fatalf("tprec does not record gpg:\n%s", rec.stderr)
+		}
+		pid, _ := strconv.Atoi(m[1])
+		if err := syscall.Kill(pid, syscall.SIGSEGV); err != nil {
+			t.Fatal(err)
+		}
+		ck := oneCheckpoint(t, rec, dir, 120*time.Second)
+		log := rec.stderr.String()
+		if !strings.Contains(log, "killed by SIGSEGV") {
+			t.Fatalf("gpg did not die of the SIGSEGV:\n%s", log)
+		}
+		if strings.Contains(log, "trial replay failed") || !strings.Contains(log, "touched pages of") {
+			keepFailed(t, ck)
+			t.Fatalf("want a checkpoint minimized by a trial replay that succeeded:\n%s", log)
+		}
+		if !strings.Contains(log, "the window now starts after interval") {
+			keepFailed(t, ck)
+			t.Fatalf("the trial replay verified the whole window: gpg's random bytes were replayed after all, and this test no longer shows a cut window:\n%s", log)
+		}
+		t.Logf("tprec:\n%s", log)
+		out := replay(t, ck)
+		if strings.Contains(out, " 0 syscalls") {
+			t.Errorf("the verified window is empty:\n%s", out)
+		}
+	})
+}
