@@ -154,7 +154,25 @@ func (s *session) openIntervalFrom(now time.Time, snap *pageSnapshot) error {
 	}
 	s.reapZombie(false)
 	clk.mark("reap")
-	sh, err := s.createShadow()
+	var sh *shadow
+	if s.shadowWait > 0 {
+		s.shadowWait--
+		iv.meta.Replayable = false
+		iv.meta.Reason = "no shadow: the last ones were killed (out of memory), and tprec waits a few intervals before the next, so as not to call the OOM killer at every interval"
+	} else if why := s.shadowNoRoom(); why != "" {
+		if s.noRoom == 0 {
+			s.errorf("process %d: no shadow: %s; recording goes on, but an interval without a shadow cannot start a replay; tprec makes one again when there is room", s.pid, why)
+		}
+		s.noRoom++
+		iv.meta.Replayable = false
+		iv.meta.Reason = "no shadow: " + why
+	} else {
+		if s.noRoom > 0 {
+			s.errorf("process %d: its memory cgroup has room for a shadow again, after %d intervals without one", s.pid, s.noRoom)
+			s.noRoom = 0
+		}
+		sh, err = s.createShadow()
+	}
 	if refused := (cloneRefused{}); errors.As(err, &refused) {
 		s.shadowRefused(iv, refused)
 		err = nil
@@ -185,6 +203,17 @@ func (s *session) shadowDied(sh *shadow) string {
 	why := fmt.Sprintf("its shadow died during the interval (%v)", st)
 	if st.Status.Signaled() && st.Status.Signal() == unix.SIGKILL {
 		why = "its shadow was killed during the interval (SIGKILL: the OOM killer, the target's memory cgroup or the machine out of memory)"
+		// Each shadow made while memory stays short calls the OOM
+		// killer again, and each call is a chance for it to take the
+		// target (one whose shadow is being torn down, or not made
+		// yet): after k kills in a row, the next 2^(k-1) intervals (at
+		// most maxShadowWait) open without one.
+		s.oomStreak++
+		s.shadowWait = min(1<<min(s.oomStreak-1, 10), maxShadowWait)
+		if s.shadowRoom >= 0 {
+			// It needed more than the room it was made with.
+			s.lastCopies, s.copiesKnown = max(s.lastCopies, s.shadowRoom), true
+		}
 	}
 	s.shadowsDied++
 	if s.shadowsDied == 1 {
@@ -192,6 +221,10 @@ func (s *session) shadowDied(sh *shadow) string {
 	}
 	return why
 }
+
+// maxShadowWait bounds the intervals opened without a shadow after shadows
+// were killed (shadowDied): 8 s at the default interval.
+const maxShadowWait = 32
 
 // shadowRefused opens iv without a shadow: the kernel refused the clone
 // in the target. Recording goes on, and the target with it; iv cannot start
@@ -422,6 +455,7 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 		iv.meta.Replayable, iv.meta.Reason = false, why
 		return nil, nil
 	}
+	s.oomStreak = 0
 	maps, err := proc.ReadMaps(s.pid)
 	if err != nil {
 		return nil, fail(err)
@@ -464,6 +498,30 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 					written[i] = 0
 				}
 			}
+			// A shadow killed after the close looked (the OOM killer, as
+			// the target ran on and wrote) gives none: the interval has
+			// no originals.
+			if why := s.shadowDied(sh); why != "" && iv.meta.Replayable {
+				iv.meta.Replayable = false
+				iv.meta.Reason = why + ", before its originals were read"
+			}
+		}
+		if sh != nil {
+			// Nothing more is read from it: its copies go now, not
+			// after the hashing and compressing below, while the next
+			// shadow's are already growing.
+			s.retire(sh)
+			sh = nil
+		}
+		if s.oomStreak == 0 {
+			// What a shadow kept: the room the next one needs (shadowNoRoom).
+			n := 0
+			for _, a := range written {
+				if a != 0 {
+					n++
+				}
+			}
+			s.lastCopies, s.copiesKnown = int64(n)*format.PageSize, true
 		}
 		clk.mark("read")
 		for i, a := range written {

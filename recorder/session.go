@@ -108,6 +108,18 @@ type session struct {
 	seccomp     seccompState // the leader's seccomp filters (seccomp.go)
 	noShadow    int          // intervals in a row whose shadow the kernel refused (cloneRefused)
 	shadowsDied int          // shadows found dead at their interval's end (shadowDied)
+	oomStreak   int          // shadows killed in a row (shadowDied)
+	// memDirs: the target's memory cgroup and those above it (memroom.go);
+	// lastCopies: bytes of originals the last shadow that lived through
+	// its interval kept (copiesKnown once one did); noRoom: intervals in a
+	// row opened without a shadow for want of memory.
+	memDirs     []string
+	memV2       bool
+	lastCopies  int64
+	copiesKnown bool
+	noRoom      int
+	shadowRoom  int64 // the room the current shadow was made with (-1: no limit)
+	shadowWait  int   // intervals still to open without a shadow after such kills
 	// shadowCgroup: where shadows go so as not to take a task slot of the
 	// target's limited pids cgroup (shadowPidsCgroup; "" when unlimited).
 	shadowCgroup       string
@@ -1295,6 +1307,9 @@ func (s *session) start() error {
 	}
 	s.fillHeader()
 	s.shadowCgroup = shadowPidsCgroup(s.pid)
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", s.pid)); err == nil {
+		s.memDirs, s.memV2 = memoryCgroup(string(b), "/sys/fs/cgroup")
+	}
 	s.state = stateRecording
 	if s.crashed != 0 {
 		s.logf("process %d goes on after its %v (a handler, or threads not dead yet): recording it afresh", s.pid, unix.SignalName(unix.Signal(s.crashed)))

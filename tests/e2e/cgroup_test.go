@@ -254,6 +254,87 @@ func TestShadowTakesTheOOMKill(t *testing.T) {
 		if !strings.Contains(log, "its shadow was killed during the interval (SIGKILL") {
 			t.Fatalf("want tprec to say that the OOM killer took a shadow (else the test proves nothing):\n%s", log)
 		}
+		// After that kill no shadow is made while the room stays what it
+		// was (memroom.go): the OOM killer is not called again.
+		if !strings.Contains(log, "no shadow: its memory cgroup has") {
+			t.Errorf("want tprec to stop making shadows that the OOM killer takes:\n%s", log)
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the target died: %v", err)
+		default:
+		}
+	})
+}
+
+// growThenRewrite rewrites 80 MB every 50 ms, counting its rounds in a
+// file; from its 10th round on it also grows by 4 MB a round, up to 130 MB
+// more, which it leaves alone.
+const growThenRewrite = `import os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+buf = bytearray(80 << 20)
+more = []
+n = 0
+while True:
+    n += 1
+    if n >= 10 and len(more) < 32:
+        b = bytearray(4 << 20)
+        for off in range(0, len(b), 4096):
+            b[off] = 1
+        more.append(b)
+    for off in range(0, len(buf), 4096):
+        buf[off] = n & 0xff
+    os.pwrite(fd, str(n).encode(), 0)
+    time.sleep(0.05)
+`
+
+// A process that grows toward its memory cgroup's limit (the leak an
+// on-call engineer records until it crashes): its shadows fit at first,
+// then the room left is smaller than the copies a shadow keeps. tprec
+// stops making shadows before the OOM killer has to take one: none is
+// killed, the target counts on, and tprec says why its intervals cannot
+// start a replay.
+func TestShadowWaitsForMemoryRoom(t *testing.T) {
+	requireRoot(t)
+	forBackends(t, func(t *testing.T, backend string) {
+		cg, v2, target, done, count := countingInCgroup(t, "memory", growThenRewrite)
+		pid := target.Process.Pid
+		limit := "memory.limit_in_bytes"
+		if v2 {
+			limit = "memory.max"
+		}
+		// Before the growth: 80 MB, 160 MB of copies (one shadow's, and
+		// the next one's while the first is read) and python3's own
+		// 10-15 MB fit. tprec wants 196 MB of room for a shadow, so it
+		// stops making them after 30-40 MB of growth, and the 20 MB an
+		// interval adds keep the last one's copies in. At the end the
+		// room is about 100 MB.
+		cgroupWrite(t, cg, limit, strconv.Itoa(320<<20))
+		rec := startTprec(t, "--pid", strconv.Itoa(pid), "--backend", backend, "-o", t.TempDir())
+		rec.waitRecording(t)
+		deadline := time.Now().Add(30 * time.Second)
+		for count() < 50 {
+			if time.Now().After(deadline) {
+				t.Fatalf("the target did not get to its 50th round; tprec:\n%s", rec.quit())
+			}
+			select {
+			case err := <-done:
+				t.Fatalf("the target died while recorded: %v; tprec:\n%s", err, rec.quit())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		rec.cmd.Process.Signal(os.Interrupt)
+		if err := rec.wait(t, 30*time.Second); err != nil {
+			t.Fatalf("tprec: %v\n%s", err, rec.stderr)
+		}
+		log := rec.stderr.String()
+		t.Logf("tprec:\n%s", log)
+		if !strings.Contains(log, "no shadow: its memory cgroup has") {
+			t.Errorf("want tprec to stop making shadows once they would not fit:\n%s", log)
+		}
+		if strings.Contains(log, "its shadow was killed") {
+			t.Errorf("the OOM killer took a shadow: tprec should have made none:\n%s", log)
+		}
 		select {
 		case err := <-done:
 			t.Fatalf("the target died: %v", err)
