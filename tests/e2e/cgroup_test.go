@@ -343,7 +343,13 @@ func TestShadowWaitsForMemoryRoom(t *testing.T) {
 	})
 }
 
-// threadEach starts and joins a thread per round, counting rounds in a file.
+// threadEach starts and joins a thread per round, counting rounds in a
+// file, a round every 200 ms: often enough that a shadow holding a slot
+// of its pids cgroup meets the next thread within a second, and seldom
+// enough that the thread of a round, or its zombie until the tracer
+// collects its exit, seldom holds the slot when a boundary makes a shadow
+// (a CI run with the unit tests alongside found it held at all 12 of 12
+// boundaries with a round every 50 ms).
 const threadEach = `import os, sys, threading, time
 fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
 n = 0
@@ -353,7 +359,7 @@ while True:
     t.join()
     n += 1
     os.pwrite(fd, str(n).encode(), 0)
-    time.sleep(0.05)
+    time.sleep(0.2)
 `
 
 // A process whose pids cgroup leaves little room beyond the threads it runs
@@ -366,7 +372,7 @@ func TestShadowTakesNoTaskSlot(t *testing.T) {
 		cg, _, target, done, _ := countingInCgroup(t, "pids", threadEach)
 		pid := target.Process.Pid
 		// The main thread and one more (a traced thread that ended waits
-		// for its tracer to collect its exit: the 50 ms between threads
+		// for its tracer to collect its exit: the 200 ms between threads
 		// leave tprec the time to).
 		cgroupWrite(t, cg, "pids.max", "2")
 		rec := startTprec(t, "--pid", strconv.Itoa(pid), "--backend", backend, "-o", t.TempDir())

@@ -817,11 +817,18 @@ func TestGDBMemcachedReverse(t *testing.T) {
 	}
 	r := sec["read"]
 	th := regexp.MustCompile(`= 100(\d)`).FindStringSubmatch(r)
-	if !strings.Contains(r, "hit Breakpoint 1,") || th == nil || th[1] == "1" || !strings.Contains(r, `"set k`) {
+	// The last arrival at read may be a worker's that the recording
+	// ended with it standing there, about to call it: that read never
+	// returns in the window, and finish runs on to the crash.
+	held := strings.Contains(r, "received signal SIGSEGV")
+	if !strings.Contains(r, "hit Breakpoint 1,") || th == nil || th[1] == "1" || !held && !strings.Contains(r, `"set k`) {
 		keepFailed(t, ck)
 		t.Errorf("reverse-continue did not stop at the last read, in a worker, with the request it returned:\n%s", out)
 	}
 	end := sec["end"]
+	if held {
+		end = r
+	}
 	if !strings.Contains(end, "received signal SIGSEGV") || !strings.Contains(end, fmt.Sprintf("Thread %d", pid)) {
 		t.Errorf("continue did not reach the crash in the main thread again:\n%s", out)
 	}
