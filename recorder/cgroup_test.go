@@ -10,15 +10,6 @@ import (
 // where the target also has a memory limit: there the move would take the
 // shadow out of reach of the memory cgroup's OOM killer.
 func TestShadowPidsCgroup(t *testing.T) {
-	write := func(path, s string) {
-		t.Helper()
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 	v1 := "9:name=systemd:/\n8:pids:/box\n4:memory:/box\n0::/\n"
 	v2 := "0::/system.slice/app.service\n"
 	for _, c := range []struct {
@@ -36,7 +27,7 @@ func TestShadowPidsCgroup(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			sysfs := t.TempDir()
 			for f, s := range c.files {
-				write(filepath.Join(sysfs, f), s)
+				writeFile(t, filepath.Join(sysfs, f), s)
 			}
 			want := c.want
 			if want != "" {
@@ -53,15 +44,6 @@ func TestShadowPidsCgroup(t *testing.T) {
 // target's memory cgroup and those above it, in either hierarchy; no limit
 // anywhere is no check.
 func TestMemoryRoom(t *testing.T) {
-	write := func(path, s string) {
-		t.Helper()
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 	const unlimitedV1 = "9223372036854771712"
 	for _, c := range []struct {
 		name, cgroups string
@@ -83,7 +65,7 @@ func TestMemoryRoom(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			sysfs := t.TempDir()
 			for f, s := range c.files {
-				write(filepath.Join(sysfs, f), s)
+				writeFile(t, filepath.Join(sysfs, f), s)
 			}
 			dirs, v2 := memoryCgroup(c.cgroups, sysfs)
 			room, limited := memoryRoom(dirs, v2)
@@ -91,5 +73,16 @@ func TestMemoryRoom(t *testing.T) {
 				t.Errorf("room %d, limited %v; want %d, %v (dirs %v)", room, limited, c.room, c.limited, dirs)
 			}
 		})
+	}
+}
+
+// writeFile writes s into path, making its directories.
+func writeFile(t *testing.T, path, s string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 )
@@ -23,24 +22,7 @@ import (
 // /proc/PID/cgroup and where the cgroup file systems are; v2 reports a
 // unified hierarchy.
 func memoryCgroup(cgroups, sysfs string) (dirs []string, v2 bool) {
-	var root, rel string
-	for _, l := range strings.Split(strings.TrimSpace(cgroups), "\n") {
-		f := strings.SplitN(l, ":", 3)
-		if len(f) != 3 {
-			continue
-		}
-		switch {
-		case slices.Contains(strings.Split(f[1], ","), "memory"):
-			root, rel, v2 = filepath.Join(sysfs, "memory"), f[2], false
-		case f[0] == "0" && f[1] == "" && root == "":
-			for _, r := range []string{sysfs, filepath.Join(sysfs, "unified")} {
-				if c, err := os.ReadFile(filepath.Join(r, "cgroup.controllers")); err == nil && slices.Contains(strings.Fields(string(c)), "memory") {
-					root, rel, v2 = r, f[2], true
-					break
-				}
-			}
-		}
-	}
+	root, rel, v2 := cgroupOf(cgroups, sysfs, "memory")
 	if root == "" {
 		return nil, false
 	}

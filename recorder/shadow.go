@@ -367,25 +367,7 @@ func shadowPidsCgroup(pid int) string {
 // shadowPidsCgroupIn is shadowPidsCgroup for a process whose
 // /proc/PID/cgroup says cgroups, with the cgroup file systems under sysfs.
 func shadowPidsCgroupIn(cgroups, sysfs string) string {
-	var root, rel string
-	v2 := false
-	for _, l := range strings.Split(strings.TrimSpace(cgroups), "\n") {
-		f := strings.SplitN(l, ":", 3)
-		if len(f) != 3 {
-			continue
-		}
-		switch {
-		case slices.Contains(strings.Split(f[1], ","), "pids"):
-			root, rel = filepath.Join(sysfs, "pids"), f[2]
-		case f[0] == "0" && f[1] == "" && root == "":
-			for _, r := range []string{sysfs, filepath.Join(sysfs, "unified")} {
-				if c, err := os.ReadFile(filepath.Join(r, "cgroup.controllers")); err == nil && slices.Contains(strings.Fields(string(c)), "pids") {
-					root, rel, v2 = r, f[2], true
-					break
-				}
-			}
-		}
-	}
+	root, rel, v2 := cgroupOf(cgroups, sysfs, "pids")
 	if root == "" {
 		return ""
 	}
@@ -401,6 +383,31 @@ func shadowPidsCgroupIn(cgroups, sysfs string) string {
 		return ""
 	}
 	return filepath.Join(root, "cgroup.procs")
+}
+
+// cgroupOf finds a process's cgroup of controller, given its
+// /proc/PID/cgroup and where the cgroup file systems are: the root of the
+// hierarchy that has the controller, the cgroup's path in it, and whether it
+// is the unified (v2) one; root is "" when no hierarchy has it.
+func cgroupOf(cgroups, sysfs, controller string) (root, rel string, v2 bool) {
+	for _, l := range strings.Split(strings.TrimSpace(cgroups), "\n") {
+		f := strings.SplitN(l, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		switch {
+		case slices.Contains(strings.Split(f[1], ","), controller):
+			root, rel, v2 = filepath.Join(sysfs, controller), f[2], false
+		case f[0] == "0" && f[1] == "" && root == "":
+			for _, r := range []string{sysfs, filepath.Join(sysfs, "unified")} {
+				if c, err := os.ReadFile(filepath.Join(r, "cgroup.controllers")); err == nil && slices.Contains(strings.Fields(string(c)), controller) {
+					root, rel, v2 = r, f[2], true
+					break
+				}
+			}
+		}
+	}
+	return root, rel, v2
 }
 
 // unchargeShadow moves a new shadow out of the target's limited pids cgroup

@@ -219,13 +219,7 @@ while True:
 func TestShadowTakesTheOOMKill(t *testing.T) {
 	requireRoot(t)
 	forBackends(t, func(t *testing.T, backend string) {
-		cg, v2, target, done, count := countingInCgroup(t, "memory", bigRewrite)
-		pid := target.Process.Pid
-		limit := "memory.limit_in_bytes"
-		if v2 {
-			limit = "memory.max"
-		}
-		cgroupWrite(t, cg, limit, strconv.Itoa(300<<20))
+		pid, done, count := inMemoryLimit(t, bigRewrite, 300<<20)
 		deadline := time.Now().Add(20 * time.Second)
 		for count() < 3 {
 			if time.Now().After(deadline) {
@@ -245,12 +239,7 @@ func TestShadowTakesTheOOMKill(t *testing.T) {
 		if after := count(); after < before+5 {
 			t.Fatalf("the target stopped rewriting (%d rounds, then %d); tprec:\n%s", before, after, rec.quit())
 		}
-		rec.cmd.Process.Signal(os.Interrupt)
-		if err := rec.wait(t, 30*time.Second); err != nil {
-			t.Fatalf("tprec: %v\n%s", err, rec.stderr)
-		}
-		log := rec.stderr.String()
-		t.Logf("tprec:\n%s", log)
+		log := interruptRecording(t, rec)
 		if !strings.Contains(log, "its shadow was killed during the interval (SIGKILL") {
 			t.Fatalf("want tprec to say that the OOM killer took a shadow (else the test proves nothing):\n%s", log)
 		}
@@ -265,6 +254,32 @@ func TestShadowTakesTheOOMKill(t *testing.T) {
 		default:
 		}
 	})
+}
+
+// inMemoryLimit starts the counting python3 script in a memory cgroup
+// limited to limit bytes, and returns its pid, its end and its count.
+func inMemoryLimit(t *testing.T, script string, limit int) (int, chan error, func() int) {
+	t.Helper()
+	cg, v2, target, done, count := countingInCgroup(t, "memory", script)
+	file := "memory.limit_in_bytes"
+	if v2 {
+		file = "memory.max"
+	}
+	cgroupWrite(t, cg, file, strconv.Itoa(limit))
+	return target.Process.Pid, done, count
+}
+
+// interruptRecording stops a tprec recording with SIGINT and returns its
+// log.
+func interruptRecording(t *testing.T, rec *recording) string {
+	t.Helper()
+	rec.cmd.Process.Signal(os.Interrupt)
+	if err := rec.wait(t, 30*time.Second); err != nil {
+		t.Fatalf("tprec: %v\n%s", err, rec.stderr)
+	}
+	log := rec.stderr.String()
+	t.Logf("tprec:\n%s", log)
+	return log
 }
 
 // growThenRewrite rewrites 80 MB every 50 ms, counting its rounds in a
@@ -297,19 +312,13 @@ while True:
 func TestShadowWaitsForMemoryRoom(t *testing.T) {
 	requireRoot(t)
 	forBackends(t, func(t *testing.T, backend string) {
-		cg, v2, target, done, count := countingInCgroup(t, "memory", growThenRewrite)
-		pid := target.Process.Pid
-		limit := "memory.limit_in_bytes"
-		if v2 {
-			limit = "memory.max"
-		}
 		// Before the growth: 80 MB, 160 MB of copies (one shadow's, and
 		// the next one's while the first is read) and python3's own
 		// 10-15 MB fit. tprec wants 196 MB of room for a shadow, so it
 		// stops making them after 30-40 MB of growth, and the 20 MB an
 		// interval adds keep the last one's copies in. At the end the
 		// room is about 100 MB.
-		cgroupWrite(t, cg, limit, strconv.Itoa(320<<20))
+		pid, done, count := inMemoryLimit(t, growThenRewrite, 320<<20)
 		rec := startTprec(t, "--pid", strconv.Itoa(pid), "--backend", backend, "-o", t.TempDir())
 		rec.waitRecording(t)
 		deadline := time.Now().Add(30 * time.Second)
@@ -323,12 +332,7 @@ func TestShadowWaitsForMemoryRoom(t *testing.T) {
 			case <-time.After(50 * time.Millisecond):
 			}
 		}
-		rec.cmd.Process.Signal(os.Interrupt)
-		if err := rec.wait(t, 30*time.Second); err != nil {
-			t.Fatalf("tprec: %v\n%s", err, rec.stderr)
-		}
-		log := rec.stderr.String()
-		t.Logf("tprec:\n%s", log)
+		log := interruptRecording(t, rec)
 		if !strings.Contains(log, "no shadow: its memory cgroup has") {
 			t.Errorf("want tprec to stop making shadows once they would not fit:\n%s", log)
 		}
