@@ -694,9 +694,18 @@ func rel32At(target, addr uint64, op ...byte) ([]byte, bool) {
 func relocatable(inst x86asm.Inst) bool {
 	switch inst.Op {
 	case x86asm.CALL:
-		// Only a direct call, which moveInstruction rewrites.
-		_, direct := inst.Args[0].(x86asm.Rel)
-		return direct && inst.Len == 5
+		// A direct call, or an indirect one through a register or
+		// memory that rsp does not address, which moveInstruction
+		// rewrites.
+		switch a := inst.Args[0].(type) {
+		case x86asm.Rel:
+			return inst.Len == 5
+		case x86asm.Reg:
+			return a != x86asm.RSP && a != x86asm.ESP && a >= x86asm.RAX && a <= x86asm.R15
+		case x86asm.Mem:
+			return a.Segment == 0 && a.Base != x86asm.RSP && a.Index != x86asm.RSP && inst.MemBytes == 8
+		}
+		return false
 	case x86asm.LCALL, x86asm.LJMP, x86asm.LRET,
 		x86asm.IRET, x86asm.IRETD, x86asm.IRETQ, x86asm.SYSCALL, x86asm.SYSENTER, x86asm.SYSEXIT, x86asm.SYSRET,
 		x86asm.INT, x86asm.INTO, x86asm.UD1, x86asm.UD2, x86asm.HLT, x86asm.XBEGIN, x86asm.XABORT, x86asm.XEND:
@@ -717,6 +726,36 @@ func relocatable(inst x86asm.Inst) bool {
 // prefixed jump).
 func moveInstruction(b []byte, inst x86asm.Inst, from, to uint64) (moved []byte, ok bool) {
 	rel32 := func(target uint64, op ...byte) ([]byte, bool) { return rel32At(target, to, op...) }
+	// push rax; mov rax, the return address; xchg [rsp], rax: the stack
+	// gets what a call would have pushed, and rax and the flags are as
+	// they were. A call then becomes a jmp.
+	pushRet := append(append([]byte{0x50, 0x48, 0xb8}, u64le(from+uint64(inst.Len))...), 0x48, 0x87, 0x04, 0x24)
+	if _, direct := inst.Args[0].(x86asm.Rel); inst.Op == x86asm.CALL && !direct {
+		// call r/m64 (ff /2) becomes jmp r/m64 (ff /4), its operand
+		// read with every register as the call would have read it (rsp
+		// is not among them: relocatable), a rip-relative displacement
+		// adjusted to where the jmp is.
+		i := 0
+		for i < len(b) && (b[i] == 0x66 || b[i] == 0x67 || b[i]&0xf0 == 0x40) {
+			i++
+		}
+		if i+1 >= len(b) || b[i] != 0xff || b[i+1]>>3&7 != 2 {
+			return nil, false
+		}
+		jmp := append([]byte(nil), b...)
+		jmp[i+1] = jmp[i+1]&^0x38 | 4<<3
+		if inst.PCRel == 4 {
+			at := to + uint64(len(pushRet))
+			d := int64(int32(binary.LittleEndian.Uint32(jmp[inst.PCRelOff:]))) + int64(from) - int64(at)
+			if d != int64(int32(d)) {
+				return nil, false
+			}
+			binary.LittleEndian.PutUint32(jmp[inst.PCRelOff:], uint32(int32(d)))
+		} else if inst.PCRel != 0 {
+			return nil, false
+		}
+		return append(pushRet, jmp...), true
+	}
 	for _, arg := range inst.Args {
 		r, ok := arg.(x86asm.Rel)
 		if !ok {
@@ -725,13 +764,8 @@ func moveInstruction(b []byte, inst x86asm.Inst, from, to uint64) (moved []byte,
 		target := from + uint64(inst.Len) + uint64(int64(r))
 		switch {
 		case len(b) == 5 && b[0] == 0xe8: // call rel32
-			// push rax; mov rax, the return address; xchg [rsp], rax:
-			// the stack gets what the call would have pushed, and rax and
-			// the flags are as they were. Then jmp to the target.
-			ret := u64le(from + uint64(inst.Len))
-			push := append(append([]byte{0x50, 0x48, 0xb8}, ret...), 0x48, 0x87, 0x04, 0x24)
-			jmp, ok := rel32At(target, to+uint64(len(push)), 0xe9)
-			return append(push, jmp...), ok
+			jmp, ok := rel32At(target, to+uint64(len(pushRet)), 0xe9)
+			return append(pushRet, jmp...), ok
 		case len(b) == 2 && b[0] >= 0x70 && b[0] <= 0x7f: // jcc rel8
 			return rel32(target, 0x0f, 0x80+b[0]-0x70)
 		case len(b) == 6 && b[0] == 0x0f && b[1] >= 0x80 && b[1] <= 0x8f: // jcc rel32

@@ -129,6 +129,29 @@ func TestEndSearchInProcessMemoryWord(t *testing.T) {
 	}
 }
 
+// As TestEndSearchInProcessMemoryWord, with the call made through a
+// pointer (testdata/loopindirect.c: add to memory, xor, mov, `call *%r12`,
+// jmp): an indirect call among the displaced instructions is moved as a
+// push of its return address and a jmp through the same register. Before,
+// the search stopped at every pass wherever the jmp would displace it
+// (openssl speed, crashed on the mov before its `call *%r13`: half a
+// million stops and a timeout in a CI run).
+func TestEndSearchInProcessIndirectCall(t *testing.T) {
+	needRoot(t)
+	inProcess := 0
+	for steps := 4001; steps < 4006; steps++ {
+		rec, res := replayRequestAt(t, "loopindirect", steps)
+		if res.EndPasses > 0 {
+			inProcess++
+		}
+		sameEndStopping(t, steps, rec, res)
+		t.Logf("%d steps: end at %#x, %d passes compared in the process, words %#x", steps, res.Rip, res.EndPasses, res.EndWords)
+	}
+	if inProcess != 5 {
+		t.Errorf("%d of 5 ends searched in the process, want 5", inProcess)
+	}
+}
+
 // testdata/loopret.c calls two functions in a loop, the second starting
 // right after the first one's `ret` (add, xor, ret, then xor, ret).
 //   - Ended at the xor before that `ret`, the end search's jmp displaces
