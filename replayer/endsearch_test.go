@@ -14,15 +14,7 @@ import (
 // Every replay reaches the same end as a replay that stops at every pass.
 func TestEndSearchInProcess(t *testing.T) {
 	needRoot(t)
-	inProcess := 0
-	for steps := 3001; steps < 3010; steps++ {
-		rec, res := replayRequestAt(t, "loop", steps)
-		if res.EndPasses > 0 {
-			inProcess++
-		}
-		sameEndStopping(t, steps, rec, res)
-		t.Logf("%d steps: end at %#x, %d passes compared in the process", steps, res.Rip, res.EndPasses)
-	}
+	inProcess, _ := searchEnds(t, "loop", 3001, 3010)
 	// The loop (gcc -O1): movzbl, movzbl, add, mov, mov rip, add, mov rip,
 	// add, jmp.
 	if inProcess != 9 {
@@ -112,18 +104,7 @@ func replayRequestAt(t *testing.T, name string, steps int) (*recording, *Result)
 // stops at every pass reaches.
 func TestEndSearchInProcessMemoryWord(t *testing.T) {
 	needRoot(t)
-	inProcess, words := 0, 0
-	for steps := 4001; steps < 4007; steps++ {
-		rec, res := replayRequestAt(t, "loopcall", steps)
-		if res.EndPasses > 0 {
-			inProcess++
-		}
-		if len(res.EndWords) > 0 {
-			words++
-		}
-		sameEndStopping(t, steps, rec, res)
-		t.Logf("%d steps: end at %#x, %d passes compared in the process, words %#x", steps, res.Rip, res.EndPasses, res.EndWords)
-	}
+	inProcess, words := searchEnds(t, "loopcall", 4001, 4007)
 	if inProcess != 6 || words < 5 {
 		t.Errorf("%d of 6 ends searched in the process, %d with a memory word compared there; want 6 and at least 5", inProcess, words)
 	}
@@ -138,15 +119,7 @@ func TestEndSearchInProcessMemoryWord(t *testing.T) {
 // million stops and a timeout in a CI run).
 func TestEndSearchInProcessIndirectCall(t *testing.T) {
 	needRoot(t)
-	inProcess := 0
-	for steps := 4001; steps < 4006; steps++ {
-		rec, res := replayRequestAt(t, "loopindirect", steps)
-		if res.EndPasses > 0 {
-			inProcess++
-		}
-		sameEndStopping(t, steps, rec, res)
-		t.Logf("%d steps: end at %#x, %d passes compared in the process, words %#x", steps, res.Rip, res.EndPasses, res.EndWords)
-	}
+	inProcess, _ := searchEnds(t, "loopindirect", 4001, 4006)
 	if inProcess != 5 {
 		t.Errorf("%d of 5 ends searched in the process, want 5", inProcess)
 	}
@@ -196,4 +169,24 @@ func TestEndSearchInProcessNearFunctionStart(t *testing.T) {
 		}
 	}
 	punJumps = true
+}
+
+// searchEnds ends a recording of the fixture after each number of steps in
+// [from, to), requires each replay to reach the end a replay that stops at
+// every pass reaches, and counts the ends searched in the process and those
+// where a memory word was compared there too.
+func searchEnds(t *testing.T, fixture string, from, to int) (inProcess, words int) {
+	t.Helper()
+	for steps := from; steps < to; steps++ {
+		rec, res := replayRequestAt(t, fixture, steps)
+		if res.EndPasses > 0 {
+			inProcess++
+		}
+		if len(res.EndWords) > 0 {
+			words++
+		}
+		sameEndStopping(t, steps, rec, res)
+		t.Logf("%d steps: end at %#x, %d passes compared in the process, words %#x", steps, res.Rip, res.EndPasses, res.EndWords)
+	}
+	return inProcess, words
 }
