@@ -157,30 +157,20 @@ func (s *session) openIntervalFrom(now time.Time, snap *pageSnapshot) error {
 	var sh *shadow
 	if s.shadowWait > 0 {
 		s.shadowWait--
-		iv.meta.Replayable = false
-		iv.meta.Reason = "no shadow: the last ones were killed (out of memory), and tprec waits a few intervals before the next, so as not to call the OOM killer at every interval"
+		s.withoutShadow(iv, "shadows killed", "the last ones were killed (out of memory), and tprec waits a few intervals before the next, so as not to call the OOM killer at every interval", "")
 	} else if why := s.shadowNoRoom(); why != "" {
-		if s.noRoom == 0 {
-			s.errorf("process %d: no shadow: %s; recording goes on, but an interval without a shadow cannot start a replay; tprec makes one again when there is room", s.pid, why)
-		}
-		s.noRoom++
-		iv.meta.Replayable = false
-		iv.meta.Reason = "no shadow: " + why
+		s.withoutShadow(iv, "memory cgroup near its limit", why, fmt.Sprintf("no shadow: %s; recording goes on, but an interval without a shadow cannot start a replay; tprec makes one again when there is room", why))
 	} else {
-		if s.noRoom > 0 {
-			s.errorf("process %d: its memory cgroup has room for a shadow again, after %d intervals without one", s.pid, s.noRoom)
-			s.noRoom = 0
-		}
 		sh, err = s.createShadow()
 	}
 	if refused := (cloneRefused{}); errors.As(err, &refused) {
-		s.shadowRefused(iv, refused)
+		s.withoutShadow(iv, "clone refused", refused.Error(), fmt.Sprintf("%v; recording goes on, but an interval without a shadow cannot start a replay; trying again at each boundary", refused))
 		err = nil
 	} else if err != nil {
 		return err
-	} else if s.noShadow > 0 {
+	} else if sh != nil && s.noShadow > 0 {
 		s.errorf("process %d: its shadow was made again, after %d intervals without one", s.pid, s.noShadow)
-		s.noShadow = 0
+		s.noShadow, s.noShadowKind = 0, ""
 	}
 	clk.mark("clone")
 	s.shadow = sh
@@ -226,17 +216,21 @@ func (s *session) shadowDied(sh *shadow) string {
 // were killed (shadowDied): 8 s at the default interval.
 const maxShadowWait = 32
 
-// shadowRefused opens iv without a shadow: the kernel refused the clone
-// in the target. Recording goes on, and the target with it; iv cannot start
-// a replay (no originals of the pages it writes), and the next boundary
-// tries again. The user is told when it starts and when it ends.
-func (s *session) shadowRefused(iv *interval, err cloneRefused) {
-	if s.noShadow == 0 {
-		s.errorf("process %d: %v; recording goes on, but an interval without a shadow cannot start a replay; trying again at each boundary", s.pid, err)
+// withoutShadow opens iv without a shadow, for why: the kernel refused the
+// clone in the target, the target's memory cgroup has no room for one, or
+// the last ones were killed. Recording goes on, and the target with it; iv
+// cannot start a replay (no originals of the pages it writes). tell, when
+// not empty, is said on stderr when a run of such intervals of that kind
+// begins, and openIntervalFrom says when a shadow is made again; kind names
+// the cause in the status line.
+func (s *session) withoutShadow(iv *interval, kind, why, tell string) {
+	if kind != s.noShadowKind && tell != "" {
+		s.errorf("process %d: %s", s.pid, tell)
 	}
 	s.noShadow++
+	s.noShadowKind = kind
 	iv.meta.Replayable = false
-	iv.meta.Reason = "no shadow: " + err.Error()
+	iv.meta.Reason = "no shadow: " + why
 }
 
 // resetCalm starts what skipTick compares with afresh, at an interval start

@@ -99,6 +99,7 @@ func (s *session) shadowNoRoom() string {
 	if room >= need {
 		return ""
 	}
+	why := fmt.Sprintf("its memory cgroup has %d MiB left before its limit, and a shadow would need about %d MiB (twice the %d MiB of copies the last shadow needed, and a margin)", room>>20, need>>20, s.lastCopies>>20)
 	s.lastCopies -= s.lastCopies / 256
-	return fmt.Sprintf("its memory cgroup has %d MiB left before its limit, and a shadow would need about %d MiB (twice the %d MiB of copies the last shadow needed, and a margin)", room>>20, need>>20, s.lastCopies>>20)
+	return why
 }

@@ -103,21 +103,20 @@ type session struct {
 	// shadows counts the shadows made; dontFork are the ranges marked
 	// MADV_DONTFORK at the last look while the target was stopped, and
 	// dontForkDue says a look after it resumed found some (allowFork).
-	shadows     int
-	stops       uint64       // stops taken (handle): what a stop's cached reads are keyed by
-	seccomp     seccompState // the leader's seccomp filters (seccomp.go)
-	noShadow    int          // intervals in a row whose shadow the kernel refused (cloneRefused)
-	shadowsDied int          // shadows found dead at their interval's end (shadowDied)
-	oomStreak   int          // shadows killed in a row (shadowDied)
+	shadows      int
+	stops        uint64       // stops taken (handle): what a stop's cached reads are keyed by
+	seccomp      seccompState // the leader's seccomp filters (seccomp.go)
+	noShadow     int          // intervals in a row opened without a shadow (withoutShadow)
+	noShadowKind string       // why, in a few words
+	shadowsDied  int          // shadows found dead at their interval's end (shadowDied)
+	oomStreak    int          // shadows killed in a row (shadowDied)
 	// memDirs: the target's memory cgroup and those above it (memroom.go);
 	// lastCopies: bytes of originals the last shadow that lived through
-	// its interval kept (copiesKnown once one did); noRoom: intervals in a
-	// row opened without a shadow for want of memory.
+	// its interval kept (copiesKnown once one did).
 	memDirs     []string
 	memV2       bool
 	lastCopies  int64
 	copiesKnown bool
-	noRoom      int
 	shadowRoom  int64 // the room the current shadow was made with (-1: no limit)
 	shadowWait  int   // intervals still to open without a shadow after such kills
 	// shadowCgroup: where shadows go so as not to take a task slot of the
@@ -1714,7 +1713,7 @@ func (s *session) statusLine(now time.Time) string {
 		line += fmt.Sprintf(", %d boundaries skipped (the process was idle)", s.skipped)
 	}
 	if s.noShadow > 0 {
-		line += fmt.Sprintf(", no shadow for the last %d intervals (clone refused)", s.noShadow)
+		line += fmt.Sprintf(", no shadow for the last %d intervals (%s)", s.noShadow, s.noShadowKind)
 	}
 	if s.shadowsDied > 0 {
 		line += fmt.Sprintf(", %d shadows killed (out of memory)", s.shadowsDied)

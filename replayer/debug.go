@@ -672,6 +672,12 @@ func (e *engine) landed(regs proc.Regs, done bool) (dEvent, bool, error) {
 		}
 		e.arrive(regs.Rip)
 	}
+	return e.standAt(regs, done)
+}
+
+// standAt reports the thread standing at regs, its arrival there counted:
+// an arrival at a tracked address, else a step.
+func (e *engine) standAt(regs proc.Regs, done bool) (dEvent, bool, error) {
 	if _, ok := e.dbg.track[regs.Rip]; ok {
 		return dEvent{kind: dArrive, addr: regs.Rip, regs: regs}, done, nil
 	}
@@ -740,10 +746,7 @@ func (e *engine) after(ev event, step bool) (dEvent, bool, error) {
 	if ev.standing {
 		// At its stop, held at the next resume: an arrival there.
 		e.arrive(ev.regs.Rip)
-		if _, ok := d.track[ev.regs.Rip]; ok {
-			return dEvent{kind: dArrive, addr: ev.regs.Rip, regs: ev.regs}, true, nil
-		}
-		return dEvent{kind: dStep, regs: ev.regs}, true, nil
+		return e.standAt(ev.regs, true)
 	}
 	if ev.res != nil {
 		d.ended = ev.res

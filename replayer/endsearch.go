@@ -744,17 +744,8 @@ func moveInstruction(b []byte, inst x86asm.Inst, from, to uint64) (moved []byte,
 		}
 		jmp := append([]byte(nil), b...)
 		jmp[i+1] = jmp[i+1]&^0x38 | 4<<3
-		if inst.PCRel == 4 {
-			at := to + uint64(len(pushRet))
-			d := int64(int32(binary.LittleEndian.Uint32(jmp[inst.PCRelOff:]))) + int64(from) - int64(at)
-			if d != int64(int32(d)) {
-				return nil, false
-			}
-			binary.LittleEndian.PutUint32(jmp[inst.PCRelOff:], uint32(int32(d)))
-		} else if inst.PCRel != 0 {
-			return nil, false
-		}
-		return append(pushRet, jmp...), true
+		jmp, ok = ripRelativeAt(jmp, inst, from, to+uint64(len(pushRet)))
+		return append(pushRet, jmp...), ok
 	}
 	for _, arg := range inst.Args {
 		r, ok := arg.(x86asm.Rel)
@@ -775,15 +766,21 @@ func moveInstruction(b []byte, inst x86asm.Inst, from, to uint64) (moved []byte,
 		}
 		return nil, false
 	}
-	moved = append([]byte(nil), b...)
+	return ripRelativeAt(append([]byte(nil), b...), inst, from, to)
+}
+
+// ripRelativeAt adjusts in b, the bytes of inst at from, a rip-relative
+// displacement so that b reads the same memory at to; ok is false when that
+// is out of reach or the displacement is not a 32-bit one.
+func ripRelativeAt(b []byte, inst x86asm.Inst, from, to uint64) ([]byte, bool) {
 	if inst.PCRel == 4 {
-		d := int64(int32(binary.LittleEndian.Uint32(moved[inst.PCRelOff:]))) + int64(from) - int64(to)
+		d := int64(int32(binary.LittleEndian.Uint32(b[inst.PCRelOff:]))) + int64(from) - int64(to)
 		if d != int64(int32(d)) {
 			return nil, false
 		}
-		binary.LittleEndian.PutUint32(moved[inst.PCRelOff:], uint32(int32(d)))
+		binary.LittleEndian.PutUint32(b[inst.PCRelOff:], uint32(int32(d)))
 	} else if inst.PCRel != 0 {
 		return nil, false
 	}
-	return moved, true
+	return b, true
 }
