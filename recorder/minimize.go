@@ -489,14 +489,19 @@ func cutDiverged(c *format.Checkpoint, err error, logf func(string, ...any)) boo
 			return false
 		}
 		logf("the trial replay could not place a signal (%v): the window now starts after interval %d", err, d.Signal.Interval)
-	case d.Threads > 1 || !d.Timeout:
+	case d.Threads > 1 || !d.Timeout || d.EndPassed:
 		// Several threads, which took another path: they met through
 		// memory between their calls in a way the order of the calls does
 		// not give (replayer/threads.go). Or one thread, which read
 		// something the recording did not capture: an instruction that
 		// gives data without a syscall (rdtsc, rdrand), or memory another
 		// process wrote. Either way a start after the interval where that
-		// showed may not meet it: the window starts there.
+		// showed may not meet it: the window starts there. A trial that
+		// ran out of time is cut only when it had passed the end's rip
+		// with other registers or memory (gpg, whose end was in a cipher
+		// loop that passes that point a million times a second): one that
+		// never got there was slow, and a later start may spend that time
+		// again.
 		what := "the trial replay"
 		if d.Threads > 1 {
 			what = fmt.Sprintf("the trial replay of %d threads", d.Threads)

@@ -118,6 +118,12 @@ func TestCutDivergedHalvesAtTheEnd(t *testing.T) {
 	if cutDiverged(c, &replayer.Divergence{Threads: 1, Seq: 800, Timeout: true}, t.Logf) {
 		t.Errorf("a timeout of one thread cut the window to %s", starts())
 	}
+	// One that ran out of time after it passed the end's rip with other
+	// registers or memory (gpg's cipher loop): a divergence of data.
+	if !cutDiverged(c, &replayer.Divergence{Threads: 1, Seq: 800, Timeout: true, EndPassed: true}, t.Logf) || starts() != "[7 8 9 10]" {
+		t.Errorf("a timeout after the end's rip was passed left the window %s, want [7 8 9 10]", starts())
+	}
+	reset()
 	// One thread that read something the recording did not capture
 	// (rdrand, rdtsc): the same cuts as for threads.
 	if !cutDiverged(c, &replayer.Divergence{Threads: 1, Seq: 800}, t.Logf) || starts() != "[7 8 9 10]" {

@@ -653,6 +653,7 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 		}
 		d := e.diverge(regs.Rip, e.lastSeq(), reason, fmt.Sprintf("end at rip %#x", e.end.Regs.Rip), actual)
 		d.Timeout = e.stopReq.Load() == stopDeadline
+		d.EndPassed = e.bp.hits > 0
 		return nil, 0, d
 	}
 	if s := e.bp.inproc; sig == int(unix.SIGTRAP) && e.bp.active && s != nil {

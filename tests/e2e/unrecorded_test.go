@@ -93,3 +93,40 @@ func TestUnrecordedRandomCutsTheWindow(t *testing.T) {
 		replay(t, ck)
 	})
 }
+
+// testdata/tscspin.c stores rdtsc values in its first interval, then spins
+// on a flag until the test crashes it. A trial replay from that interval
+// stores other values and then passes the recorded end's rip with a
+// register or memory different, over and over, until its time runs out (a
+// CI run met this with gpg crashed in its cipher loop). That is
+// a divergence of data, not a slow replay: the window must start after the
+// interval with the rdtsc, and the checkpoint must verify. Without the cut,
+// the trial gives up and the file keeps every page.
+func TestUnrecordedValueAtALoopEnd(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	prog := cc(t, "testdata/tscspin.c", dir)
+	rec := startTprec(t, "-o", dir, "--", prog)
+	rec.waitRecording(t)
+	time.Sleep(1500 * time.Millisecond)
+	m := regexp.MustCompile(`recording process (\d+)`).FindStringSubmatch(rec.stderr.String())
+	if m == nil {
+		t.Fatalf("no recorded pid:\n%s", rec.stderr)
+	}
+	pid, _ := strconv.Atoi(m[1])
+	if err := syscall.Kill(pid, syscall.SIGSEGV); err != nil {
+		t.Fatal(err)
+	}
+	ck := oneCheckpoint(t, rec, dir, 180*time.Second)
+	log := rec.stderr.String()
+	if strings.Contains(log, "trial replay failed") || !strings.Contains(log, "touched pages of") {
+		keepFailed(t, ck)
+		t.Fatalf("want a checkpoint minimized by a trial replay that succeeded:\n%s", log)
+	}
+	if !strings.Contains(log, "breakpoint hits") || !strings.Contains(log, "the window now starts after interval") {
+		keepFailed(t, ck)
+		t.Fatalf("want a trial that timed out passing the end with other values, then a cut window:\n%s", log)
+	}
+	t.Logf("tprec:\n%s", log)
+	replay(t, ck)
+}
