@@ -481,9 +481,14 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 	// would find them holding a later interval's content or their final one.
 	grown := newPages(iv.meta.Maps, snap)
 	written = withoutPages(written, fresh) // zeros at the start: nothing to read
-	save := func() {
+	if s.oomStreak == 0 {
+		// What the shadow kept: the room the next one needs
+		// (shadowNoRoom), known before the open that follows.
+		s.lastCopies, s.copiesKnown = int64(len(written))*format.PageSize, true
+	}
+	buf := make([]byte, len(written)*format.PageSize)
+	read := func() {
 		s.ring.beginOriginals(len(written) + len(sharedOrig))
-		buf := make([]byte, len(written)*format.PageSize)
 		if err := proc.ReadPages(sh.pid, written, buf); err != nil {
 			// Read one by one; a page the shadow cannot give (beyond the end of a
 			// file mapping, for instance) is left out and replay reports it if used.
@@ -500,24 +505,14 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 				iv.meta.Reason = why + ", before its originals were read"
 			}
 		}
-		if sh != nil {
-			// Nothing more is read from it: its copies go now, not
-			// after the hashing and compressing below, while the next
-			// shadow's are already growing.
-			s.retire(sh)
-			sh = nil
-		}
-		if s.oomStreak == 0 {
-			// What a shadow kept: the room the next one needs (shadowNoRoom).
-			n := 0
-			for _, a := range written {
-				if a != 0 {
-					n++
-				}
-			}
-			s.lastCopies, s.copiesKnown = int64(n)*format.PageSize, true
-		}
+		// Nothing more is read from it: its copies go now, not after
+		// the hashing and compressing below, while the next shadow's
+		// are already growing.
+		s.retire(sh)
+		sh = nil
 		clk.mark("read")
+	}
+	store := func() {
 		for i, a := range written {
 			if a != 0 {
 				s.ring.addPage(iv, a, buf[i*format.PageSize:(i+1)*format.PageSize])
@@ -532,10 +527,27 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 		clk.mark("store")
 		finish()
 	}
-	if later {
-		s.deferred = append(s.deferred, save)
-	} else {
-		save()
+	switch why, _ := s.roomShort(); {
+	case !later:
+		read()
+		store()
+	case why != "":
+		// The target's memory cgroup is short of room: while this shadow
+		// lives, each page the target writes that it still shares with
+		// it costs a new one, and the OOM killer may take the shadow as
+		// tprec reads it. The kernel frees a killed process's memory
+		// only when its last user lets go of it, here the read, and
+		// the OOM killer, seeing its victim gone from the cgroup with
+		// the memory still charged, took the target (twice in one CI
+		// run). So the shadow is read, killed and collected while the
+		// target is still stopped: its copies are uncharged before the
+		// target writes again.
+		read()
+		s.reapZombie(true)
+		clk.mark("reaped")
+		s.deferred = append(s.deferred, store)
+	default:
+		s.deferred = append(s.deferred, func() { read(); store() })
 	}
 	return snap, nil
 }

@@ -83,23 +83,30 @@ const shadowSlack = 16 << 20
 // without a shadow, so that a program that writes less than it did gets
 // one again (about half a minute later where the room stays the same).
 func (s *session) shadowNoRoom() string {
-	s.shadowRoom = -1
+	why, room := s.roomShort()
+	s.shadowRoom = room
+	if why != "" {
+		s.lastCopies -= s.lastCopies / 256
+	}
+	return why
+}
+
+// roomShort says why the target's memory cgroup has no room for a shadow
+// (shadowNoRoom), or "", and gives the room (-1 when nothing limits it).
+func (s *session) roomShort() (string, int64) {
 	if len(s.memDirs) == 0 {
-		return ""
+		return "", -1
 	}
 	room, limited := memoryRoom(s.memDirs, s.memV2)
 	if !limited {
-		return ""
+		return "", -1
 	}
-	s.shadowRoom = room
 	if !s.copiesKnown {
-		return ""
+		return "", room
 	}
 	need := 2*s.lastCopies + s.lastCopies/4 + shadowSlack
 	if room >= need {
-		return ""
+		return "", room
 	}
-	why := fmt.Sprintf("its memory cgroup has %d MiB left before its limit, and a shadow would need about %d MiB (twice the %d MiB of copies the last shadow needed, and a margin)", room>>20, need>>20, s.lastCopies>>20)
-	s.lastCopies -= s.lastCopies / 256
-	return why
+	return fmt.Sprintf("its memory cgroup has %d MiB left before its limit, and a shadow would need about %d MiB (twice the %d MiB of copies the last shadow needed, and a margin)", room>>20, need>>20, s.lastCopies>>20), room
 }

@@ -10,6 +10,9 @@
 # TPREC another tprec binary (to compare builds); PRIO a prefix for the
 # measured programs, e.g. PRIO="nice -n -20" to shield them from other load.
 # The modes take turns within each round of runs (interleaved).
+# WORKLOADS picks the workloads (default: all of dd py vdso spawn redis
+# boundary gdb idle), e.g. WORKLOADS=py RUNS=15 for the CPU-bound figure
+# alone with more rounds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-5}
@@ -20,6 +23,8 @@ TPREC=${TPREC:-$PWD/bin/tprec}
 MODES="none ${MODES:-ebpf ebpf-idle ptrace strace}"
 MODES=${MODES/none none/none}
 PRIO=${PRIO:-}
+WORKLOADS=" ${WORKLOADS:-dd py vdso spawn redis boundary gdb idle} "
+want() { [[ $WORKLOADS == *" $1 "* ]]; }
 WORK=$(mktemp -d)
 IDLE=
 trap 'rm -rf "$WORK"; [ -n "${REDIS_PID:-}" ] && kill "$REDIS_PID" 2>/dev/null; [ -n "$IDLE" ] && kill "$IDLE" 2>/dev/null; true' EXIT
@@ -93,8 +98,8 @@ interleaved() {
 # --- syscall-heavy: dd with 512-byte blocks (2 syscalls per block)
 dd_secs() { run "$1" dd if=/dev/zero of=/dev/null bs=512 count="$DD_COUNT" 2>&1 | awk '/copied/ {for (i=1;i<=NF;i++) if ($i ~ /^s,?$/) print $(i-1)}'; }
 declare -A DD DD_R
-interleaved DD dd_secs
-for m in $MODES; do
+want dd && interleaved DD dd_secs
+want dd && for m in $MODES; do
 	log "dd bs=512 count=$DD_COUNT $m: $(printf %.3f "${DD[$m]}") s, ratio $(printf %.2f "${DD_R[$m]}"), added per syscall $(awk -v a="${DD[$m]}" -v b="${DD[none]}" -v n="$DD_COUNT" 'BEGIN{printf "%.0f", (a-b)/(2*n)*1e9}') ns"
 done
 
@@ -104,8 +109,8 @@ t=time.perf_counter(); s=0
 for i in range(15000000): s+=i*i
 print(time.perf_counter()-t)'; }
 declare -A PY PY_R
-interleaved PY py_secs
-for m in $MODES; do
+want py && interleaved PY py_secs
+want py && for m in $MODES; do
 	log "python3 loop $m: $(printf %.3f "${PY[$m]}") s, ratio $(printf %.3f "${PY_R[$m]}")"
 done
 
@@ -114,7 +119,7 @@ vdso_ns() { run "$1" python3 -c 'import time
 n=200000; t=time.perf_counter()
 for i in range(n): time.monotonic()
 print((time.perf_counter()-t)/n*1e9)'; }
-for m in $MODES; do
+want vdso && for m in $MODES; do
 	[ "$m" = strace ] || [ "$m" = ebpf-idle ] && continue
 	log "clock_gettime via python time.monotonic $m: $(for i in $(seq "$RUNS"); do vdso_ns "$m"; done | median | xargs printf %.0f) ns per call"
 done
@@ -127,8 +132,8 @@ n=200; t=time.perf_counter()
 for i in range(n): subprocess.run(["/bin/true"])
 print((time.perf_counter()-t)/n*1e6)'; }
 declare -A SP SP_R
-interleaved SP spawn_us
-for m in $MODES; do
+want spawn && interleaved SP spawn_us
+want spawn && for m in $MODES; do
 	[ "$m" = ebpf-idle ] && continue
 	log "python3 subprocess.run(/bin/true) $m: $(printf %.0f "${SP[$m]}") us per call, ratio $(printf %.2f "${SP_R[$m]}")"
 done
@@ -137,7 +142,9 @@ done
 # three background-job threads and jemalloc's), recorded by attaching to it.
 # A run whose recorder is not recording when the load starts counts as a
 # failure, not as a figure.
-if command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null; then
+if ! want redis; then
+	:
+elif command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null; then
 	# REDIS_KEYS: how many keys the load spreads over (redis-benchmark -r);
 	# empty: the one key redis-benchmark uses by default.
 	redis_rps() {
@@ -182,20 +189,22 @@ else
 fi
 
 # --- interval boundary as seen by the target, and written-page rate
-for mb in 10 100 1024; do
+want boundary && for mb in 10 100 1024; do
 	for m in $MODES; do
 		[ "$m" = strace ] || [ "$m" = ebpf-idle ] && continue
 		r=$(run "$m" "$WORK/boundary" "$mb" 3)
 		log "boundary ${mb} MB resident $m: $r"
 	done
 done
-out=$(TPREC_DEBUG=1 "$TPREC" --backend ebpf --interval "$INTERVAL" -o "$WORK" -- "$WORK/boundary" 100 3 2>&1 >/dev/null | grep -E "fault stream vs pagemap over" || true)
-log "written pages (eBPF fault stream, boundary 100 MB): ${out#tprec: }"
-out=$("$TPREC" --backend ebpf --interval "$INTERVAL" -o "$WORK" -- dd if=/dev/zero of=/dev/null bs=512 count="$DD_COUNT" 2>&1 | grep -E "fault stream vs pagemap over" || true)
-log "written pages (eBPF fault stream, dd): ${out#tprec: }"
+if want boundary; then
+	out=$(TPREC_DEBUG=1 "$TPREC" --backend ebpf --interval "$INTERVAL" -o "$WORK" -- "$WORK/boundary" 100 3 2>&1 >/dev/null | grep -E "fault stream vs pagemap over" || true)
+	log "written pages (eBPF fault stream, boundary 100 MB): ${out#tprec: }"
+	out=$("$TPREC" --backend ebpf --interval "$INTERVAL" -o "$WORK" -- dd if=/dev/zero of=/dev/null bs=512 count="$DD_COUNT" 2>&1 | grep -E "fault stream vs pagemap over" || true)
+	log "written pages (eBPF fault stream, dd): ${out#tprec: }"
+fi
 
 # --- gdb's record full on a small dd run
-if command -v gdb >/dev/null; then
+if want gdb && command -v gdb >/dev/null; then
 	small=2000
 	t0=$(date +%s.%N); dd if=/dev/zero of=/dev/null bs=512 count=$small 2>/dev/null; t1=$(date +%s.%N)
 	gdb -q -batch -ex 'set pagination off' -ex starti -ex 'record full' -ex 'set record full insn-number-max unlimited' -ex continue \
@@ -207,7 +216,7 @@ fi
 
 # --- what an idle process costs recorded (BENCHMARKS.md, "Idle processes"):
 # tprec's and the target's CPU while it sleeps; IDLE=no leaves it out.
-if [ "${IDLE:-yes}" != no ]; then
+if want idle && [ "${IDLE:-yes}" != no ]; then
 	BINS="$(dirname "$TPREC")" ROUNDS="$RUNS" SECS=5 bash scripts/bench/idle.sh | grep -v '^#' | while read -r line; do
 		log "idle: $line"
 	done

@@ -215,7 +215,10 @@ while True:
 // cgroup, and the OOM killer had the target and its shadow to choose from.
 // tprec now gives every shadow the highest OOM score: the killer takes the
 // shadow, the target counts on, and tprec says the interval lost its
-// originals.
+// originals. A CI run then had the target killed right after its shadow:
+// the shadow's memory was still charged while tprec read it, so a shadow
+// whose cgroup is short of room is now read and collected before the
+// target resumes.
 func TestShadowTakesTheOOMKill(t *testing.T) {
 	requireRoot(t)
 	forBackends(t, func(t *testing.T, backend string) {
@@ -240,13 +243,17 @@ func TestShadowTakesTheOOMKill(t *testing.T) {
 			t.Fatalf("the target stopped rewriting (%d rounds, then %d); tprec:\n%s", before, after, rec.quit())
 		}
 		log := interruptRecording(t, rec)
-		if !strings.Contains(log, "its shadow was killed during the interval (SIGKILL") {
-			t.Fatalf("want tprec to say that the OOM killer took a shadow (else the test proves nothing):\n%s", log)
-		}
-		// After that kill no shadow is made while the room stays what it
+		// The first shadow is made before tprec knows what the target
+		// writes: the OOM killer usually takes it within its interval.
+		// When the boundary comes first, tprec reads its copies and
+		// collects it while the target is stopped (boundary.go). Either
+		// way no shadow is made after it while the room stays what it
 		// was (memroom.go): the OOM killer is not called again.
 		if !strings.Contains(log, "no shadow: its memory cgroup has") {
-			t.Errorf("want tprec to stop making shadows that the OOM killer takes:\n%s", log)
+			t.Errorf("want tprec to stop making shadows for want of room (else the test proves nothing):\n%s", log)
+		}
+		if strings.Contains(log, "its shadow was killed during the interval (SIGKILL") {
+			t.Log("the OOM killer took the first shadow")
 		}
 		select {
 		case err := <-done:

@@ -4,12 +4,14 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -342,11 +344,39 @@ func recordMinimizedWith(t *testing.T, flags []string, backend, prog string, arg
 	rec := startTprec(t, append(append(append([]string{"--backend", backend, "-o", dir}, flags...), "--", prog), args...)...)
 	ck := oneCheckpoint(t, rec, dir, 120*time.Second)
 	log := rec.stderr.String()
+	wantMinimized(t, ck, log)
+	return ck, log
+}
+
+// wantMinimized fails the test, keeping checkpoint ck, unless tprec's log
+// says a trial replay minimized it.
+func wantMinimized(t *testing.T, ck, log string) {
+	t.Helper()
 	if strings.Contains(log, "trial replay failed") || !strings.Contains(log, "touched pages of") {
 		keepFailed(t, ck)
 		t.Fatalf("want a checkpoint minimized by a trial replay that succeeded:\n%s", log)
 	}
-	return ck, log
+}
+
+// crashRecorded sends SIGSEGV to the process tprec says it records, whose
+// executable is exe (any, when empty), and returns the one checkpoint tprec
+// then writes into dir and tprec's log.
+func crashRecorded(t *testing.T, rec *recording, exe, dir string) (string, string) {
+	t.Helper()
+	pat := `recording process (\d+) \(`
+	if exe != "" {
+		pat += regexp.QuoteMeta(exe) + `\)`
+	}
+	m := regexp.MustCompile(pat).FindStringSubmatch(rec.stderr.String())
+	if m == nil {
+		t.Fatalf("tprec does not record %s:\n%s", cmp.Or(exe, "a process"), rec.stderr)
+	}
+	pid, _ := strconv.Atoi(m[1])
+	if err := syscall.Kill(pid, syscall.SIGSEGV); err != nil {
+		t.Fatal(err)
+	}
+	ck := oneCheckpoint(t, rec, dir, 180*time.Second)
+	return ck, rec.stderr.String()
 }
 
 // recordOne runs tprec with args (which write into dir) until it exits and

@@ -4,10 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -68,23 +65,11 @@ func TestUnrecordedRandomCutsTheWindow(t *testing.T) {
 			"--symmetric", "-o", filepath.Join(dir, "out.gpg"), in)
 		rec.waitRecording(t)
 		time.Sleep(1500 * time.Millisecond)
-		m := regexp.MustCompile(`recording process (\d+) \(/usr/bin/gpg\)`).FindStringSubmatch(rec.stderr.String())
-		if m == nil {
-			t.Fatalf("tprec does not record gpg:\n%s", rec.stderr)
-		}
-		pid, _ := strconv.Atoi(m[1])
-		if err := syscall.Kill(pid, syscall.SIGSEGV); err != nil {
-			t.Fatal(err)
-		}
-		ck := oneCheckpoint(t, rec, dir, 120*time.Second)
-		log := rec.stderr.String()
+		ck, log := crashRecorded(t, rec, "/usr/bin/gpg", dir)
 		if !strings.Contains(log, "killed by SIGSEGV") {
 			t.Fatalf("gpg did not die of the SIGSEGV:\n%s", log)
 		}
-		if strings.Contains(log, "trial replay failed") || !strings.Contains(log, "touched pages of") {
-			keepFailed(t, ck)
-			t.Fatalf("want a checkpoint minimized by a trial replay that succeeded:\n%s", log)
-		}
+		wantMinimized(t, ck, log)
 		if !strings.Contains(log, "the window now starts after interval") {
 			keepFailed(t, ck)
 			t.Fatalf("the trial replay verified the whole window: gpg's random bytes were replayed after all, and this test no longer shows a cut window:\n%s", log)
@@ -109,20 +94,8 @@ func TestUnrecordedValueAtALoopEnd(t *testing.T) {
 	rec := startTprec(t, "-o", dir, "--", prog)
 	rec.waitRecording(t)
 	time.Sleep(1500 * time.Millisecond)
-	m := regexp.MustCompile(`recording process (\d+)`).FindStringSubmatch(rec.stderr.String())
-	if m == nil {
-		t.Fatalf("no recorded pid:\n%s", rec.stderr)
-	}
-	pid, _ := strconv.Atoi(m[1])
-	if err := syscall.Kill(pid, syscall.SIGSEGV); err != nil {
-		t.Fatal(err)
-	}
-	ck := oneCheckpoint(t, rec, dir, 180*time.Second)
-	log := rec.stderr.String()
-	if strings.Contains(log, "trial replay failed") || !strings.Contains(log, "touched pages of") {
-		keepFailed(t, ck)
-		t.Fatalf("want a checkpoint minimized by a trial replay that succeeded:\n%s", log)
-	}
+	ck, log := crashRecorded(t, rec, "", dir)
+	wantMinimized(t, ck, log)
 	if !strings.Contains(log, "breakpoint hits") || !strings.Contains(log, "the window now starts after interval") {
 		keepFailed(t, ck)
 		t.Fatalf("want a trial that timed out passing the end with other values, then a cut window:\n%s", log)
