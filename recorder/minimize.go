@@ -79,6 +79,14 @@ func minimize(ctx context.Context, c *format.Checkpoint, store format.PageSource
 	for _, p := range res.Served {
 		keep[p] = true
 	}
+	// The pages of the words the end search compared keep their final
+	// content, which a replay's search compares with: one the window's
+	// memory calls created (the heap that brk grew in the last interval)
+	// was fresh memory to the trial, never served, and the file kept
+	// nothing of it, so tpreplay stopped at every pass of the loop.
+	for p := range endWordPages(res.EndWords) {
+		keep[p] = true
+	}
 	// The live part of the stack stays whole, touched or not: a debugger
 	// walking the call chain from the end (or from an interval start) needs
 	// the frames of callers the window never returned to. It is small.

@@ -184,9 +184,38 @@ func (s *endInProcess) rewindRet(regs proc.Regs, goal uint64) proc.Regs {
 	return regs
 }
 
-// mappingAt returns the mapping holding addr where the replay is to end.
+// mappingAt returns the mapping holding addr where the replay is to end, as
+// the recording gives it: the map at the start of interval until for a
+// replay that ends there, else the one at the start of the last interval
+// replayed (what that interval mapped is not in it).
 func (e *engine) mappingAt(addr uint64) (format.Mapping, bool) {
-	for _, m := range e.c.Intervals[e.until-1].Maps {
+	maps := e.c.Intervals[e.until-1].Maps
+	if e.until < len(e.c.Intervals) {
+		maps = e.c.Intervals[e.until].Maps
+	}
+	if m, ok := findMapping(maps, addr); ok {
+		return m, true
+	}
+	return findMapping(e.c.Intervals[e.until-1].Maps, addr)
+}
+
+// readableAtEnd reports whether the replayed process can read addr as it
+// stands at the end: by the recorded map, else by its own (the heap that
+// brk grew during the last interval, which no recorded map holds).
+func (e *engine) readableAtEnd(addr uint64) bool {
+	if m, ok := e.mappingAt(addr); ok {
+		return m.Prot&format.ProtRead != 0
+	}
+	maps, err := proc.ReadMaps(e.stub.pid)
+	if err != nil {
+		return false
+	}
+	m, ok := findMapping(maps, addr)
+	return ok && m.Prot&format.ProtRead != 0
+}
+
+func findMapping(maps []format.Mapping, addr uint64) (format.Mapping, bool) {
+	for _, m := range maps {
 		if addr >= m.Start && addr < m.End {
 			return m, true
 		}
@@ -643,7 +672,7 @@ func (e *engine) watchEndWord(d format.PageRef) {
 		return
 	}
 	got := make([]byte, pageSize)
-	if m, ok := e.mappingAt(d.Addr); !ok || m.Prot&format.ProtRead == 0 || e.mem.ReadAt(got, d.Addr) != nil {
+	if !e.readableAtEnd(d.Addr) || e.mem.ReadAt(got, d.Addr) != nil {
 		return
 	}
 	ones := make([]byte, pageSize)
