@@ -71,8 +71,9 @@ while 1 {
 // from the others, when the registers repeat at every pass. It looked the
 // word's page up in the map of the last interval's start, so a page that
 // interval mapped (the heap brk grew) was never compared: a stop at every
-// pass, a trial that ran out of time, every page kept. A CI run met it with
-// mawk (its heap grew in the interval a boundary ended). testdata/heapcount.c
+// pass, a trial that ran out of time, every page kept. A ptrace recording
+// of Debian's mawk counting in a loop met it (its heap grew in the interval
+// a trial piece ended at). testdata/heapcount.c
 // grows its heap and counts in the new page; the test crashes it right after.
 func TestEndSearchWordInMemoryMappedLast(t *testing.T) {
 	requireRoot(t)
