@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -568,6 +569,13 @@ func TestLLDBOnReplay(t *testing.T) {
 	if m == nil {
 		t.Fatalf("tpreplay did not print its address:\n%s", got)
 	}
+	// The rest of tpreplay's stderr, for a failure: a CI run once saw lldb
+	// lose the connection at its first packet.
+	rest := make(chan string, 1)
+	go func() {
+		b, _ := io.ReadAll(stderr)
+		rest <- got + string(b)
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, lldb, "-b", "-x",
@@ -580,6 +588,14 @@ func TestLLDBOnReplay(t *testing.T) {
 	for _, want := range []string{"stop reason = breakpoint", "libc.so.6`", "clock_nanosleep", "usleep", "gdbnow`main"} {
 		if !strings.Contains(bt, want) {
 			t.Errorf("lldb's backtrace lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		cmd.Process.Kill()
+		select {
+		case s := <-rest:
+			t.Logf("tpreplay's stderr:\n%s", s)
+		case <-time.After(5 * time.Second):
 		}
 	}
 }
