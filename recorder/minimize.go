@@ -506,10 +506,11 @@ func cutDiverged(c *format.Checkpoint, err error, logf func(string, ...any)) boo
 		// process wrote. Either way a start after the interval where that
 		// showed may not meet it: the window starts there. A trial that
 		// ran out of time is cut only when it had passed the end's rip
-		// with other registers or memory (gpg, whose end was in a cipher
-		// loop that passes that point a million times a second): one that
-		// never got there was slow, and a later start may spend that time
-		// again.
+		// with the recorded registers and other memory, or compared the
+		// passes in the process (gpg, whose end was in a cipher loop that
+		// passes that point a million times a second): one that never got
+		// there, or stopped at each pass, may have been slow, and a later
+		// start may spend that time again.
 		what := "the trial replay"
 		if d.Threads > 1 {
 			what = fmt.Sprintf("the trial replay of %d threads", d.Threads)

@@ -30,10 +30,12 @@ type Divergence struct {
 	// Timeout: the replay was stopped by its deadline (Options.Timeout)
 	// before it reached the end.
 	Timeout bool
-	// EndPassed: the replay passed the rip where the recording ended, with
-	// other registers or memory (then it went on, in case a later pass
-	// matched). A timeout that comes after it is most likely a divergence
-	// of data, not a replay that was merely slow.
+	// EndPassed: the replay passed the rip where the recording ended with
+	// other registers or memory, either with every register as recorded,
+	// or as fast as the program runs (the search compared in the process),
+	// and went on in case a later pass matched. A timeout that comes after
+	// it is most likely a divergence of data, not a replay that was merely
+	// slow.
 	EndPassed bool
 }
 

@@ -653,7 +653,13 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 		}
 		d := e.diverge(regs.Rip, e.lastSeq(), reason, fmt.Sprintf("end at rip %#x", e.end.Regs.Rip), actual)
 		d.Timeout = e.stopReq.Load() == stopDeadline
-		d.EndPassed = e.bp.hits > 0
+		// A search the process ran itself passed the end as fast as the
+		// program runs, so running out of time there means no pass was
+		// the end; one of ptrace stops may just have been slow (a
+		// handler's loop of 3 million passes, searched by stops because
+		// signals were left to deliver). Registers that matched with
+		// other memory are a divergence either way.
+		d.EndPassed = e.bp.regsMatched > 0 || e.bp.inproc != nil && e.bp.hits > 0
 		return nil, 0, d
 	}
 	if s := e.bp.inproc; sig == int(unix.SIGTRAP) && e.bp.active && s != nil {

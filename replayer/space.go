@@ -22,7 +22,13 @@ func recreated(m format.Mapping) bool { return !proc.Special(m) }
 
 // occupied lists every address range the replayed program may use: the
 // regions of every interval, and whatever the log maps or moves during the
-// window. The stub's page must stay clear of all of them.
+// window. The stub's page and the in-process views must stay clear of all
+// of them. The heap lies between the lowest and the highest break the log
+// gives (a brk that grows it from nothing follows a brk(0) that returns
+// where it starts; one that existed before is in the maps): a gigabyte
+// around each break, as it once was, also covered a program just below its
+// heap, which then had no in-process view in reach of its code, and every
+// pass of an end search there was a stop.
 func occupied(c *format.Checkpoint, log []format.Syscall) [][2]uint64 {
 	var r [][2]uint64
 	for _, iv := range c.Intervals {
@@ -30,6 +36,7 @@ func occupied(c *format.Checkpoint, log []format.Syscall) [][2]uint64 {
 			r = append(r, [2]uint64{m.Start, m.End})
 		}
 	}
+	var brkLo, brkHi uint64
 	for _, s := range log {
 		if s.Ret < 0 {
 			continue
@@ -40,8 +47,15 @@ func occupied(c *format.Checkpoint, log []format.Syscall) [][2]uint64 {
 		case unix.SYS_MREMAP:
 			r = append(r, [2]uint64{uint64(s.Ret), uint64(s.Ret) + pageUp(s.Args[2])})
 		case unix.SYS_BRK:
-			r = append(r, [2]uint64{uint64(s.Ret) - 1<<30, uint64(s.Ret) + 1<<30})
+			b := uint64(s.Ret)
+			if brkHi == 0 || b < brkLo {
+				brkLo = b
+			}
+			brkHi = max(brkHi, b)
 		}
+	}
+	if brkHi != 0 {
+		r = append(r, [2]uint64{pageDown(brkLo), pageUp(brkHi)})
 	}
 	return r
 }
