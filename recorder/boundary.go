@@ -527,11 +527,12 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 		clk.mark("store")
 		finish()
 	}
-	switch why, _ := s.roomShort(); {
-	case !later:
+	if !later {
 		read()
 		store()
-	case why != "":
+		return snap, nil
+	}
+	if why, _ := s.roomShort(); why != "" {
 		// The target's memory cgroup is short of room: while this shadow
 		// lives, each page the target writes that it still shares with
 		// it costs a new one, and the OOM killer may take the shadow as
@@ -546,7 +547,7 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 		s.reapZombie(true)
 		clk.mark("reaped")
 		s.deferred = append(s.deferred, store)
-	default:
+	} else {
 		s.deferred = append(s.deferred, func() { read(); store() })
 	}
 	return snap, nil

@@ -84,7 +84,8 @@ func minimize(ctx context.Context, c *format.Checkpoint, store format.PageSource
 	// memory calls created (the heap that brk grew in the last interval)
 	// was fresh memory to the trial, never served, and the file kept
 	// nothing of it, so tpreplay stopped at every pass of the loop.
-	for p := range endWordPages(res.EndWords) {
+	ends := endWordPages(res.EndWords)
+	for p := range ends {
 		keep[p] = true
 	}
 	// The live part of the stack stays whole, touched or not: a debugger
@@ -158,7 +159,7 @@ func minimize(ctx context.Context, c *format.Checkpoint, store format.PageSource
 	if oneStart {
 		for k, iv := range c.Intervals {
 			if iv.Index == res.From {
-				storeOneStart(c, k, endWordPages(res.EndWords))
+				storeOneStart(c, k, ends)
 				c.Header.PageSetNote += fmt.Sprintf("; the start of interval %d stored, replays from later ones run through it", res.From)
 			}
 		}
