@@ -85,6 +85,12 @@ type session struct {
 	holdRetry time.Time
 	crashed   int // signal of the last crash checkpoint
 	crashTid  int // the thread it stopped, until recording starts afresh
+	// crashCaught: the process had a handler for that signal when it
+	// crashed. A handler installed with SA_RESETHAND (Python's
+	// faulthandler, redis-server's crash log) leaves the signal at its
+	// default while it runs, so the disposition seen after the crash no
+	// longer tells a running handler from a process dying of the signal.
+	crashCaught bool
 	// heldSignal is the fatal signal s.ctl is stopped in the delivery of
 	// while its checkpoint is taken; 0 once the dump shadow's injection
 	// has queued it again (proc.Call.Signal).
@@ -950,6 +956,7 @@ func (s *session) crash(t *thread, sig int) error {
 	}
 	s.logf("process %d received %v at rip %#x: writing checkpoint", s.pid, unix.SignalName(unix.Signal(sig)), regs.Rip)
 	s.crashed, s.crashTid = sig, t.tid
+	_, s.crashCaught = disposition(s.pid, sig)
 	if err := s.holdPatiently(t.tid); err != nil {
 		if rerr := s.releaseOthers(); rerr != nil {
 			s.logf("resume the other threads: %v", rerr)
@@ -1251,7 +1258,13 @@ func (s *session) start() error {
 		return nil
 	}
 	if s.crashed != 0 && s.crashTid != 0 {
-		if _, caught := disposition(s.pid, s.crashed); !caught {
+		// A process that had a handler at its crash runs it now (the
+		// signal was given back to the thread in its delivery stop, or
+		// queued again with its siginfo): it is not dying, even when
+		// SA_RESETHAND has put the signal back to its default, and a
+		// second signal would kill it in the middle of its handler (a
+		// crash report half written).
+		if _, caught := disposition(s.pid, s.crashed); !caught && !s.crashCaught {
 			// Not yet: the process is most likely dying of its signal,
 			// its threads on their way out. An interval opened now
 			// injects calls into the leader, which a kill pending in it

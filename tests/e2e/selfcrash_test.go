@@ -87,3 +87,46 @@ func TestPython3CrashesItself(t *testing.T) {
 		}
 	})
 }
+
+// python3 with faulthandler, crashed from outside: its handler, installed
+// with SA_RESETHAND (the signal is back at its default while the handler
+// runs, as with redis-server's crash log), writes the Python traceback and
+// raises the signal again to die. Recorded, the handler must run to its
+// end as without tprec: a second SIGSEGV sent to a process whose signal
+// looked uncaught after its crash killed it in the middle of the report.
+func TestCrashHandlerWithResetHandRunsToItsEnd(t *testing.T) {
+	requireRoot(t)
+	forBackends(t, func(t *testing.T, backend string) {
+		script := pythonScript(t, "faulthandler.py", `
+import time
+def work():
+    n = 0
+    while True:
+        n += 1
+        time.sleep(0.002)
+work()
+`)
+		target := exec.Command("/usr/bin/python3", "-X", "faulthandler", script)
+		var stderr strings.Builder
+		target.Stderr = &stderr
+		if err := target.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- target.Wait() }()
+		t.Cleanup(func() {
+			if target.ProcessState == nil {
+				target.Process.Kill()
+				<-done
+			}
+		})
+		ck := attachAndCrash(t, target, done, 1500*time.Millisecond, "--backend", backend)
+		report := stderr.String()
+		for _, want := range []string{"Fatal Python error: Segmentation fault", "most recent call first", "in work"} {
+			if !strings.Contains(report, want) {
+				t.Errorf("python3's crash report lacks %q; its stderr:\n%s", want, report)
+			}
+		}
+		replay(t, ck)
+	})
+}
