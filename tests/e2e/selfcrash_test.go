@@ -28,7 +28,7 @@ func TestRedisDebugSegfault(t *testing.T) {
 	cli := needTool(t, "redis-cli")
 	forBackends(t, func(t *testing.T, backend string) {
 		port := map[string]string{"ebpf": "6441", "ptrace": "6442"}[backend]
-		target, done := redisUnderLoad(t, port, "--enable-debug-command", "yes", "--crash-memcheck-enabled", "no")
+		target, log, done := redisUnderLoadLog(t, nil, port, "--enable-debug-command", "yes", "--crash-memcheck-enabled", "no")
 		ck, stderr := crashWith(t, target, done, 2*time.Second, func(int) error {
 			// The server dies before it answers: the error is the point.
 			exec.Command(cli, "-p", port, "debug", "segfault").Run()
@@ -39,6 +39,11 @@ func TestRedisDebugSegfault(t *testing.T) {
 		// run (it says so) or the process died before its next stop.
 		if n := strings.Count(stderr, "writing checkpoint"); n != 1 {
 			t.Errorf("tprec started %d checkpoints, want the first fault's only:\n%s", n, stderr)
+		}
+		// The handler (installed with SA_RESETHAND) wrote its whole
+		// report, as without tprec.
+		if !strings.Contains(log.String(), "REDIS BUG REPORT END") {
+			t.Errorf("redis-server's crash report did not reach its end; its log:\n%s", log.String())
 		}
 		out := replay(t, ck)
 		if !strings.Contains(out, "in debugCommand") || !strings.Contains(out, "signal SIGSEGV") {

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -598,11 +599,19 @@ func redisUnderLoad(t *testing.T, port string, extra ...string) (*exec.Cmd, chan
 // command via, which execs it (its last argument is the server's path).
 func redisUnderLoadVia(t *testing.T, via []string, port string, extra ...string) (*exec.Cmd, chan error) {
 	t.Helper()
+	target, _, done := redisUnderLoadLog(t, via, port, extra...)
+	return target, done
+}
+
+// redisUnderLoadLog is redisUnderLoadVia that also returns the server's log
+// (its stdout), to read once it has ended.
+func redisUnderLoadLog(t *testing.T, via []string, port string, extra ...string) (*exec.Cmd, *bytes.Buffer, chan error) {
+	t.Helper()
 	srv := needTool(t, "redis-server")
 	bench := needTool(t, "redis-benchmark")
 	cli := needTool(t, "redis-cli")
 	args := append(append(append([]string{}, via...), srv, "--port", port, "--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", t.TempDir()), extra...)
-	target, _, done := startTarget(t, args[0], args[1:]...)
+	target, log, done := startTarget(t, args[0], args[1:]...)
 	for i := 0; exec.Command(cli, "-p", port, "ping").Run() != nil; i++ {
 		if i == 100 {
 			t.Fatal("redis-server did not answer")
@@ -614,7 +623,7 @@ func redisUnderLoadVia(t *testing.T, via []string, port string, extra ...string)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { load.Process.Kill(); load.Wait() })
-	return target, done
+	return target, log, done
 }
 
 // Debian's redis-server as shipped (three background-job threads and
