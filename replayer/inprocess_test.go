@@ -29,4 +29,21 @@ func TestInProcessPlace(t *testing.T) {
 	if a, ok := ipPlace(top, nil, stub); !ok || a > top {
 		t.Fatalf("near the top: %#x, %v", a, ok)
 	}
+	// A program linked at 0x400000 (Debian's python3.11), its heap just
+	// above: a place above the heap, within reach, and never in the low
+	// pages below 16 MiB.
+	const code, heap = 0x52_eb8e, 0xac_5000
+	low := [][2]uint64{{0x40_0000, 0x80_0000}, {0x90_0000, heap + 8<<20}}
+	a, ok = ipPlace(code, low, stub)
+	if !ok {
+		t.Fatal("no place near a program linked at 0x400000")
+	}
+	if a < 16<<20 || a+ipSize > code+1<<30 {
+		t.Fatalf("region at %#x for code at %#x", a, uint64(code))
+	}
+	for _, u := range low {
+		if a+ipSize+64<<20 > u[0] && a < u[1]+64<<20 {
+			t.Fatalf("region at %#x within 64 MiB of the used range %#x-%#x", a, u[0], u[1])
+		}
+	}
 }

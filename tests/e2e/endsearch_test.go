@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"debug/elf"
 	"os"
 	"path/filepath"
 	"strings"
@@ -100,4 +101,30 @@ func TestEndSearchWordInMemoryMappedLast(t *testing.T) {
 	if out := replay(t, ck); !strings.Contains(out, "in main") {
 		t.Fatalf("the crash did not land in the program's loop:\n%s", out)
 	}
+}
+
+// Debian's python3.11 is linked at a fixed address (0x400000), its heap
+// just above it. The views the replayed process compares its passes in were
+// placed at 4 GiB and up only, out of a rel32 jump's reach from that code:
+// a CPU-bound Python loop crashed from outside was searched with a stop at
+// every pass (11,000 a second, against the loop's 30 million), the trial ran
+// out of time and the checkpoint kept every page. Both backends.
+func TestEndSearchInProgramAtFixedAddress(t *testing.T) {
+	requireRoot(t)
+	const py = "/usr/bin/python3"
+	if f, err := elf.Open(py); err != nil || f.Type != elf.ET_EXEC {
+		t.Fatalf("%s is not linked at a fixed address here (%v); this test is about such a program", py, err)
+	}
+	forBackends(t, func(t *testing.T, backend string) {
+		dir := t.TempDir()
+		rec := startTprec(t, "--backend", backend, "-o", dir, "--", py, "-S", "-c", "x = 0\nwhile True:\n    x += 1\n")
+		rec.waitRecording(t)
+		time.Sleep(1500 * time.Millisecond)
+		ck, log := crashRecorded(t, rec, "", dir)
+		wantMinimized(t, ck, log)
+		out := replay(t, ck, "-v")
+		if !strings.Contains(out, "compared in the process") {
+			t.Fatalf("the end search did not compare the passes in the process:\n%s", out)
+		}
+	})
 }
