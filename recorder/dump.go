@@ -194,6 +194,7 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 	c.Header.ThreadNames = proc.ThreadNames(s.pid)
 	saved := map[format.Hash]*blob{}
 	filePages := map[uint64][]format.PageRef{}
+	fileCache := filePageCache{}
 	for _, iv := range ivs {
 		for _, p := range iv.meta.Written {
 			if p.Hash == format.ZeroHash || saved[p.Hash] != nil {
@@ -207,7 +208,7 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 		}
 		// The ring closes an interval's files when it drops it.
 		for seq, m := range iv.files {
-			filePages[seq] = m.pages(addrs, store)
+			filePages[seq] = m.pages(addrs, store, fileCache)
 		}
 		meta := iv.meta
 		if _, err := meta.Thread(end.Tid); err != nil && meta.Replayable {
