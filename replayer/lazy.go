@@ -2,6 +2,7 @@ package replayer
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/tprec/tprec/format"
@@ -18,9 +19,98 @@ import (
 // end) serve the pages first too. The pages served are exactly the pages the
 // window touches, which is what a minimal checkpoint must hold.
 
-// lazyPage says where a servable page's content is.
+// lazyPage says where a servable page's content is. A page a file mmap of
+// the window gave (the record's Pages) also names that call and the page's
+// address in it, so that a minimal checkpoint keeps, for each such call,
+// the pages of it the replay touched (Result.ServedMapped).
 type lazyPage struct {
 	hash format.Hash
+	seq  uint64 // the mmap's record, 0 for a page of the start state
+	orig uint64 // its address in that record's Pages (an mremap may move it)
+}
+
+// noteMapped counts lp, served or peeked, for the mmap record that gave it.
+func (e *engine) noteMapped(lp lazyPage) {
+	if lp.seq == 0 {
+		return
+	}
+	if e.servedMapped == nil {
+		e.servedMapped = map[uint64]map[uint64]bool{}
+	}
+	m := e.servedMapped[lp.seq]
+	if m == nil {
+		m = map[uint64]bool{}
+		e.servedMapped[lp.seq] = m
+	}
+	m[lp.orig] = true
+}
+
+// mappedSpan is where a file mmap of the log (seq) is still mapped.
+type mappedSpan struct{ lo, hi, seq uint64 }
+
+// fileMappedBefore lists where the file mmaps of the log with recorded
+// content (Syscall.Pages) are still mapped at the call numbered seq: the
+// ranges later calls did not map, unmap or move over.
+func (e *engine) fileMappedBefore(seq uint64) []mappedSpan {
+	var live []mappedSpan
+	cut := func(lo, hi uint64) {
+		var out []mappedSpan
+		for _, m := range live {
+			if m.hi <= lo || m.lo >= hi {
+				out = append(out, m)
+				continue
+			}
+			if m.lo < lo {
+				out = append(out, mappedSpan{m.lo, lo, m.seq})
+			}
+			if m.hi > hi {
+				out = append(out, mappedSpan{hi, m.hi, m.seq})
+			}
+		}
+		live = out
+	}
+	for i := range e.c.Syscalls {
+		rec := &e.c.Syscalls[i]
+		if rec.Seq >= seq {
+			break
+		}
+		if rec.Ret < 0 {
+			continue
+		}
+		a := rec.Args
+		switch rec.Nr {
+		case unix.SYS_MMAP:
+			lo, hi := uint64(rec.Ret), uint64(rec.Ret)+pageUp(a[1])
+			cut(lo, hi)
+			if len(rec.Pages) > 0 {
+				live = append(live, mappedSpan{lo, hi, rec.Seq})
+			}
+		case unix.SYS_MUNMAP:
+			cut(a[0], a[0]+pageUp(a[1]))
+		case unix.SYS_MREMAP:
+			cut(a[0], a[0]+pageUp(a[1]))
+			cut(uint64(rec.Ret), uint64(rec.Ret)+pageUp(a[2]))
+		}
+	}
+	return live
+}
+
+// servedMappedPages lists, per mmap record, the addresses (in its Pages) of
+// its pages the replay served or peeked, in order.
+func (e *engine) servedMappedPages() map[uint64][]uint64 {
+	if len(e.servedMapped) == 0 {
+		return nil
+	}
+	out := make(map[uint64][]uint64, len(e.servedMapped))
+	for seq, m := range e.servedMapped {
+		l := make([]uint64, 0, len(m))
+		for a := range m {
+			l = append(l, a)
+		}
+		slices.Sort(l)
+		out[seq] = l
+	}
+	return out
 }
 
 // serve makes the page holding addr accessible with its recorded content, if
@@ -62,6 +152,7 @@ func (e *engine) serve(addr uint64) (bool, error) {
 	e.guards.remove(page, page+pageSize)
 	delete(e.lazy, page)
 	e.served[page] = true
+	e.noteMapped(lp)
 	return true, nil
 }
 
@@ -202,6 +293,7 @@ func (e *engine) peek(addr uint64) (data []byte, ok bool, err error) {
 		e.peeked = map[uint64]bool{}
 	}
 	e.peeked[page] = true
+	e.noteMapped(lp)
 	return data, true, nil
 }
 

@@ -54,7 +54,7 @@ func (e *engine) memoryEntry(p *pending, regs *proc.Regs) error {
 			// checkpoint for the pages the window may touch; the rest is
 			// kept inaccessible so that a touch is reported, not read as
 			// zeros.
-			return e.fillMapping(addr, addr+length, uint32(prot), rec.Pages,
+			return e.fillMapping(addr, addr+length, uint32(prot), seq, rec.Pages,
 				fmt.Sprintf("file-backed mmap at seq %d (fd %d): content not recorded", seq, fd))
 		}
 	case unix.SYS_MUNMAP:
@@ -157,11 +157,11 @@ func (e *engine) brkEntry(p *pending, rewrite func(nr int, args ...uint64)) erro
 
 // fillMapping writes the recorded content of a new mapping [start, end) and
 // guards the pages the checkpoint does not hold.
-func (e *engine) fillMapping(start, end uint64, prot uint32, pages []format.PageRef, reason string) error {
+func (e *engine) fillMapping(start, end uint64, prot uint32, seq uint64, pages []format.PageRef, reason string) error {
 	if e.opts.Lazy {
 		for _, pr := range pages {
 			if pr.Addr >= start && pr.Addr < end {
-				e.lazy[pr.Addr] = lazyPage{hash: pr.Hash}
+				e.lazy[pr.Addr] = lazyPage{hash: pr.Hash, seq: seq, orig: pr.Addr}
 			}
 		}
 		if _, err := e.stub.injectOK(fmt.Sprintf("guard %#x-%#x", start, end), unix.SYS_MPROTECT, start, end-start, unix.PROT_NONE); err != nil {

@@ -76,6 +76,12 @@ type Result struct {
 	// Served lists, with Options.Lazy, the addresses of the pages the replay
 	// touched, in order.
 	Served []uint64
+	// ServedMapped lists, with Options.Lazy, for each file mmap of the
+	// window (by its record's Seq), the pages of its recorded content
+	// (the record's Pages, by their address there) that the replay
+	// touched, in order. A program that maps a file again and again
+	// touches some pages of each mapping, not each page it touched in any.
+	ServedMapped map[uint64][]uint64
 	// InProcess counts the calls the replayed process completed itself,
 	// without a ptrace stop (inprocess.go).
 	InProcess int
@@ -318,11 +324,14 @@ type engine struct {
 	guards guardSet
 	lazy   map[uint64]lazyPage // pages not served yet (Options.Lazy)
 	served map[uint64]bool     // pages served so far
-	brkEnd uint64              // page-aligned end of the program's heap as replay built it
-	pend   *pending
-	bp     breakpoint
-	int3s  int3Table
-	dbg    *debugState // nil unless a debugger drives the engine (Session)
+	// servedMapped: per file mmap record (seq), the addresses in its Pages
+	// of the pages served or peeked (lazyPage.seq).
+	servedMapped map[uint64]map[uint64]bool
+	brkEnd       uint64 // page-aligned end of the program's heap as replay built it
+	pend         *pending
+	bp           breakpoint
+	int3s        int3Table
+	dbg          *debugState // nil unless a debugger drives the engine (Session)
 	// writtenFirst counts the pages written before the replay started
 	// (Options.WrittenFirst).
 	writtenFirst int
@@ -1242,6 +1251,7 @@ func (e *engine) verified(rip uint64) *Result {
 		End:          e.end,
 		Rip:          rip,
 		Served:       e.servedPages(),
+		ServedMapped: e.servedMappedPages(),
 		InProcess:    e.inproc.completed(),
 		WrittenFirst: e.writtenFirst,
 		Schedule:     e.sched,

@@ -260,6 +260,17 @@ func (e *engine) rebuildLazy(regs []region, state map[uint64]format.Hash) error 
 	for a, h := range state {
 		e.lazy[a] = lazyPage{hash: h}
 	}
+	// A page of a file the window mapped before this start, still mapped
+	// there, is the content of that call's record to a replay of the whole
+	// window: it counts for that record when served (lazyPage.seq).
+	for _, m := range e.fileMappedBefore(e.c.Intervals[e.k].FirstSeq) {
+		for a := m.lo; a < m.hi; a += pageSize {
+			if lp, ok := e.lazy[a]; ok {
+				lp.seq, lp.orig = m.seq, a
+				e.lazy[a] = lp
+			}
+		}
+	}
 	var first []uint64 // sorted
 	if e.opts.WrittenFirst {
 		seen := map[uint64]bool{}
@@ -282,6 +293,14 @@ func (e *engine) rebuildLazy(regs []region, state map[uint64]format.Hash) error 
 		lo := sort.Search(len(first), func(i int) bool { return first[i] >= r.Start })
 		hi := sort.Search(len(first), func(i int) bool { return first[i] >= r.End })
 		in := first[lo:hi]
+		if r.Prot&unix.PROT_WRITE == 0 {
+			// The program cannot have written these: a page of a
+			// read-only mapping is among an interval's originals
+			// because the mapping went away in it (a file mapped and
+			// unmapped again and again: all of its pages), and
+			// counting it as touched would keep it in the file.
+			in = nil
+		}
 		var nonZero []uint64
 		for _, a := range in {
 			if state[a] != format.ZeroHash {
@@ -292,6 +311,7 @@ func (e *engine) rebuildLazy(regs []region, state map[uint64]format.Hash) error 
 			return err
 		}
 		for _, a := range in {
+			e.noteMapped(e.lazy[a])
 			delete(e.lazy, a)
 			e.served[a] = true
 		}

@@ -9,8 +9,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tprec/tprec/format"
 )
 
 // bigFile writes n bytes of text made of random words: compressible, and
@@ -377,6 +380,67 @@ func TestCrashInFirstInterval(t *testing.T) {
 		out := inspectJSON(t, ck, &info)
 		if len(info.Intervals) < 2 || info.Intervals[0].Replayable || !strings.Contains(info.Intervals[0].Reason, "dynamic loader") {
 			t.Fatalf("want a first interval ending at the entry point, not replayable because of the loader:\n%s", out)
+		}
+		replay(t, ck)
+	})
+}
+
+// python3 maps an 8 MB file again and again, reading 64 KiB of each MiB, a
+// different 64 KiB each time, and unmaps it. The minimized checkpoint keeps,
+// for each mapping, the pages the trial touched in that mapping, not every
+// page of it at an address touched in any of them: it kept all 2,048 pages
+// of each mapping, and a 20 MB file mapped 480 times in 2 s made a tpreplay
+// of 35 s. The dump reads each page of the file once, not once a mapping.
+func TestFileMappedAgainAndAgain(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	data := make([]byte, 8<<20)
+	for i := range data {
+		data[i] = byte(i*7 + i>>12)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "data"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := pythonScript(t, "remap.py", `
+import hashlib, mmap, os, sys
+path = os.path.join(sys.argv[1], "data")
+h = hashlib.md5()
+i = 0
+while True:
+    with open(path, "rb") as f:
+        m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+        for off in range((i % 16) << 16, len(m), 1 << 20):
+            h.update(m[off:off + 65536])
+        m.close()
+    i += 1
+`)
+	forBackends(t, func(t *testing.T, backend string) {
+		target, _, done := startTarget(t, "/usr/bin/python3", "-S", script, dir)
+		time.Sleep(300 * time.Millisecond)
+		ck, log := crashWith(t, target, done, 1500*time.Millisecond, func(pid int) error { return syscall.Kill(pid, syscall.SIGSEGV) }, "--backend", backend)
+		wantMinimized(t, ck, log)
+		f, err := format.Open(ck)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		maps, most, kept := 0, 0, 0
+		for _, rec := range f.Checkpoint.Syscalls {
+			if rec.Nr == syscall.SYS_MMAP && rec.Args[1] == uint64(len(data)) {
+				maps++
+				most = max(most, len(rec.Pages))
+				kept += len(rec.Pages)
+			}
+		}
+		t.Logf("%d mappings of the file in the window, %d of their pages kept in all, at most %d of one", maps, kept, most)
+		if maps < 16 {
+			t.Fatalf("%d mappings of the file in the window; the test wants at least 16", maps)
+		}
+		// Each mapping has 16 pages of each of its 8 MiB read: 128. The
+		// mapping a piece of the trial ends in may also keep the pages the
+		// end's digests compare.
+		if kept > 2*128*maps {
+			t.Errorf("the mappings kept %d pages, %.0f each; each touched 128 of its 2,048", kept, float64(kept)/float64(maps))
 		}
 		replay(t, ck)
 	})
