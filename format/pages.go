@@ -259,3 +259,64 @@ func DigestMasked(addr uint64, data []byte, rseqs []Rseq, rsp uint64) []byte {
 	}
 	return masked
 }
+
+// x86-64 syscall numbers and the flag FileMappedBefore reads (the format
+// package does not depend on the host's headers).
+const (
+	nrMmap       = 9
+	nrMunmap     = 11
+	nrMremap     = 25
+	mapAnonymous = 0x20
+)
+
+// MappedSpan is where the file mmap of the log numbered Seq is still
+// mapped: [Lo, Hi).
+type MappedSpan struct{ Lo, Hi, Seq uint64 }
+
+// FileMappedBefore lists where the file mmaps of log (sorted by Seq) are
+// still mapped at the call numbered seq: the ranges later calls did not
+// map, unmap or move over.
+func FileMappedBefore(log []Syscall, seq uint64) []MappedSpan {
+	var live []MappedSpan
+	cut := func(lo, hi uint64) {
+		var out []MappedSpan
+		for _, m := range live {
+			if m.Hi <= lo || m.Lo >= hi {
+				out = append(out, m)
+				continue
+			}
+			if m.Lo < lo {
+				out = append(out, MappedSpan{m.Lo, lo, m.Seq})
+			}
+			if m.Hi > hi {
+				out = append(out, MappedSpan{hi, m.Hi, m.Seq})
+			}
+		}
+		live = out
+	}
+	up := func(n uint64) uint64 { return (n + PageSize - 1) &^ (PageSize - 1) }
+	for i := range log {
+		rec := &log[i]
+		if rec.Seq >= seq {
+			break
+		}
+		if rec.Ret < 0 {
+			continue
+		}
+		a := rec.Args
+		switch rec.Nr {
+		case nrMmap:
+			lo, hi := uint64(rec.Ret), uint64(rec.Ret)+up(a[1])
+			cut(lo, hi)
+			if a[3]&mapAnonymous == 0 && int32(a[4]) >= 0 {
+				live = append(live, MappedSpan{lo, hi, rec.Seq})
+			}
+		case nrMunmap:
+			cut(a[0], a[0]+up(a[1]))
+		case nrMremap:
+			cut(a[0], a[0]+up(a[1]))
+			cut(uint64(rec.Ret), uint64(rec.Ret)+up(a[2]))
+		}
+	}
+	return live
+}

@@ -83,6 +83,7 @@ func (s *session) dump(end format.EndState, reason string) error {
 		if err == nil {
 			err = s.finish(path, c, src, t0, held, fclk)
 		}
+		src.closeBig()
 		fclk.log(s, "dump in the background")
 		if err != nil {
 			s.errorf("checkpoint not written: %v", err)
@@ -195,6 +196,7 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 	saved := map[format.Hash]*blob{}
 	filePages := map[uint64][]format.PageRef{}
 	fileCache := filePageCache{}
+	big := map[uint64]*mappedFile{}
 	for _, iv := range ivs {
 		for _, p := range iv.meta.Written {
 			if p.Hash == format.ZeroHash || saved[p.Hash] != nil {
@@ -209,6 +211,14 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 		// The ring closes an interval's files when it drops it.
 		for seq, m := range iv.files {
 			filePages[seq] = m.pages(addrs, store, fileCache)
+			if m.length > maxMappedAll {
+				// The ring may close it before the trial runs.
+				if fd, err := unix.Dup(int(m.f.Fd())); err == nil {
+					dup := *m
+					dup.f = os.NewFile(uintptr(fd), m.f.Name())
+					big[seq] = &dup
+				}
+			}
 		}
 		meta := iv.meta
 		if _, err := meta.Thread(end.Tid); err != nil && meta.Replayable {
@@ -280,7 +290,7 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 	// while it was written: at 200 bytes a call the limit stood there and
 	// the collector ran 20 times back to back (write 2.8-3.6 s).
 	heap := int64(len(saved))*format.PageSize + int64(n)*400
-	return c, &liveSource{store: store, saved: saved, shared: shared, heapBytes: heap}, assemble, nil
+	return c, &liveSource{store: store, saved: saved, shared: shared, heapBytes: heap, big: big}, assemble, nil
 }
 
 // readEnd reads from the live source what the checkpoint needs besides its

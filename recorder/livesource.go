@@ -1,8 +1,11 @@
 package recorder
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
+	"slices"
+	"sync"
 
 	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/proc"
@@ -47,6 +50,98 @@ type liveSource struct {
 	// heapBytes estimates the memory the assembled checkpoint takes
 	// besides the ring: its records and its saved pages (dumpMemory).
 	heapBytes int64
+	// big are the files of the window's mappings too large to read whole
+	// (maxMappedAll), by mmap record, for the trial to read the pages it
+	// touches (filePage).
+	bigMu sync.Mutex
+	big   map[uint64]*mappedFile
+}
+
+// filePage reads the page at addr of the mapping the mmap record seq made,
+// one too large to be read whole at the dump, for the trial: a program that
+// maps a large file and unmaps it in the window otherwise replays to a page
+// the checkpoint lacks (glibc's iconv maps each input whole).
+func (l *liveSource) filePage(seq, addr uint64) (format.Hash, bool) {
+	l.bigMu.Lock()
+	defer l.bigMu.Unlock()
+	m := l.big[seq]
+	if m == nil {
+		return format.Hash{}, false
+	}
+	refs := m.pages([]uint64{addr}, l.store, nil)
+	if len(refs) != 1 {
+		return format.Hash{}, false
+	}
+	return refs[0].Hash, true
+}
+
+// addMappedPages adds to the mmap records of c that a replay from interval
+// from (an Index) runs through the pages of them the trial touched
+// (served, by record) that they lack (a mapping too large to be read
+// whole), read from the file now. A page of a mapping made before that
+// start, still there and not in its start state (not present then), goes
+// into that start as an original: a replay from it has it nowhere else.
+func (l *liveSource) addMappedPages(c *format.Checkpoint, from int, served map[uint64][]format.PageRef) {
+	k := slices.IndexFunc(c.Intervals, func(iv format.Interval) bool { return iv.Index == from })
+	if k < 0 {
+		return
+	}
+	startSeq := c.Intervals[k].FirstSeq
+	recs := map[uint64]*format.Syscall{}
+	for i := range c.Syscalls {
+		if rec := &c.Syscalls[i]; served[rec.Seq] != nil {
+			recs[rec.Seq] = rec
+		}
+	}
+	// content returns the content of rec's page at addr at the call.
+	content := func(rec *format.Syscall, addr uint64) (format.Hash, bool) {
+		if i, ok := slices.BinarySearchFunc(rec.Pages, addr, func(p format.PageRef, a uint64) int { return cmp.Compare(p.Addr, a) }); ok {
+			return rec.Pages[i].Hash, true
+		}
+		return l.filePage(rec.Seq, addr)
+	}
+	state := c.StartState(k)
+	for _, m := range format.FileMappedBefore(c.Syscalls, startSeq) {
+		rec := recs[m.Seq]
+		for _, p := range served[m.Seq] {
+			if _, ok := state[p.Addr]; ok || rec == nil || p.Addr < m.Lo || p.Addr >= m.Hi {
+				continue
+			}
+			if h, ok := content(rec, p.Addr); ok {
+				state[p.Addr] = h
+				c.Intervals[k].Written = append(c.Intervals[k].Written, format.PageRef{Addr: p.Addr, Hash: h})
+			}
+		}
+	}
+	slices.SortFunc(c.Intervals[k].Written, func(a, b format.PageRef) int { return cmp.Compare(a.Addr, b.Addr) })
+	for seq, rec := range recs {
+		if seq < startSeq || l.big[seq] == nil {
+			continue
+		}
+		n := len(rec.Pages)
+		for _, p := range served[seq] {
+			if _, ok := slices.BinarySearchFunc(rec.Pages[:n], p.Addr, func(q format.PageRef, a uint64) int { return cmp.Compare(q.Addr, a) }); ok {
+				continue
+			}
+			if h, ok := l.filePage(seq, p.Addr); ok {
+				rec.Pages = append(rec.Pages, format.PageRef{Addr: p.Addr, Hash: h})
+			}
+		}
+		slices.SortFunc(rec.Pages, func(a, b format.PageRef) int { return cmp.Compare(a.Addr, b.Addr) })
+		// Two pieces may both have served a page (the record's own, and
+		// the next one, which began with the mapping in place).
+		rec.Pages = slices.CompactFunc(rec.Pages, func(a, b format.PageRef) bool { return a.Addr == b.Addr })
+	}
+}
+
+// closeBig closes the files filePage read.
+func (l *liveSource) closeBig() {
+	l.bigMu.Lock()
+	defer l.bigMu.Unlock()
+	for _, m := range l.big {
+		m.f.Close()
+	}
+	l.big = nil
 }
 
 func (l *liveSource) read(addr uint64) ([]byte, error) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -74,6 +75,9 @@ func minimize(ctx context.Context, c *format.Checkpoint, store format.PageSource
 		c.Header.PageSetNote = "every present page kept: the trial replay failed: " + err.Error()
 		logf("trial replay failed, keeping every present page: %v", err)
 		return
+	}
+	if fp, ok := store.(filePager); ok {
+		fp.addMappedPages(c, res.From, res.ServedMapped)
 	}
 	keep := make(map[uint64]bool, len(res.Served))
 	for _, p := range res.Served {
@@ -152,14 +156,20 @@ func minimize(ctx context.Context, c *format.Checkpoint, store format.PageSource
 	// any mapping: a python3 that maps a 20 MB file 480 times, reading
 	// 5% of each, at addresses that move a little from one to the next,
 	// kept all of every mapping (a tpreplay of 35 s for 2 s of history).
+	// A mapping made before the replay's start keeps nothing: a replay
+	// does not run through its call.
+	var startSeq uint64
+	if k := slices.IndexFunc(c.Intervals, func(iv format.Interval) bool { return iv.Index == res.From }); k >= 0 {
+		startSeq = c.Intervals[k].FirstSeq
+	}
 	for i := range c.Syscalls {
 		rec := &c.Syscalls[i]
 		if len(rec.Pages) == 0 {
 			continue
 		}
 		mine := make(map[uint64]bool, len(res.ServedMapped[rec.Seq]))
-		for _, a := range res.ServedMapped[rec.Seq] {
-			mine[a] = true
+		for _, p := range res.ServedMapped[rec.Seq] {
+			mine[p.Addr] = rec.Seq >= startSeq
 		}
 		rec.Pages = filterPages(rec.Pages, mine)
 	}
@@ -312,6 +322,9 @@ func runTrial(ctx context.Context, c *format.Checkpoint, store format.PageSource
 // with the pages every piece served. o gives the schedule and the timeout.
 func trialReplay(ctx context.Context, c *format.Checkpoint, store format.PageSource, n int, hw bool, o replayer.Options) (*replayer.Result, error) {
 	o.Lazy, o.WrittenFirst = true, true
+	if fp, ok := store.(filePager); ok {
+		o.FilePage = fp.filePage
+	}
 	starts := trialPieces(c, n, hw)
 	if len(starts) <= 1 {
 		o.From = -1
@@ -360,7 +373,7 @@ func trialReplay(ctx context.Context, c *format.Checkpoint, store format.PageSou
 	res.Intervals, res.Syscalls = 0, 0
 	seen := map[uint64]bool{}
 	res.Served = nil
-	res.ServedMapped = map[uint64][]uint64{}
+	res.ServedMapped = map[uint64][]format.PageRef{}
 	for _, r := range results {
 		res.Intervals += r.Intervals
 		res.Syscalls += r.Syscalls
@@ -380,6 +393,15 @@ func trialReplay(ctx context.Context, c *format.Checkpoint, store format.PageSou
 	last := results[len(results)-1]
 	res.End, res.Rip, res.EndWords = last.End, last.Rip, last.EndWords
 	return &res, nil
+}
+
+// filePager is a page source that reads, for the trial, pages of file
+// mappings of the window too large to have been read whole
+// (liveSource.filePage), and afterwards gives each mmap record the pages
+// of it the trial touched (addMappedPages).
+type filePager interface {
+	filePage(seq, addr uint64) (format.Hash, bool)
+	addMappedPages(c *format.Checkpoint, from int, served map[uint64][]format.PageRef)
 }
 
 // minPieceCalls is the fewest syscalls a piece of the trial replay gets

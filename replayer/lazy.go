@@ -1,6 +1,7 @@
 package replayer
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
@@ -35,79 +36,54 @@ func (e *engine) noteMapped(lp lazyPage) {
 		return
 	}
 	if e.servedMapped == nil {
-		e.servedMapped = map[uint64]map[uint64]bool{}
+		e.servedMapped = map[uint64]map[uint64]format.Hash{}
 	}
 	m := e.servedMapped[lp.seq]
 	if m == nil {
-		m = map[uint64]bool{}
+		m = map[uint64]format.Hash{}
 		e.servedMapped[lp.seq] = m
 	}
-	m[lp.orig] = true
+	if _, ok := m[lp.orig]; !ok {
+		m[lp.orig] = lp.hash
+	}
 }
 
-// mappedSpan is where a file mmap of the log (seq) is still mapped.
-type mappedSpan struct{ lo, hi, seq uint64 }
-
-// fileMappedBefore lists where the file mmaps of the log with recorded
-// content (Syscall.Pages) are still mapped at the call numbered seq: the
-// ranges later calls did not map, unmap or move over.
-func (e *engine) fileMappedBefore(seq uint64) []mappedSpan {
-	var live []mappedSpan
-	cut := func(lo, hi uint64) {
-		var out []mappedSpan
-		for _, m := range live {
-			if m.hi <= lo || m.lo >= hi {
-				out = append(out, m)
-				continue
-			}
-			if m.lo < lo {
-				out = append(out, mappedSpan{m.lo, lo, m.seq})
-			}
-			if m.hi > hi {
-				out = append(out, mappedSpan{hi, m.hi, m.seq})
-			}
-		}
-		live = out
+// filePage asks Options.FilePage for the content of page, under guard g of
+// a file mapping whose record does not hold it.
+func (e *engine) filePage(g guard, page uint64) (lazyPage, bool) {
+	if g.file == 0 || e.opts.FilePage == nil {
+		return lazyPage{}, false
 	}
-	for i := range e.c.Syscalls {
-		rec := &e.c.Syscalls[i]
-		if rec.Seq >= seq {
-			break
-		}
-		if rec.Ret < 0 {
-			continue
-		}
-		a := rec.Args
-		switch rec.Nr {
-		case unix.SYS_MMAP:
-			lo, hi := uint64(rec.Ret), uint64(rec.Ret)+pageUp(a[1])
-			cut(lo, hi)
-			if len(rec.Pages) > 0 {
-				live = append(live, mappedSpan{lo, hi, rec.Seq})
-			}
-		case unix.SYS_MUNMAP:
-			cut(a[0], a[0]+pageUp(a[1]))
-		case unix.SYS_MREMAP:
-			cut(a[0], a[0]+pageUp(a[1]))
-			cut(uint64(rec.Ret), uint64(rec.Ret)+pageUp(a[2]))
-		}
+	orig := page - g.shift
+	h, ok := e.opts.FilePage(g.file, orig)
+	if !ok {
+		return lazyPage{}, false
 	}
-	return live
+	lp := lazyPage{hash: h, seq: g.file, orig: orig}
+	e.lazy[page] = lp
+	return lp, true
 }
 
-// servedMappedPages lists, per mmap record, the addresses (in its Pages) of
-// its pages the replay served or peeked, in order.
-func (e *engine) servedMappedPages() map[uint64][]uint64 {
+// fileMappedBefore lists where the file mmaps of the log are still mapped
+// at the call numbered seq (format.FileMappedBefore).
+func (e *engine) fileMappedBefore(seq uint64) []format.MappedSpan {
+	return format.FileMappedBefore(e.c.Syscalls, seq)
+}
+
+// servedMappedPages lists, per mmap record, its pages the replay served or
+// peeked (by their address in the record), in order, with the content
+// they were served with.
+func (e *engine) servedMappedPages() map[uint64][]format.PageRef {
 	if len(e.servedMapped) == 0 {
 		return nil
 	}
-	out := make(map[uint64][]uint64, len(e.servedMapped))
+	out := make(map[uint64][]format.PageRef, len(e.servedMapped))
 	for seq, m := range e.servedMapped {
-		l := make([]uint64, 0, len(m))
-		for a := range m {
-			l = append(l, a)
+		l := make([]format.PageRef, 0, len(m))
+		for a, h := range m {
+			l = append(l, format.PageRef{Addr: a, Hash: h})
 		}
-		slices.Sort(l)
+		slices.SortFunc(l, func(a, b format.PageRef) int { return cmp.Compare(a.Addr, b.Addr) })
 		out[seq] = l
 	}
 	return out
@@ -120,6 +96,9 @@ func (e *engine) serve(addr uint64) (bool, error) {
 	page := pageDown(addr)
 	lp, ok := e.lazy[page]
 	g, guarded := e.guards.find(page)
+	if !ok && guarded {
+		lp, ok = e.filePage(g, page)
+	}
 	if !ok {
 		if !guarded || !g.zero {
 			return false, nil
@@ -281,6 +260,9 @@ func (e *engine) peek(addr uint64) (data []byte, ok bool, err error) {
 	page := pageDown(addr)
 	lp, ok := e.lazy[page]
 	g, guarded := e.guards.find(page)
+	if !ok && guarded {
+		lp, ok = e.filePage(g, page)
+	}
 	if !guarded || (!ok && !g.zero) {
 		return nil, false, nil
 	}

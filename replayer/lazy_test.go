@@ -1,12 +1,10 @@
 package replayer
 
 import (
-	"fmt"
 	"slices"
 	"testing"
 
 	"github.com/tprec/tprec/format"
-	"golang.org/x/sys/unix"
 )
 
 // A lazy replay serves exactly the pages the window touches: far fewer than
@@ -89,39 +87,4 @@ func TestLazyWrittenFirstServesTheSamePages(t *testing.T) {
 		t.Errorf("served %d pages with the written ones first, %d without; they differ", len(first.Served), len(res.Served))
 	}
 	t.Logf("%d pages served, %d of them written up front", len(first.Served), first.WrittenFirst)
-}
-
-// The file mappings the log made that are still in place at a call: a
-// munmap cuts one, a later mmap over it replaces it, an mremap takes its
-// old range away; an anonymous mmap or one without recorded pages counts
-// for nothing but what it covers.
-func TestFileMappedBefore(t *testing.T) {
-	const pg = pageSize
-	mmap := func(seq, addr, n uint64, pages bool) format.Syscall {
-		s := format.Syscall{Seq: seq, Nr: unix.SYS_MMAP, Ret: int64(addr), Args: [6]uint64{0, n * pg}}
-		if pages {
-			s.Pages = []format.PageRef{{Addr: addr}}
-		}
-		return s
-	}
-	e := &engine{c: &format.Checkpoint{Syscalls: []format.Syscall{
-		mmap(1, 0x10000, 8, true),
-		{Seq: 2, Nr: unix.SYS_MUNMAP, Args: [6]uint64{0x12000, 2 * pg}},
-		mmap(3, 0x40000, 4, true),
-		mmap(4, 0x40000+2*pg, 1, false),
-		mmap(5, 0x80000, 4, true),
-		{Seq: 6, Nr: unix.SYS_MREMAP, Ret: 0x90000, Args: [6]uint64{0x80000, 4 * pg, 4 * pg}},
-		mmap(7, 0xa0000, 2, true),
-	}}}
-	got := e.fileMappedBefore(7)
-	want := []mappedSpan{
-		{0x10000, 0x12000, 1}, {0x14000, 0x18000, 1},
-		{0x40000, 0x42000, 3}, {0x43000, 0x44000, 3},
-	}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("before call 7: %x, want %x", got, want)
-	}
-	if got := e.fileMappedBefore(8); len(got) != 5 || got[4] != (mappedSpan{0xa0000, 0xa2000, 7}) {
-		t.Fatalf("before call 8: %x", got)
-	}
 }

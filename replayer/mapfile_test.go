@@ -68,7 +68,7 @@ func TestGuardSet(t *testing.T) {
 	s.add(guard{start: 0x1000, end: 0x5000, prot: 3})
 	s.add(guard{start: 0x8000, end: 0x9000, prot: 1, reason: "file"})
 	s.remove(0x2000, 0x3000)
-	if got := fmt.Sprint(s.g); got != "[{4096 8192 3  false} {12288 20480 3  false} {32768 36864 1 file false}]" {
+	if got := fmt.Sprint(s.g); got != "[{4096 8192 3  false 0 0} {12288 20480 3  false 0 0} {32768 36864 1 file false 0 0}]" {
 		t.Fatalf("after remove: %s", got)
 	}
 	if _, ok := s.find(0x2800); ok {
@@ -78,7 +78,9 @@ func TestGuardSet(t *testing.T) {
 		t.Errorf("find: %+v %v", g, ok)
 	}
 	s.move(0x3000, 0x2000, 0x10000)
-	if got := fmt.Sprint(s.g); got != "[{4096 8192 3  false} {32768 36864 1 file false} {65536 73728 3  false}]" {
+	// A moved guard says how far it moved (the pages of a file mapping
+	// are named by their address in the mmap's record).
+	if got := fmt.Sprint(s.g); got != "[{4096 8192 3  false 0 0} {32768 36864 1 file false 0 0} {65536 73728 3  false 0 53248}]" {
 		t.Fatalf("after move: %s", got)
 	}
 	if w := s.within(0x0, 0x1800); len(w) != 1 || w[0].end != 0x1800 {

@@ -167,7 +167,7 @@ func (e *engine) fillMapping(start, end uint64, prot uint32, seq uint64, pages [
 		if _, err := e.stub.injectOK(fmt.Sprintf("guard %#x-%#x", start, end), unix.SYS_MPROTECT, start, end-start, unix.PROT_NONE); err != nil {
 			return err
 		}
-		e.guards.add(guard{start: start, end: end, prot: prot, reason: reason})
+		e.guards.add(guard{start: start, end: end, prot: prot, reason: reason, file: seq})
 		return nil
 	}
 	have := make(map[uint64]bool, len(pages))

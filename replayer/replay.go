@@ -43,6 +43,12 @@ type Options struct {
 	// replayed intervals writing before the replay starts, and counts them
 	// as served (space.go, rebuildLazy).
 	WrittenFirst bool
+	// FilePage, with Lazy, gives the content of a page of a file mapping
+	// made in the window that its record does not hold (a mapping larger
+	// than the recorder reads whole): the record's Seq and the page's
+	// address in that mapping. The replay serves the page with it, and
+	// Result.ServedMapped names it like the record's own.
+	FilePage func(seq, addr uint64) (format.Hash, bool)
 	// Until, when positive, is the Index of a later interval: the replay
 	// ends where that interval began and is verified against the state the
 	// recording saw there (registers, and the digests of the stack page and
@@ -77,11 +83,13 @@ type Result struct {
 	// touched, in order.
 	Served []uint64
 	// ServedMapped lists, with Options.Lazy, for each file mmap of the
-	// window (by its record's Seq), the pages of its recorded content
-	// (the record's Pages, by their address there) that the replay
-	// touched, in order. A program that maps a file again and again
-	// touches some pages of each mapping, not each page it touched in any.
-	ServedMapped map[uint64][]uint64
+	// window (by its record's Seq), the pages of it (by their address in
+	// that mapping) that the replay touched, in order, with the content
+	// they were served with: from the record's Pages, Options.FilePage, or
+	// the start state of a replay that began with the mapping in place. A
+	// program that maps a file again and again touches some pages of each
+	// mapping, not each page it touched in any.
+	ServedMapped map[uint64][]format.PageRef
 	// InProcess counts the calls the replayed process completed itself,
 	// without a ptrace stop (inprocess.go).
 	InProcess int
@@ -326,7 +334,7 @@ type engine struct {
 	served map[uint64]bool     // pages served so far
 	// servedMapped: per file mmap record (seq), the addresses in its Pages
 	// of the pages served or peeked (lazyPage.seq).
-	servedMapped map[uint64]map[uint64]bool
+	servedMapped map[uint64]map[uint64]format.Hash
 	brkEnd       uint64 // page-aligned end of the program's heap as replay built it
 	pend         *pending
 	bp           breakpoint

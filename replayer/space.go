@@ -263,10 +263,11 @@ func (e *engine) rebuildLazy(regs []region, state map[uint64]format.Hash) error 
 	// A page of a file the window mapped before this start, still mapped
 	// there, is the content of that call's record to a replay of the whole
 	// window: it counts for that record when served (lazyPage.seq).
-	for _, m := range e.fileMappedBefore(e.c.Intervals[e.k].FirstSeq) {
-		for a := m.lo; a < m.hi; a += pageSize {
+	mapped := e.fileMappedBefore(e.c.Intervals[e.k].FirstSeq)
+	for _, m := range mapped {
+		for a := m.Lo; a < m.Hi; a += pageSize {
 			if lp, ok := e.lazy[a]; ok {
-				lp.seq, lp.orig = m.seq, a
+				lp.seq, lp.orig = m.Seq, a
 				e.lazy[a] = lp
 			}
 		}
@@ -329,6 +330,14 @@ func (e *engine) rebuildLazy(regs []region, state map[uint64]format.Hash) error 
 				e.guards.add(guard{start: at, end: end, prot: r.Prot, zero: e.zeroWhenAbsent(r.Mapping)})
 			}
 			at = end + pageSize
+		}
+	}
+	// Pages of such a mapping the start state lacks (not present there)
+	// come from the file too, when the trial can read it (Options.FilePage).
+	for _, m := range mapped {
+		for _, g := range e.guards.within(m.Lo, m.Hi) {
+			g.file, g.shift = m.Seq, 0
+			e.guards.add(g)
 		}
 	}
 	e.writtenFirst = written

@@ -16,6 +16,10 @@ type guard struct {
 	prot       uint32
 	reason     string
 	zero       bool
+	// file is the record (Seq) of the file mmap whose content the guard
+	// stands for, when it does; shift how far an mremap moved it since.
+	file  uint64
+	shift uint64
 }
 
 // guardSet is a sorted list of non-overlapping guards.
@@ -93,6 +97,7 @@ func (s *guardSet) move(old, n, dst uint64) {
 	for _, g := range moved {
 		g.start = g.start - old + dst
 		g.end = g.end - old + dst
+		g.shift += dst - old
 		s.add(g)
 	}
 }

@@ -445,3 +445,69 @@ while True:
 		replay(t, ck)
 	})
 }
+
+// A file mapping larger than the dump reads whole (64 MiB), made and
+// unmapped in the window: the trial reads the pages of it the replay
+// touches, and the checkpoint keeps them with the mapping's record. Before,
+// only the pages of the final page set went in, and a replay reached a page
+// the checkpoint lacked ("content not recorded"): python3 here, glibc's
+// iconv over large inputs, which maps each whole.
+func TestLargeFileMappedInWindow(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	const size = 72 << 20
+	f, err := os.Create(filepath.Join(dir, "data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 1<<20)
+	for i := 0; i < size>>20; i++ {
+		for j := range chunk {
+			chunk[j] = byte(i + j*13 + j>>12)
+		}
+		if _, err := f.Write(chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Close()
+	script := pythonScript(t, "bigmap.py", `
+import hashlib, mmap, os, sys
+path = os.path.join(sys.argv[1], "data")
+h = hashlib.md5()
+i = 0
+while True:
+    with open(path, "rb") as f:
+        m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+        for off in range((i % 16) << 16, len(m), 1 << 20):
+            h.update(m[off:off + 4096])
+        m.close()
+    i += 1
+`)
+	forBackends(t, func(t *testing.T, backend string) {
+		target, _, done := startTarget(t, "/usr/bin/python3", "-S", script, dir)
+		time.Sleep(300 * time.Millisecond)
+		ck, log := crashWith(t, target, done, 1500*time.Millisecond, func(pid int) error { return syscall.Kill(pid, syscall.SIGSEGV) }, "--backend", backend)
+		wantMinimized(t, ck, log)
+		f, err := format.Open(ck)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A mapping the replay runs through reads 72 pages (one of each
+		// MiB); those before the replay's start keep none.
+		maps, whole := 0, 0
+		for _, rec := range f.Checkpoint.Syscalls {
+			if rec.Nr == syscall.SYS_MMAP && rec.Args[1] == size {
+				maps++
+				if len(rec.Pages) >= 72 {
+					whole++
+				}
+			}
+		}
+		f.Close()
+		t.Logf("%d mappings of the file in the window, %d of them with the 72 pages they read", maps, whole)
+		if whole < 4 {
+			t.Fatalf("%d of %d mappings of the file keep the 72 pages each reads: want at least 4", whole, maps)
+		}
+		replay(t, ck)
+	})
+}
