@@ -7,6 +7,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -228,10 +229,16 @@ func replay(t *testing.T, ckpt string, extra ...string) string {
 // the returned buffer.
 func startTarget(t *testing.T, name string, args ...string) (*exec.Cmd, *bytes.Buffer, chan error) {
 	t.Helper()
+	return startTargetErr(t, os.Stderr, name, args...)
+}
+
+// startTargetErr is startTarget with the program's stderr into stderr.
+func startTargetErr(t *testing.T, stderr io.Writer, name string, args ...string) (*exec.Cmd, *bytes.Buffer, chan error) {
+	t.Helper()
 	cmd := exec.Command(name, args...)
 	var out bytes.Buffer
 	cmd.Stdout = &out
-	cmd.Stderr = os.Stderr
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -401,24 +401,8 @@ func TestFileMappedAgainAndAgain(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "data"), data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	script := pythonScript(t, "remap.py", `
-import hashlib, mmap, os, sys
-path = os.path.join(sys.argv[1], "data")
-h = hashlib.md5()
-i = 0
-while True:
-    with open(path, "rb") as f:
-        m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
-        for off in range((i % 16) << 16, len(m), 1 << 20):
-            h.update(m[off:off + 65536])
-        m.close()
-    i += 1
-`)
 	forBackends(t, func(t *testing.T, backend string) {
-		target, _, done := startTarget(t, "/usr/bin/python3", "-S", script, dir)
-		time.Sleep(300 * time.Millisecond)
-		ck, log := crashWith(t, target, done, 1500*time.Millisecond, func(pid int) error { return syscall.Kill(pid, syscall.SIGSEGV) }, "--backend", backend)
-		wantMinimized(t, ck, log)
+		ck := crashRemapLoop(t, dir, 65536, backend)
 		f, err := format.Open(ck)
 		if err != nil {
 			t.Fatal(err)
@@ -470,24 +454,8 @@ func TestLargeFileMappedInWindow(t *testing.T) {
 		}
 	}
 	f.Close()
-	script := pythonScript(t, "bigmap.py", `
-import hashlib, mmap, os, sys
-path = os.path.join(sys.argv[1], "data")
-h = hashlib.md5()
-i = 0
-while True:
-    with open(path, "rb") as f:
-        m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
-        for off in range((i % 16) << 16, len(m), 1 << 20):
-            h.update(m[off:off + 4096])
-        m.close()
-    i += 1
-`)
 	forBackends(t, func(t *testing.T, backend string) {
-		target, _, done := startTarget(t, "/usr/bin/python3", "-S", script, dir)
-		time.Sleep(300 * time.Millisecond)
-		ck, log := crashWith(t, target, done, 1500*time.Millisecond, func(pid int) error { return syscall.Kill(pid, syscall.SIGSEGV) }, "--backend", backend)
-		wantMinimized(t, ck, log)
+		ck := crashRemapLoop(t, dir, 4096, backend)
 		f, err := format.Open(ck)
 		if err != nil {
 			t.Fatal(err)
@@ -510,4 +478,30 @@ while True:
 		}
 		replay(t, ck)
 	})
+}
+
+// crashRemapLoop runs python3 mapping dir/data again and again, reading n
+// bytes of each MiB of it at an offset that moves by 64 KiB each time, and
+// unmapping it; records it with backend, crashes it with SIGSEGV and
+// returns its checkpoint, which the trial minimized.
+func crashRemapLoop(t *testing.T, dir string, n int, backend string) string {
+	t.Helper()
+	script := pythonScript(t, "remap.py", fmt.Sprintf(`
+import hashlib, mmap, os, sys
+path = os.path.join(sys.argv[1], "data")
+h = hashlib.md5()
+i = 0
+while True:
+    with open(path, "rb") as f:
+        m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+        for off in range((i %% 16) << 16, len(m), 1 << 20):
+            h.update(m[off:off + %d])
+        m.close()
+    i += 1
+`, n))
+	target, _, done := startTarget(t, "/usr/bin/python3", "-S", script, dir)
+	time.Sleep(300 * time.Millisecond)
+	ck, log := crashWith(t, target, done, 1500*time.Millisecond, func(pid int) error { return syscall.Kill(pid, syscall.SIGSEGV) }, "--backend", backend)
+	wantMinimized(t, ck, log)
+	return ck
 }

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -111,20 +112,8 @@ def work():
         time.sleep(0.002)
 work()
 `)
-		target := exec.Command("/usr/bin/python3", "-X", "faulthandler", script)
-		var stderr strings.Builder
-		target.Stderr = &stderr
-		if err := target.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- target.Wait() }()
-		t.Cleanup(func() {
-			if target.ProcessState == nil {
-				target.Process.Kill()
-				<-done
-			}
-		})
+		var stderr bytes.Buffer // read once the program has ended
+		target, _, done := startTargetErr(t, &stderr, "/usr/bin/python3", "-X", "faulthandler", script)
 		ck := attachAndCrash(t, target, done, 1500*time.Millisecond, "--backend", backend)
 		report := stderr.String()
 		for _, want := range []string{"Fatal Python error: Segmentation fault", "most recent call first", "in work"} {
