@@ -383,13 +383,13 @@ func trialReplay(ctx context.Context, c *format.Checkpoint, store format.PageSou
 				res.Served = append(res.Served, p)
 			}
 		}
-		// A piece replays the calls after its start only: each mmap
-		// record is in one piece.
+		// A record's pages come from the piece that runs through its
+		// call, and from the later ones that begin with its mapping in
+		// place (addMappedPages drops the repeats).
 		for seq, pages := range r.ServedMapped {
 			res.ServedMapped[seq] = append(res.ServedMapped[seq], pages...)
 		}
 	}
-
 	last := results[len(results)-1]
 	res.End, res.Rip, res.EndWords = last.End, last.Rip, last.EndWords
 	return &res, nil
