@@ -24,13 +24,13 @@ func TestFileMappedBefore(t *testing.T) {
 	}
 	got := FileMappedBefore(log, 7)
 	want := []MappedSpan{
-		{0x10000, 0x12000, 1}, {0x14000, 0x18000, 1},
-		{0x40000, 0x42000, 3}, {0x43000, 0x44000, 3},
+		{Span{0x10000, 0x12000}, 1}, {Span{0x14000, 0x18000}, 1},
+		{Span{0x40000, 0x42000}, 3}, {Span{0x43000, 0x44000}, 3},
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("before call 7: %x, want %x", got, want)
 	}
-	if got := FileMappedBefore(log, 8); len(got) != 5 || got[4] != (MappedSpan{0xa0000, 0xa2000, 7}) {
+	if got := FileMappedBefore(log, 8); len(got) != 5 || got[4] != (MappedSpan{Span{0xa0000, 0xa2000}, 7}) {
 		t.Fatalf("before call 8: %x", got)
 	}
 }

@@ -260,8 +260,8 @@ func DigestMasked(addr uint64, data []byte, rseqs []Rseq, rsp uint64) []byte {
 	return masked
 }
 
-// x86-64 syscall numbers and the flag FileMappedBefore reads (the format
-// package does not depend on the host's headers).
+// x86-64 syscall numbers and the flag the memory calls below read (the
+// format package does not depend on the host's headers).
 const (
 	nrMmap       = 9
 	nrMunmap     = 11
@@ -269,53 +269,76 @@ const (
 	mapAnonymous = 0x20
 )
 
+// Span is an address range [Lo, Hi).
+type Span struct{ Lo, Hi uint64 }
+
+// Overlaps reports whether the span and [lo, hi) share an address.
+func (a Span) Overlaps(lo, hi uint64) bool { return a.Lo < hi && lo < a.Hi }
+
+// MemoryChanges returns the ranges a successful call mapped, unmapped or
+// moved: one range, or for mremap the old one and the new one.
+func MemoryChanges(rec *Syscall) (r [2]Span, n int) {
+	if rec.Ret < 0 {
+		return r, 0
+	}
+	up := func(n uint64) uint64 { return (n + PageSize - 1) &^ (PageSize - 1) }
+	a := rec.Args
+	switch rec.Nr {
+	case nrMmap:
+		r[0] = Span{uint64(rec.Ret), uint64(rec.Ret) + up(a[1])}
+		return r, 1
+	case nrMunmap:
+		r[0] = Span{a[0], a[0] + up(a[1])}
+		return r, 1
+	case nrMremap:
+		r[0] = Span{a[0], a[0] + up(a[1])}
+		r[1] = Span{uint64(rec.Ret), uint64(rec.Ret) + up(a[2])}
+		return r, 2
+	}
+	return r, 0
+}
+
+// FileMmap reports whether rec is a successful mmap of a file.
+func FileMmap(rec *Syscall) bool {
+	return rec.Nr == nrMmap && rec.Ret >= 0 && rec.Args[3]&mapAnonymous == 0 && int32(rec.Args[4]) >= 0
+}
+
 // MappedSpan is where the file mmap of the log numbered Seq is still
-// mapped: [Lo, Hi).
-type MappedSpan struct{ Lo, Hi, Seq uint64 }
+// mapped.
+type MappedSpan struct {
+	Span
+	Seq uint64
+}
 
 // FileMappedBefore lists where the file mmaps of log (sorted by Seq) are
 // still mapped at the call numbered seq: the ranges later calls did not
 // map, unmap or move over.
 func FileMappedBefore(log []Syscall, seq uint64) []MappedSpan {
 	var live []MappedSpan
-	cut := func(lo, hi uint64) {
-		var out []MappedSpan
-		for _, m := range live {
-			if m.Hi <= lo || m.Lo >= hi {
-				out = append(out, m)
-				continue
-			}
-			if m.Lo < lo {
-				out = append(out, MappedSpan{m.Lo, lo, m.Seq})
-			}
-			if m.Hi > hi {
-				out = append(out, MappedSpan{hi, m.Hi, m.Seq})
-			}
-		}
-		live = out
-	}
-	up := func(n uint64) uint64 { return (n + PageSize - 1) &^ (PageSize - 1) }
 	for i := range log {
 		rec := &log[i]
 		if rec.Seq >= seq {
 			break
 		}
-		if rec.Ret < 0 {
-			continue
-		}
-		a := rec.Args
-		switch rec.Nr {
-		case nrMmap:
-			lo, hi := uint64(rec.Ret), uint64(rec.Ret)+up(a[1])
-			cut(lo, hi)
-			if a[3]&mapAnonymous == 0 && int32(a[4]) >= 0 {
-				live = append(live, MappedSpan{lo, hi, rec.Seq})
+		r, n := MemoryChanges(rec)
+		for _, c := range r[:n] {
+			var out []MappedSpan
+			for _, m := range live {
+				if !m.Overlaps(c.Lo, c.Hi) {
+					out = append(out, m)
+					continue
+				}
+				if m.Lo < c.Lo {
+					out = append(out, MappedSpan{Span{m.Lo, c.Lo}, m.Seq})
+				}
+				if m.Hi > c.Hi {
+					out = append(out, MappedSpan{Span{c.Hi, m.Hi}, m.Seq})
+				}
 			}
-		case nrMunmap:
-			cut(a[0], a[0]+up(a[1]))
-		case nrMremap:
-			cut(a[0], a[0]+up(a[1]))
-			cut(uint64(rec.Ret), uint64(rec.Ret)+up(a[2]))
+			live = out
+		}
+		if FileMmap(rec) {
+			live = append(live, MappedSpan{r[0], rec.Seq})
 		}
 	}
 	return live

@@ -565,15 +565,15 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 // does, so they are saved as originals like written pages (a program that
 // maps a file, reads it and unmaps it in a loop has such a mapping at most
 // interval starts).
-func vanishedPages(start []format.Mapping, present []pageRun, now []format.Mapping, remapped []span) []uint64 {
+func vanishedPages(start []format.Mapping, present []pageRun, now []format.Mapping, remapped []format.Span) []uint64 {
 	// Sorted by start, so that a page looks up the spans that may hold it
 	// rather than all of them (a malloc-heavy program maps and unmaps
 	// thousands of times an interval, and this runs during the stop).
 	remapped = slices.Clone(remapped)
-	slices.SortFunc(remapped, func(a, b span) int { return cmp.Compare(a.lo, b.lo) })
+	slices.SortFunc(remapped, func(a, b format.Span) int { return cmp.Compare(a.Lo, b.Lo) })
 	reach := make([]uint64, len(remapped)) // reach[i]: highest hi of spans 0..i
 	for i, r := range remapped {
-		reach[i] = r.hi
+		reach[i] = r.Hi
 		if i > 0 {
 			reach[i] = max(reach[i], reach[i-1])
 		}
@@ -581,7 +581,7 @@ func vanishedPages(start []format.Mapping, present []pageRun, now []format.Mappi
 	inRemapped := func(a uint64) bool {
 		// Some span covers a if one starting at or below a ends above it:
 		// reach gives the furthest end among those.
-		i := sort.Search(len(remapped), func(i int) bool { return remapped[i].lo > a }) - 1
+		i := sort.Search(len(remapped), func(i int) bool { return remapped[i].Lo > a }) - 1
 		return i >= 0 && reach[i] > a
 	}
 	gone := func(a uint64) bool {

@@ -211,7 +211,7 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 		// The ring closes an interval's files when it drops it.
 		for seq, m := range iv.files {
 			filePages[seq] = m.pages(addrs, store, fileCache)
-			if m.length > maxMappedAll {
+			if !m.readWhole() {
 				// The ring may close it before the trial runs.
 				if fd, err := unix.Dup(int(m.f.Fd())); err == nil {
 					dup := *m

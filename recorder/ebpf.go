@@ -196,10 +196,10 @@ func (l *openLog) push(rec format.Syscall, why string) {
 	if why != "" {
 		l.fail(why)
 	}
-	if fileMmap(&rec) {
+	if format.FileMmap(&rec) {
 		l.mmaps = append(l.mmaps, l.calls.len())
 	}
-	if _, n := changesMemory(&rec); n > 0 {
+	if _, n := format.MemoryChanges(&rec); n > 0 {
 		l.memCalls = append(l.memCalls, l.calls.len())
 	}
 	l.calls.append(rec)

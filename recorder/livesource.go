@@ -75,17 +75,13 @@ func (l *liveSource) filePage(seq, addr uint64) (format.Hash, bool) {
 	return refs[0].Hash, true
 }
 
-// addMappedPages adds to the mmap records of c that a replay from interval
-// from (an Index) runs through the pages of them the trial touched
-// (served, by record) that they lack (a mapping too large to be read
-// whole), read from the file now. A page of a mapping made before that
-// start, still there and not in its start state (not present then), goes
-// into that start as an original: a replay from it has it nowhere else.
-func (l *liveSource) addMappedPages(c *format.Checkpoint, from int, served map[uint64][]format.PageRef) {
-	k := slices.IndexFunc(c.Intervals, func(iv format.Interval) bool { return iv.Index == from })
-	if k < 0 {
-		return
-	}
+// addMappedPages adds to the mmap records of c that a replay from c's
+// interval k runs through the pages of them the trial touched (served, by
+// record) that they lack (a mapping too large to be read whole), read from
+// the file now. A page of a mapping made before that start, still there
+// and not in its start state (not present then), goes into that start as
+// an original: a replay from it has it nowhere else.
+func (l *liveSource) addMappedPages(c *format.Checkpoint, k int, served map[uint64][]uint64) {
 	startSeq := c.Intervals[k].FirstSeq
 	recs := map[uint64]*format.Syscall{}
 	for i := range c.Syscalls {
@@ -103,13 +99,13 @@ func (l *liveSource) addMappedPages(c *format.Checkpoint, from int, served map[u
 	state := c.StartState(k)
 	for _, m := range format.FileMappedBefore(c.Syscalls, startSeq) {
 		rec := recs[m.Seq]
-		for _, p := range served[m.Seq] {
-			if _, ok := state[p.Addr]; ok || rec == nil || p.Addr < m.Lo || p.Addr >= m.Hi {
+		for _, a := range served[m.Seq] {
+			if _, ok := state[a]; ok || rec == nil || a < m.Lo || a >= m.Hi {
 				continue
 			}
-			if h, ok := content(rec, p.Addr); ok {
-				state[p.Addr] = h
-				c.Intervals[k].Written = append(c.Intervals[k].Written, format.PageRef{Addr: p.Addr, Hash: h})
+			if h, ok := content(rec, a); ok {
+				state[a] = h
+				c.Intervals[k].Written = append(c.Intervals[k].Written, format.PageRef{Addr: a, Hash: h})
 			}
 		}
 	}
@@ -118,19 +114,22 @@ func (l *liveSource) addMappedPages(c *format.Checkpoint, from int, served map[u
 		if seq < startSeq || l.big[seq] == nil {
 			continue
 		}
-		n := len(rec.Pages)
-		for _, p := range served[seq] {
-			if _, ok := slices.BinarySearchFunc(rec.Pages[:n], p.Addr, func(q format.PageRef, a uint64) int { return cmp.Compare(q.Addr, a) }); ok {
+		// A page two pieces served (the record's own, and the next one,
+		// which began with the mapping in place) is added once.
+		have := make(map[uint64]bool, len(rec.Pages))
+		for _, p := range rec.Pages {
+			have[p.Addr] = true
+		}
+		for _, a := range served[seq] {
+			if have[a] {
 				continue
 			}
-			if h, ok := l.filePage(seq, p.Addr); ok {
-				rec.Pages = append(rec.Pages, format.PageRef{Addr: p.Addr, Hash: h})
+			if h, ok := l.filePage(seq, a); ok {
+				have[a] = true
+				rec.Pages = append(rec.Pages, format.PageRef{Addr: a, Hash: h})
 			}
 		}
 		slices.SortFunc(rec.Pages, func(a, b format.PageRef) int { return cmp.Compare(a.Addr, b.Addr) })
-		// Two pieces may both have served a page (the record's own, and
-		// the next one, which began with the mapping in place).
-		rec.Pages = slices.CompactFunc(rec.Pages, func(a, b format.PageRef) bool { return a.Addr == b.Addr })
 	}
 }
 

@@ -76,8 +76,9 @@ func minimize(ctx context.Context, c *format.Checkpoint, store format.PageSource
 		logf("trial replay failed, keeping every present page: %v", err)
 		return
 	}
-	if fp, ok := store.(filePager); ok {
-		fp.addMappedPages(c, res.From, res.ServedMapped)
+	start := slices.IndexFunc(c.Intervals, func(iv format.Interval) bool { return iv.Index == res.From })
+	if fp, ok := store.(filePager); ok && start >= 0 {
+		fp.addMappedPages(c, start, res.ServedMapped)
 	}
 	keep := make(map[uint64]bool, len(res.Served))
 	for _, p := range res.Served {
@@ -159,8 +160,8 @@ func minimize(ctx context.Context, c *format.Checkpoint, store format.PageSource
 	// A mapping made before the replay's start keeps nothing: a replay
 	// does not run through its call.
 	var startSeq uint64
-	if k := slices.IndexFunc(c.Intervals, func(iv format.Interval) bool { return iv.Index == res.From }); k >= 0 {
-		startSeq = c.Intervals[k].FirstSeq
+	if start >= 0 {
+		startSeq = c.Intervals[start].FirstSeq
 	}
 	for i := range c.Syscalls {
 		rec := &c.Syscalls[i]
@@ -168,8 +169,8 @@ func minimize(ctx context.Context, c *format.Checkpoint, store format.PageSource
 			continue
 		}
 		mine := make(map[uint64]bool, len(res.ServedMapped[rec.Seq]))
-		for _, p := range res.ServedMapped[rec.Seq] {
-			mine[p.Addr] = rec.Seq >= startSeq
+		for _, a := range res.ServedMapped[rec.Seq] {
+			mine[a] = rec.Seq >= startSeq
 		}
 		rec.Pages = filterPages(rec.Pages, mine)
 	}
@@ -179,13 +180,9 @@ func minimize(ctx context.Context, c *format.Checkpoint, store format.PageSource
 	if c.Header.Schedule != format.ScheduleEager {
 		c.Header.PageSetNote += fmt.Sprintf("; the threads replay under the %v schedule", c.Header.Schedule)
 	}
-	if oneStart {
-		for k, iv := range c.Intervals {
-			if iv.Index == res.From {
-				storeOneStart(c, k, ends)
-				c.Header.PageSetNote += fmt.Sprintf("; the start of interval %d stored, replays from later ones run through it", res.From)
-			}
-		}
+	if oneStart && start >= 0 {
+		storeOneStart(c, start, ends)
+		c.Header.PageSetNote += fmt.Sprintf("; the start of interval %d stored, replays from later ones run through it", res.From)
 	}
 }
 
@@ -373,7 +370,7 @@ func trialReplay(ctx context.Context, c *format.Checkpoint, store format.PageSou
 	res.Intervals, res.Syscalls = 0, 0
 	seen := map[uint64]bool{}
 	res.Served = nil
-	res.ServedMapped = map[uint64][]format.PageRef{}
+	res.ServedMapped = map[uint64][]uint64{}
 	for _, r := range results {
 		res.Intervals += r.Intervals
 		res.Syscalls += r.Syscalls
@@ -401,7 +398,7 @@ func trialReplay(ctx context.Context, c *format.Checkpoint, store format.PageSou
 // of it the trial touched (addMappedPages).
 type filePager interface {
 	filePage(seq, addr uint64) (format.Hash, bool)
-	addMappedPages(c *format.Checkpoint, from int, served map[uint64][]format.PageRef)
+	addMappedPages(c *format.Checkpoint, k int, served map[uint64][]uint64)
 }
 
 // minPieceCalls is the fewest syscalls a piece of the trial replay gets

@@ -28,7 +28,7 @@ type mappedFile struct {
 // right after the call (openMarkedMmap) and matched with their records once
 // the interval's log is complete (resolveMmaps).
 func (s *session) noteMmap(rec *format.Syscall) {
-	if !fileMmap(rec) {
+	if !format.FileMmap(rec) {
 		return
 	}
 	f, err := os.Open(fmt.Sprintf("/proc/%d/fd/%d", s.pid, int32(rec.Args[4])))
@@ -37,10 +37,6 @@ func (s *session) noteMmap(rec *format.Syscall) {
 		return
 	}
 	s.addMappedFile(rec, f)
-}
-
-func fileMmap(rec *format.Syscall) bool {
-	return rec.Nr == unix.SYS_MMAP && rec.Ret >= 0 && rec.Args[3]&unix.MAP_ANONYMOUS == 0 && int32(rec.Args[4]) >= 0
 }
 
 func (s *session) addMappedFile(rec *format.Syscall, f *os.File) {
@@ -112,7 +108,7 @@ func (s *session) resolveMmaps() {
 			if j <= i {
 				continue
 			}
-			if r, n := changesMemory(later); n > 0 && (r[0].overlaps(start, end) || n > 1 && r[1].overlaps(start, end)) {
+			if r, n := format.MemoryChanges(later); n > 0 && (r[0].Overlaps(start, end) || n > 1 && r[1].Overlaps(start, end)) {
 				err = fmt.Errorf("the mapping was changed by %s at seq %d before the recorder saw it", syscalls.Name(later.Nr), later.Seq)
 				break
 			}
@@ -130,38 +126,11 @@ func (s *session) resolveMmaps() {
 	iv.pendingMmaps = nil
 }
 
-// changesMemory returns the ranges a successful call mapped, unmapped or
-// moved: one range, or for mremap the old one and the new one.
-func changesMemory(rec *format.Syscall) (r [2]span, n int) {
-	if rec.Ret < 0 {
-		return r, 0
-	}
-	pg := func(n uint64) uint64 { return (n + format.PageSize - 1) &^ (format.PageSize - 1) }
-	switch rec.Nr {
-	case unix.SYS_MMAP:
-		r[0] = span{uint64(rec.Ret), uint64(rec.Ret) + pg(rec.Args[1])}
-		return r, 1
-	case unix.SYS_MUNMAP:
-		r[0] = span{rec.Args[0], rec.Args[0] + pg(rec.Args[1])}
-		return r, 1
-	case unix.SYS_MREMAP:
-		r[0] = span{rec.Args[0], rec.Args[0] + pg(rec.Args[1])}
-		r[1] = span{uint64(rec.Ret), uint64(rec.Ret) + pg(rec.Args[2])}
-		return r, 2
-	}
-	return r, 0
-}
-
-// span is an address range [lo, hi).
-type span struct{ lo, hi uint64 }
-
-func (a span) overlaps(lo, hi uint64) bool { return a.lo < hi && lo < a.hi }
-
 // remapped lists the ranges the interval's calls mapped, unmapped or moved.
-func (iv *interval) remapped() []span {
-	var out []span
+func (iv *interval) remapped() []format.Span {
+	var out []format.Span
 	for _, j := range iv.memCalls {
-		r, n := changesMemory(iv.syscalls.at(j))
+		r, n := format.MemoryChanges(iv.syscalls.at(j))
 		out = append(out, r[:n]...)
 	}
 	return out
@@ -212,12 +181,22 @@ type filePageKey struct{ dev, ino, off uint64 }
 // the file as it is then, so the same page of the same file reads the same.
 type filePageCache map[filePageKey]format.Hash
 
+// end is where the mapping ends.
+func (m *mappedFile) end() uint64 {
+	return m.start + (m.length+format.PageSize-1)&^(format.PageSize-1)
+}
+
+// readWhole reports whether the dump reads every page of the mapping
+// (maxMappedAll); of a larger one, the trial reads those it touches.
+func (m *mappedFile) readWhole() bool { return m.end()-m.start <= maxMappedAll }
+
 // pages reads the file's content for the pages of the mapping: all of them
 // for a mapping up to maxMappedAll, else those in the sorted list addrs.
+// cache, when not nil, gives the pages read before and takes those read now.
 func (m *mappedFile) pages(addrs []uint64, store *format.MemStore, cache filePageCache) []format.PageRef {
-	end := m.start + (m.length+format.PageSize-1)&^(format.PageSize-1)
+	end := m.end()
 	var want []uint64
-	if end-m.start <= maxMappedAll {
+	if m.readWhole() {
 		for a := m.start; a < end; a += format.PageSize {
 			want = append(want, a)
 		}
@@ -228,7 +207,7 @@ func (m *mappedFile) pages(addrs []uint64, store *format.MemStore, cache filePag
 		}
 	}
 	var st unix.Stat_t
-	if unix.Fstat(int(m.f.Fd()), &st) != nil {
+	if cache != nil && unix.Fstat(int(m.f.Fd()), &st) != nil {
 		cache = nil
 	}
 	var out []format.PageRef

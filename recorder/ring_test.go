@@ -172,13 +172,13 @@ func TestVanishedPages(t *testing.T) {
 	// munmap in the interval: its start content is saved all the same; an
 	// unrelated mapping next to the munmapped range is not.
 	again := append([]format.Mapping{start[0]}, now...)
-	got = vanishedPages(start, present, again, []span{{0x10000, 0x14000}})
+	got = vanishedPages(start, present, again, []format.Span{{Lo: 0x10000, Hi: 0x14000}})
 	want = []uint64{0x10000, 0x11000, 0x12000, 0x13000, 0x20000, 0x21000}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("remapped: vanished %x, want %x", got, want)
 	}
 	// Spans in any order, one inside another: a page counts when any covers it.
-	got = vanishedPages(start, present, again, []span{{0x30000, 0x31000}, {0x10000, 0x11000}, {0xf000, 0x13000}})
+	got = vanishedPages(start, present, again, []format.Span{{Lo: 0x30000, Hi: 0x31000}, {Lo: 0x10000, Hi: 0x11000}, {Lo: 0xf000, Hi: 0x13000}})
 	if fmt.Sprintf("%x", got) != "[10000 11000 12000 20000 21000 30000]" {
 		t.Errorf("several spans: vanished %x", got)
 	}

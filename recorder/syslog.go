@@ -83,7 +83,7 @@ func (s *session) appendSyscall(rec format.Syscall, problem string) {
 		s.notReplayable(why)
 	}
 	s.noteMmap(&rec)
-	if _, n := changesMemory(&rec); n > 0 {
+	if _, n := format.MemoryChanges(&rec); n > 0 {
 		s.cur.memCalls = append(s.cur.memCalls, s.cur.syscalls.len())
 	}
 	s.cur.syscalls.append(rec)

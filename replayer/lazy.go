@@ -1,8 +1,8 @@
 package replayer
 
 import (
-	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 
@@ -36,16 +36,14 @@ func (e *engine) noteMapped(lp lazyPage) {
 		return
 	}
 	if e.servedMapped == nil {
-		e.servedMapped = map[uint64]map[uint64]format.Hash{}
+		e.servedMapped = map[uint64]map[uint64]bool{}
 	}
 	m := e.servedMapped[lp.seq]
 	if m == nil {
-		m = map[uint64]format.Hash{}
+		m = map[uint64]bool{}
 		e.servedMapped[lp.seq] = m
 	}
-	if _, ok := m[lp.orig]; !ok {
-		m[lp.orig] = lp.hash
-	}
+	m[lp.orig] = true
 }
 
 // filePage asks Options.FilePage for the content of page, under guard g of
@@ -64,27 +62,15 @@ func (e *engine) filePage(g guard, page uint64) (lazyPage, bool) {
 	return lp, true
 }
 
-// fileMappedBefore lists where the file mmaps of the log are still mapped
-// at the call numbered seq (format.FileMappedBefore).
-func (e *engine) fileMappedBefore(seq uint64) []format.MappedSpan {
-	return format.FileMappedBefore(e.c.Syscalls, seq)
-}
-
-// servedMappedPages lists, per mmap record, its pages the replay served or
-// peeked (by their address in the record), in order, with the content
-// they were served with.
-func (e *engine) servedMappedPages() map[uint64][]format.PageRef {
+// servedMappedPages lists, per mmap record, the addresses (in the record)
+// of its pages the replay served or peeked, in order.
+func (e *engine) servedMappedPages() map[uint64][]uint64 {
 	if len(e.servedMapped) == 0 {
 		return nil
 	}
-	out := make(map[uint64][]format.PageRef, len(e.servedMapped))
+	out := make(map[uint64][]uint64, len(e.servedMapped))
 	for seq, m := range e.servedMapped {
-		l := make([]format.PageRef, 0, len(m))
-		for a, h := range m {
-			l = append(l, format.PageRef{Addr: a, Hash: h})
-		}
-		slices.SortFunc(l, func(a, b format.PageRef) int { return cmp.Compare(a.Addr, b.Addr) })
-		out[seq] = l
+		out[seq] = slices.Sorted(maps.Keys(m))
 	}
 	return out
 }

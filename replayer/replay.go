@@ -83,13 +83,13 @@ type Result struct {
 	// touched, in order.
 	Served []uint64
 	// ServedMapped lists, with Options.Lazy, for each file mmap of the
-	// window (by its record's Seq), the pages of it (by their address in
-	// that mapping) that the replay touched, in order, with the content
-	// they were served with: from the record's Pages, Options.FilePage, or
-	// the start state of a replay that began with the mapping in place. A
-	// program that maps a file again and again touches some pages of each
-	// mapping, not each page it touched in any.
-	ServedMapped map[uint64][]format.PageRef
+	// window (by its record's Seq), the addresses (in that mapping) of the
+	// pages of it the replay touched, in order: served from the record's
+	// Pages, Options.FilePage, or the start state of a replay that began
+	// with the mapping in place. A program that maps a file again and
+	// again touches some pages of each mapping, not each page it touched
+	// in any.
+	ServedMapped map[uint64][]uint64
 	// InProcess counts the calls the replayed process completed itself,
 	// without a ptrace stop (inprocess.go).
 	InProcess int
@@ -334,7 +334,7 @@ type engine struct {
 	served map[uint64]bool     // pages served so far
 	// servedMapped: per file mmap record (seq), the addresses in its Pages
 	// of the pages served or peeked (lazyPage.seq).
-	servedMapped map[uint64]map[uint64]format.Hash
+	servedMapped map[uint64]map[uint64]bool
 	brkEnd       uint64 // page-aligned end of the program's heap as replay built it
 	pend         *pending
 	bp           breakpoint

@@ -263,7 +263,7 @@ func (e *engine) rebuildLazy(regs []region, state map[uint64]format.Hash) error 
 	// A page of a file the window mapped before this start, still mapped
 	// there, is the content of that call's record to a replay of the whole
 	// window: it counts for that record when served (lazyPage.seq).
-	mapped := e.fileMappedBefore(e.c.Intervals[e.k].FirstSeq)
+	mapped := format.FileMappedBefore(e.c.Syscalls, e.c.Intervals[e.k].FirstSeq)
 	for _, m := range mapped {
 		for a := m.Lo; a < m.Hi; a += pageSize {
 			if lp, ok := e.lazy[a]; ok {
