@@ -180,7 +180,8 @@ func (c *Checkpoint) RseqAreas() []Rseq {
 	out := c.ThreadRseqAreas()
 	// Areas registered in the window (a thread it started), which replay
 	// emulates: the kernel updated them in the recording only.
-	for _, s := range c.Syscalls {
+	for i := range c.Syscalls {
+		s := &c.Syscalls[i]                                   // not a copy: a window holds up to millions
 		if s.Nr == rseqNr && s.Ret == 0 && s.Args[2]&1 == 0 { // not RSEQ_FLAG_UNREGISTER
 			out = addRseq(out, Rseq{Addr: s.Args[0], Len: uint32(s.Args[1]), Sig: uint32(s.Args[3])})
 		}

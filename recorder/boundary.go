@@ -45,46 +45,55 @@ func (s *session) runDeferred() {
 // With each step's time it gives the CPU time tprec and the children it
 // waited for (a trial's replays) used in it, when that reached a
 // millisecond: what a dump costs on a machine where something else needs
-// the CPUs, and how much of its time it had them. A target tprec launched
-// is one of those children too: the step in which it is reaped counts all
-// its CPU time.
+// the CPUs, and how much of its time it had them. The children's user time
+// is also given apart: in a trial replay that is the replayed program
+// computing again what it computed in the window, which no change to tprec
+// can shorten. A target tprec launched is one of those children too: the
+// step in which it is reaped counts all its CPU time.
 type stepClock struct {
-	t     time.Time
-	cpu   time.Duration
-	steps []string
+	t         time.Time
+	cpu, user time.Duration
+	steps     []string
 }
 
 func newStepClock() *stepClock {
 	if !debugStops {
 		return nil
 	}
-	return &stepClock{t: time.Now(), cpu: cpuUsed()}
+	c := &stepClock{t: time.Now()}
+	c.cpu, c.user = cpuUsed()
+	return c
 }
 
 func (c *stepClock) mark(name string) {
 	if c == nil {
 		return
 	}
-	now, cpu := time.Now(), cpuUsed()
+	now := time.Now()
+	cpu, user := cpuUsed()
 	step := fmt.Sprintf("%s %v", name, now.Sub(c.t).Round(time.Microsecond))
-	if d := cpu - c.cpu; d >= time.Millisecond {
+	if d, u := cpu-c.cpu, user-c.user; u >= time.Millisecond {
+		step += fmt.Sprintf(" (cpu %v, of which children's user time %v)", d.Round(time.Millisecond), u.Round(time.Millisecond))
+	} else if d >= time.Millisecond {
 		step += fmt.Sprintf(" (cpu %v)", d.Round(time.Millisecond))
 	}
 	c.steps = append(c.steps, step)
-	c.t, c.cpu = now, cpu
+	c.t, c.cpu, c.user = now, cpu, user
 }
 
 // cpuUsed is the user and system time of this process and of its children
-// waited for.
-func cpuUsed() time.Duration {
-	var total time.Duration
+// waited for, and the children's user time alone.
+func cpuUsed() (total, childUser time.Duration) {
 	for _, who := range []int{unix.RUSAGE_SELF, unix.RUSAGE_CHILDREN} {
 		var ru unix.Rusage
 		if unix.Getrusage(who, &ru) == nil {
 			total += time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+			if who == unix.RUSAGE_CHILDREN {
+				childUser = time.Duration(ru.Utime.Nano())
+			}
 		}
 	}
-	return total
+	return total, childUser
 }
 
 func (c *stepClock) log(s *session, what string) {

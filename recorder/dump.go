@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tprec/tprec/format"
@@ -29,8 +32,10 @@ import (
 func (s *session) dump(end format.EndState, reason string) error {
 	t0 := time.Now()
 	clk := newStepClock()
+	stopProfile := dumpProfile()
 	c, src, assemble, err := s.collect(end, reason, t0, clk)
 	if err != nil {
+		stopProfile()
 		return err
 	}
 	// The shadow is forked after the log is complete, so that a backend that
@@ -44,6 +49,7 @@ func (s *session) dump(end format.EndState, reason string) error {
 			// written, as at an exit.
 			s.errorf("process %d: no dump shadow (%v): the process stays stopped until its checkpoint is written", s.pid, err)
 		} else if err != nil {
+			stopProfile()
 			return fmt.Errorf("fork the dump shadow: %w", err)
 		} else {
 			live = dsh.pid
@@ -59,6 +65,7 @@ func (s *session) dump(end format.EndState, reason string) error {
 	clk.mark("dump shadow")
 	clk.log(s, "dump")
 	work := func() {
+		defer stopProfile()
 		defer dumpMemory(src.heapBytes)()
 		src.pid = live
 		fclk := newStepClock()
@@ -354,7 +361,9 @@ func (s *session) finish(path string, c *format.Checkpoint, src *liveSource, t0 
 				addrs[p.Addr] = true
 			}
 		}
-		kept = fmt.Sprintf("%d touched pages of %d", len(addrs), candidates)
+		// The touched pages may outnumber the present ones: pages of the
+		// window that were gone by its end (freed, unmapped) count too.
+		kept = fmt.Sprintf("%d touched pages (%d present at the end)", len(addrs), candidates)
 	}
 	s.logf("wrote %s: %d intervals, %d syscalls, %s, %d bytes, in %v (the process was held %v)",
 		path, len(c.Intervals), len(c.Syscalls), kept, size, time.Since(t0).Round(time.Millisecond), cmp.Or(held, time.Since(t0)).Round(time.Millisecond))
@@ -478,4 +487,31 @@ func cpuFlags() []string {
 		}
 	}
 	return nil
+}
+
+// dumpProfile starts a Go CPU profile of the first dump into the file named
+// by TPREC_DUMPPROFILE (the steps TPREC_DEBUG=1 times, function by
+// function); the returned function stops it. Without the variable, or when
+// a profile already runs (TPREC_CPUPROFILE), it does nothing.
+func dumpProfile() func() {
+	path := os.Getenv("TPREC_DUMPPROFILE")
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return func() {}
+	}
+	runtime.SetCPUProfileRate(1000) // a dump lasts a fraction of a second
+	if pprof.StartCPUProfile(f) != nil {
+		f.Close()
+		return func() {}
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		})
+	}
 }

@@ -216,7 +216,7 @@ one() {
 	ck=$(ls "$dir"/*.tpc 2>/dev/null | head -1 || true)
 	if [ -z "$why" ] && [ -z "$ck" ]; then
 		why="no checkpoint"
-	elif [ -z "$why" ] && ! grep -q 'touched pages of' "$log"; then
+	elif [ -z "$why" ] && ! grep -q 'touched pages (' "$log"; then
 		why="the trial replay failed"
 	elif [ -z "$why" ] && ! "$BIN/tpreplay" "$ck" >"$WORK/replay.out" 2>&1; then
 		why="tpreplay did not verify"
@@ -239,7 +239,7 @@ one() {
 		echo "$w $b run $run (SIGSEGV to the $to after ${after}s): $why; kept in $keep"
 		grep -E 'trial replay failed|diverged|error' "$log" | head -3 | sed 's/^/    /' || true
 	else
-		echo "$w $b run $run (SIGSEGV to the $to after ${after}s): verified$sched, $(sed -nE 's/.* ([0-9]+ syscalls), ([0-9]+ touched pages of [0-9]+).*/\1, \2/p' "$log")"
+		echo "$w $b run $run (SIGSEGV to the $to after ${after}s): verified$sched, $(sed -nE 's/.* ([0-9]+ syscalls), ([0-9]+ touched pages \([0-9]+ present at the end\)).*/\1, \2/p' "$log")"
 	fi
 	rm -f "$WORK/replay.out"
 }

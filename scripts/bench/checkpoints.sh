@@ -208,9 +208,9 @@ table() {
 		gzip) name="gzip -c, ${GZIP_MB} MB of text" ;;
 		esac
 		awk -v n="$name" -v win="$win" -v sys="$sys" -v b="$bytes" -v bps="$bps" -v held="$held" -v dump="$dump" \
-			-v trial="$trial" -v load="$load" -v rep="$replay" -v ver="$ver" -v core="$core" -v gms="$gms" -v ratio="$ratio" 'BEGIN {
+			-v trial="$trial" -v ld="$load" -v rep="$replay" -v ver="$ver" -v core="$core" -v gms="$gms" -v ratio="$ratio" 'BEGIN {
 			printf "| %s | %.2f s | %d | %.2f MB | %.2f MB/s | %.0f ms | %.0f ms | %.0f ms | %.0f ms | %.0f ms | %.2fx | %s | %.1f MB | %.0f ms | %.2fx |\n",
-				n, win, sys, b / 1e6, bps / 1e6, held, dump, trial, load, rep, rep / 1000 / win, ver, core / 1e6, gms, ratio
+				n, win, sys, b / 1e6, bps / 1e6, held, dump, trial, ld, rep, rep / 1000 / win, ver, core / 1e6, gms, ratio
 		}'
 	done
 	echo

@@ -187,7 +187,7 @@ func TestShadowCloneRefused(t *testing.T) {
 		if len(cks) != 1 {
 			t.Fatalf("want one checkpoint of the crash, got %v", cks)
 		}
-		if crash := log[strings.Index(log, "received SIGSEGV"):]; strings.Contains(crash, "every present page") || !strings.Contains(crash, "touched pages of") {
+		if crash := log[strings.Index(log, "received SIGSEGV"):]; strings.Contains(crash, "every present page") || !strings.Contains(crash, "touched pages (") {
 			keepFailed(t, cks[0])
 			t.Fatalf("the crash's trial replay failed:\n%s", log)
 		}

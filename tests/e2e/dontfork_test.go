@@ -28,7 +28,7 @@ func TestNodeHeapDontFork(t *testing.T) {
 		target, _, done := startTarget(t, node, "--single-threaded", "--v8-pool-size=0", "-e", nodeLoop)
 		time.Sleep(500 * time.Millisecond)
 		ck, log := crashWith(t, target, done, 1500*time.Millisecond, func(pid int) error { return unix.Tgkill(pid, pid, unix.SIGSEGV) }, "--backend", backend)
-		if strings.Contains(log, "every present page") || !strings.Contains(log, "touched pages of") {
+		if strings.Contains(log, "every present page") || !strings.Contains(log, "touched pages (") {
 			keepFailed(t, ck)
 			t.Fatalf("want a checkpoint minimized by a trial replay that verified:\n%s", log)
 		}

@@ -359,7 +359,7 @@ func recordMinimizedWith(t *testing.T, flags []string, backend, prog string, arg
 // says a trial replay minimized it.
 func wantMinimized(t *testing.T, ck, log string) {
 	t.Helper()
-	if strings.Contains(log, "trial replay failed") || !strings.Contains(log, "touched pages of") {
+	if strings.Contains(log, "trial replay failed") || !strings.Contains(log, "touched pages (") {
 		keepFailed(t, ck)
 		t.Fatalf("want a checkpoint minimized by a trial replay that succeeded:\n%s", log)
 	}

@@ -115,7 +115,7 @@ func TestSeccompSandboxedTarget(t *testing.T) {
 			target, _, done := startTarget(t, py, script, "deny-socket", counter)
 			time.Sleep(700 * time.Millisecond)
 			ck, log := crashWith(t, target, done, 1500*time.Millisecond, func(pid int) error { return unix.Tgkill(pid, pid, unix.SIGSEGV) }, "--backend", backend)
-			if strings.Contains(log, "every present page") || !strings.Contains(log, "touched pages of") {
+			if strings.Contains(log, "every present page") || !strings.Contains(log, "touched pages (") {
 				keepFailed(t, ck)
 				t.Fatalf("want a checkpoint minimized by a trial replay that verified:\n%s", log)
 			}
