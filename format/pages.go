@@ -180,8 +180,9 @@ func (c *Checkpoint) RseqAreas() []Rseq {
 	out := c.ThreadRseqAreas()
 	// Areas registered in the window (a thread it started), which replay
 	// emulates: the kernel updated them in the recording only.
+	// In place, not a copy of each record: a window holds up to millions.
 	for i := range c.Syscalls {
-		s := &c.Syscalls[i]                                   // not a copy: a window holds up to millions
+		s := &c.Syscalls[i]
 		if s.Nr == rseqNr && s.Ret == 0 && s.Args[2]&1 == 0 { // not RSEQ_FLAG_UNREGISTER
 			out = addRseq(out, Rseq{Addr: s.Args[0], Len: uint32(s.Args[1]), Sig: uint32(s.Args[3])})
 		}
