@@ -25,6 +25,7 @@ func (s *session) boundary() error {
 	}
 	t1 := time.Now()
 	err = s.openIntervalFrom(now, snap)
+	s.lastStop = time.Since(now)
 	if debugStops {
 		s.logf("boundary: close %v, open %v", t1.Sub(now), time.Since(t1))
 	}
@@ -32,12 +33,89 @@ func (s *session) boundary() error {
 }
 
 // runDeferred does the work a boundary left for after the target resumed.
+// After a boundary's, it sets how long the next interval lasts at least
+// (stretchAfter).
 func (s *session) runDeferred() {
+	if len(s.deferred) == 0 {
+		return
+	}
+	s.lastSave = 0
 	for len(s.deferred) > 0 {
 		fn := s.deferred[0]
 		s.deferred = s.deferred[1:]
 		fn()
 	}
+	if s.lastStop > 0 {
+		s.stretchAfter(s.lastStop + s.lastSave)
+		s.lastStop = 0
+	}
+}
+
+// stretchFactor: an interval lasts at least this many times what its
+// opening boundary cost.
+const (
+	stretchFactor = 4
+	// stretchMax bounds a stretched interval: the trial replay of a dump
+	// re-executes the window, the last interval with it.
+	stretchMax = 30 * time.Second
+)
+
+// stretchAfter sets the shortest length of the interval a boundary opened
+// from what that boundary cost: the time it held the target and the time
+// tprec then took to save the originals of the pages the closed interval
+// wrote. A program that writes hundreds of megabytes a quarter second (a
+// JVM allocating: its young generation rewritten again and again) made
+// boundaries that held it for 100-280 ms and left 1-1.5 s of saving, four
+// times a second: it ran 13 times slower than unrecorded. Besides, each
+// page it writes after a boundary costs it a copy-on-write fault, and
+// tprec's saving competes with it for the CPUs. So once a boundary costs
+// more than half an interval, the intervals last at least four times what
+// the boundary that opened each cost (at most stretchMax): the cost of
+// boundaries stays under about a quarter of the time, whatever the
+// program writes, and the intervals come back to Options.Interval when it
+// writes less. The push of the closed interval into the ring is not
+// counted: it may wait for the ring's packing, which runs on its own
+// goroutine. A server that rewrites a few thousand pages an interval
+// (redis under load: 2-3 ms of stop and 20-40 ms of saving) is not
+// concerned. tprec says when intervals begin and stop being stretched, and
+// the status line says by how much.
+func (s *session) stretchAfter(cost time.Duration) {
+	want := time.Duration(0)
+	// Stretching begins when a boundary cost half an interval, and goes
+	// on while four times the cost exceeds one: a busy machine that slows
+	// one boundary does not start it.
+	if cost > s.o.Interval/2 || (s.stretch > 0 && stretchFactor*cost > s.o.Interval) {
+		want = min(stretchMax, (stretchFactor * cost).Round(time.Millisecond))
+	}
+	s.costStop, s.costSave, s.costPages = s.lastStop, s.lastSave, s.lastWritten
+	switch {
+	case want > 0 && s.stretch == 0:
+		s.logf("boundaries of process %d cost %v (the program writes many pages each interval): intervals last at least %v, four times that, while it does", s.pid, cost.Round(time.Millisecond), want)
+	case want == 0 && s.stretch > 0:
+		s.logf("boundaries of process %d cost %v again: intervals back to %v", s.pid, cost.Round(time.Millisecond), s.o.Interval)
+	}
+	s.stretch = want
+}
+
+// stretchHolds reports whether the open interval is to go on at a tick:
+// it has not lasted s.stretch yet, and, where the eBPF programs count the
+// pages it touched so far, the boundary that would end it now would still
+// cost more than a quarter of it, at the last boundary's cost per page. A
+// program that stopped writing comes back to short intervals at once, not
+// after a whole stretched one.
+func (s *session) stretchHolds() bool {
+	elapsed := time.Since(s.cur.meta.Start)
+	if elapsed >= s.stretch {
+		return false
+	}
+	if _, ok := s.src.(*ebpfSource); ok && s.costPages > 0 {
+		_, pages := s.src.activity(s.calm.rseq)
+		est := s.costStop + time.Duration(int64(s.costSave)*int64(pages)/int64(s.costPages))
+		if stretchFactor*est <= elapsed {
+			return false
+		}
+	}
+	return true
 }
 
 // stepClock times the steps of a boundary; with TPREC_DEBUG the durations
@@ -490,6 +568,7 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 	// would find them holding a later interval's content or their final one.
 	grown := newPages(iv.meta.Maps, snap)
 	written = withoutPages(written, fresh) // zeros at the start: nothing to read
+	s.lastWritten = len(written)
 	if s.oomStreak == 0 {
 		// What the shadow kept: the room the next one needs
 		// (shadowNoRoom), known before the open that follows.
@@ -521,7 +600,19 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 		sh = nil
 		clk.mark("read")
 	}
+	// saving and store time what the deferred part does before the push, for
+	// stretchAfter: the push may wait for the ring's packing, which runs
+	// on its own goroutine and is not what a boundary costs the target.
+	var saving time.Duration
+	timed := func(fn func()) func() {
+		return func() {
+			t := time.Now()
+			fn()
+			saving += time.Since(t)
+		}
+	}
 	store := func() {
+		t := time.Now()
 		for i, a := range written {
 			if a != 0 {
 				s.ring.addPage(iv, a, buf[i*format.PageSize:(i+1)*format.PageSize])
@@ -534,6 +625,7 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 			s.ring.addPage(iv, p.addr, p.data)
 		}
 		clk.mark("store")
+		s.lastSave = saving + time.Since(t)
 		finish()
 	}
 	if !later {
@@ -557,7 +649,7 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 		clk.mark("reaped")
 		s.deferred = append(s.deferred, store)
 	} else {
-		s.deferred = append(s.deferred, func() { read(); store() })
+		s.deferred = append(s.deferred, func() { timed(read)(); store() })
 	}
 	return snap, nil
 }

@@ -154,14 +154,27 @@ type session struct {
 		rseq           []uint64
 		cpuOK, settled bool
 	}
-	skipped     int // boundaries skipped because the target was idle (skipTick)
-	gone        bool
-	exitStatus  unix.WaitStatus
-	dumps       []string
-	lostDumps   int            // checkpoints that could not be written anywhere
-	mu          sync.Mutex     // guards dumps and deadShadows (checkpoints finish in the background)
-	deadShadows []int          // killed dump shadows to collect
-	pending     sync.WaitGroup // checkpoints being finished
+	skipped int // boundaries skipped because the target was idle (skipTick)
+	// stretch is how long the open interval lasts at least, longer than
+	// Options.Interval while boundaries cost more than a quarter of it
+	// (stretchAfter); lastStop is how long the last boundary held the
+	// target, stretched counts the ticks that did not end an interval.
+	stretch  time.Duration
+	lastStop time.Duration
+	lastSave time.Duration // the closed interval's originals: reading and storing them
+	// lastWritten counts those originals; costStop, costSave and costPages
+	// are the three of the boundary that set the stretch (stretchHolds).
+	lastWritten        int
+	costStop, costSave time.Duration
+	costPages          int
+	stretched          int
+	gone               bool
+	exitStatus         unix.WaitStatus
+	dumps              []string
+	lostDumps          int            // checkpoints that could not be written anywhere
+	mu                 sync.Mutex     // guards dumps and deadShadows (checkpoints finish in the background)
+	deadShadows        []int          // killed dump shadows to collect
+	pending            sync.WaitGroup // checkpoints being finished
 	// hurry ends when Options.Hurry is closed: the trial replays of the
 	// checkpoints being finished stop (minimize).
 	hurry context.Context
@@ -516,6 +529,10 @@ func (s *session) loop(ctx context.Context, tick <-chan time.Time, requests <-ch
 			}
 			if s.state == stateRecording && !s.want.boundary && !s.want.dump && s.skipTick() {
 				s.skipped++
+				continue
+			}
+			if s.state == stateRecording && !s.want.boundary && !s.want.dump && s.cur != nil && s.stretchHolds() {
+				s.stretched++
 				continue
 			}
 			if s.state == stateRecording || s.state == stateStarting {
@@ -1724,6 +1741,9 @@ func (s *session) statusLine(now time.Time) string {
 	}
 	if s.skipped > 0 {
 		line += fmt.Sprintf(", %d boundaries skipped (the process was idle)", s.skipped)
+	}
+	if s.stretch > s.o.Interval {
+		line += fmt.Sprintf(", intervals stretched to %v (boundaries cost %v)", s.stretch, (s.stretch / stretchFactor).Round(time.Millisecond))
 	}
 	if s.noShadow > 0 {
 		line += fmt.Sprintf(", no shadow for the last %d intervals (%s)", s.noShadow, s.noShadowKind)
