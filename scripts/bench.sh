@@ -10,8 +10,8 @@
 # TPREC another tprec binary (to compare builds); PRIO a prefix for the
 # measured programs, e.g. PRIO="nice -n -20" to shield them from other load.
 # The modes take turns within each round of runs (interleaved).
-# WORKLOADS picks the workloads (default: all of dd py vdso spawn redis
-# boundary gdb idle), e.g. WORKLOADS=py RUNS=15 for the CPU-bound figure
+# WORKLOADS picks the workloads (default: all of dd py heavy vdso spawn
+# redis boundary gdb idle), e.g. WORKLOADS=py RUNS=15 for the CPU-bound figure
 # alone with more rounds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +23,7 @@ TPREC=${TPREC:-$PWD/bin/tprec}
 MODES="none ${MODES:-ebpf ebpf-idle ptrace strace}"
 MODES=${MODES/none none/none}
 PRIO=${PRIO:-}
-WORKLOADS=" ${WORKLOADS:-dd py vdso spawn redis boundary gdb idle} "
+WORKLOADS=" ${WORKLOADS:-dd py heavy vdso spawn redis boundary gdb idle} "
 want() { [[ $WORKLOADS == *" $1 "* ]]; }
 WORK=$(mktemp -d)
 IDLE=
@@ -119,6 +119,25 @@ want py && for m in $MODES; do
 	cpu=$(median <"$WORK/pycpu.$m")
 	cpur=$(paste -d' ' "$WORK/pycpu.$m" "$WORK/pycpu.none" | awk '$1 > 0 && $2 > 0 {print $1 / $2}' | median)
 	log "python3 loop $m: $(printf %.3f "${PY[$m]}") s, ratio $(printf %.3f "${PY_R[$m]}"); its own CPU $(printf %.3f "$cpu") s, ratio $(printf %.3f "$cpur")"
+done
+
+# --- heavy writer: python3 rewriting 256 MB over and over (every page of it
+# each pass: what a JVM allocating does to its young generation), passes a
+# second for HEAVY_SECS seconds; intervals stretch under it
+# (ARCHITECTURE.md, "Intervals that stretch").
+HEAVY_SECS=${HEAVY_SECS:-6}
+heavy_rate() { run "$1" python3 -c 'import sys, time
+n = 256 << 20
+a = bytearray(n); b = bytearray(b"x" * n)
+t = time.perf_counter(); k = 0
+while time.perf_counter() - t < float(sys.argv[1]):
+    a[:] = b; k += 1
+print(k / (time.perf_counter() - t))' "$HEAVY_SECS"; }
+declare -A HW HW_R
+want heavy && interleaved HW heavy_rate inverse
+want heavy && for m in $MODES; do
+	[ "$m" = ebpf-idle ] && continue
+	log "python3 rewriting 256 MB $m: $(printf %.1f "${HW[$m]}") passes/s, $(printf %.2f "${HW_R[$m]}")x slower"
 done
 
 # --- vDSO patch: clock_gettime becomes a real syscall under tprec
