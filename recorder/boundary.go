@@ -61,15 +61,15 @@ const (
 )
 
 // stretchAfter sets the shortest length of the interval a boundary opened
-// from what that boundary cost: the time it held the target and the time
-// tprec then took to save the originals of the pages the closed interval
-// wrote. A program that writes hundreds of megabytes a quarter second (a
-// JVM allocating: its young generation rewritten again and again) made
+// from what that boundary cost: the time it held the target and the CPU
+// time tprec then took to save the originals of the pages the closed
+// interval wrote. A program that writes hundreds of megabytes a quarter
+// second (a JVM allocating: its young generation rewritten again and again) made
 // boundaries that held it for 100-280 ms and left 1-1.5 s of saving, four
 // times a second: it ran 13 times slower than unrecorded. Besides, each
 // page it writes after a boundary costs it a copy-on-write fault, and
 // tprec's saving competes with it for the CPUs. So once a boundary costs
-// more than half an interval, the intervals last at least four times what
+// more than a whole interval, the intervals last at least four times what
 // the boundary that opened each cost (at most stretchMax): the cost of
 // boundaries stays under about a quarter of the time, whatever the
 // program writes, and the intervals come back to Options.Interval when it
@@ -81,10 +81,10 @@ const (
 // the status line says by how much.
 func (s *session) stretchAfter(cost time.Duration) {
 	want := time.Duration(0)
-	// Stretching begins when a boundary cost half an interval, and goes
+	// Stretching begins when a boundary cost a whole interval, and goes
 	// on while four times the cost exceeds one: a busy machine that slows
 	// one boundary does not start it.
-	if cost > s.o.Interval/2 || (s.stretch > 0 && stretchFactor*cost > s.o.Interval) {
+	if cost > s.o.Interval || (s.stretch > 0 && stretchFactor*cost > s.o.Interval) {
 		want = min(stretchMax, (stretchFactor * cost).Round(time.Millisecond))
 	}
 	s.costStop, s.costSave, s.costPages = s.lastStop, s.lastSave, s.lastWritten
@@ -574,15 +574,14 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 		// (shadowNoRoom), known before the open that follows.
 		s.lastCopies, s.copiesKnown = int64(len(written))*format.PageSize, true
 	}
-	buf := make([]byte, len(written)*format.PageSize)
-	read := func() {
-		s.ring.beginOriginals(len(written) + len(sharedOrig))
-		if err := proc.ReadPages(sh.pid, written, buf); err != nil {
+	// readPart reads the originals of part into dst from the shadow.
+	readPart := func(part []uint64, dst []byte) {
+		if err := proc.ReadPages(sh.pid, part, dst); err != nil {
 			// Read one by one; a page the shadow cannot give (beyond the end of a
 			// file mapping, for instance) is left out and replay reports it if used.
-			for i, a := range written {
-				if _, err := proc.ReadBytes(sh.pid, a, buf[i*format.PageSize:(i+1)*format.PageSize]); err != nil {
-					written[i] = 0
+			for i, a := range part {
+				if _, err := proc.ReadBytes(sh.pid, a, dst[i*format.PageSize:(i+1)*format.PageSize]); err != nil {
+					part[i] = 0
 				}
 			}
 			// A shadow killed after the close looked (the OOM killer, as
@@ -593,6 +592,12 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 				iv.meta.Reason = why + ", before its originals were read"
 			}
 		}
+	}
+	var buf []byte
+	read := func() {
+		s.ring.beginOriginals(len(written) + len(sharedOrig))
+		buf = make([]byte, len(written)*format.PageSize)
+		readPart(written, buf)
 		// Nothing more is read from it: its copies go now, not after
 		// the hashing and compressing below, while the next shadow's
 		// are already growing.
@@ -600,24 +605,20 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 		sh = nil
 		clk.mark("read")
 	}
-	// saving and store time what the deferred part does before the push, for
-	// stretchAfter: the push may wait for the ring's packing, which runs
-	// on its own goroutine and is not what a boundary costs the target.
+	// saving and store measure the CPU time the deferred part takes before
+	// the push, for stretchAfter: the push may wait for the ring's packing,
+	// which runs on its own goroutine, and on a busy machine the wall time
+	// would count the waits for a CPU too (a redis boundary's saving took
+	// 20-40 ms of CPU and up to 110 ms of wall time with other load).
 	var saving time.Duration
 	timed := func(fn func()) func() {
 		return func() {
-			t := time.Now()
+			t := threadCPU()
 			fn()
-			saving += time.Since(t)
+			saving += threadCPU() - t
 		}
 	}
-	store := func() {
-		t := time.Now()
-		for i, a := range written {
-			if a != 0 {
-				s.ring.addPage(iv, a, buf[i*format.PageSize:(i+1)*format.PageSize])
-			}
-		}
+	storeRest := func() {
 		for _, a := range slices.Concat(fresh, grown) {
 			iv.meta.Written = append(iv.meta.Written, format.PageRef{Addr: a, Hash: format.ZeroHash})
 		}
@@ -625,7 +626,43 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 			s.ring.addPage(iv, p.addr, p.data)
 		}
 		clk.mark("store")
-		s.lastSave = saving + time.Since(t)
+	}
+	store := func() {
+		t := threadCPU()
+		for i, a := range written {
+			if a != 0 {
+				s.ring.addPage(iv, a, buf[i*format.PageSize:(i+1)*format.PageSize])
+			}
+		}
+		buf = nil
+		storeRest()
+		s.lastSave = saving + threadCPU() - t
+		finish()
+	}
+	// stream reads and stores the originals a part at a time, when there
+	// are more than the ring keeps as delta sources (then no stored page
+	// refers to the buffer after its addPage): a program rewriting a
+	// gigabyte an interval had tprec hold a buffer of all its originals
+	// besides the ring, 0.8-1 GB resident. The shadow lives until the last
+	// part is read.
+	stream := func() {
+		t := threadCPU()
+		s.ring.beginOriginals(len(written) + len(sharedOrig))
+		part := make([]byte, maxDeltaSources*format.PageSize)
+		for lo := 0; lo < len(written); lo += maxDeltaSources {
+			addrs := written[lo:min(lo+maxDeltaSources, len(written))]
+			readPart(addrs, part)
+			for i, a := range addrs {
+				if a != 0 {
+					s.ring.addPage(iv, a, part[i*format.PageSize:(i+1)*format.PageSize])
+				}
+			}
+		}
+		s.retire(sh)
+		sh = nil
+		clk.mark("read and store, a part at a time")
+		storeRest()
+		s.lastSave = threadCPU() - t
 		finish()
 	}
 	if !later {
@@ -648,6 +685,8 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 		s.reapZombie(true)
 		clk.mark("reaped")
 		s.deferred = append(s.deferred, store)
+	} else if len(written) > maxDeltaSources {
+		s.deferred = append(s.deferred, stream)
 	} else {
 		s.deferred = append(s.deferred, func() { timed(read)(); store() })
 	}
@@ -993,4 +1032,14 @@ func threadRseq(tid int) format.Rseq {
 		return format.Rseq{}
 	}
 	return format.Rseq{Addr: addr, Len: n, Sig: sig}
+}
+
+// threadCPU is the CPU time of the calling thread (the tracer's, locked to
+// it), 0 if unknown.
+func threadCPU() time.Duration {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts) != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
 }
