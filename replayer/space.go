@@ -86,7 +86,11 @@ type region struct {
 
 // regions returns the mappings of interval k to recreate, with [stack]
 // extended down to the lowest start any later interval shows (the stack grew
-// during the window, and the growth area must be there when it does again).
+// during the window, and the growth area must be there when it does again),
+// and further down to where it reached at the end (stackEnd): a program
+// that overflows its stack grows it in the last interval, which no
+// interval start shows, and its replay faulted where the recorded stack
+// still went on (a bash recursion 892 KB higher than recorded).
 func regions(c *format.Checkpoint, k int) []region {
 	var out []region
 	lowStack := uint64(0)
@@ -103,16 +107,45 @@ func regions(c *format.Checkpoint, k int) []region {
 		if !recreated(m) {
 			continue
 		}
-		if m.Path == "[stack]" && lowStack < m.Start {
+		if m.Path == "[stack]" {
 			floor := uint64(0)
 			if i > 0 {
 				floor = maps[i-1].End
 			}
-			m.Start = max(lowStack, floor)
+			low := min(lowStack, stackEnd(c, k, floor, m))
+			if low < m.Start {
+				m.Start = max(low, floor)
+			}
 		}
 		out = append(out, region{m})
 	}
 	return out
+}
+
+// stackEnd returns how far down the stack m of interval k (above floor,
+// the end of the mapping below it) reached at the end of the window, as far
+// as the checkpoint tells: the pages of the window under m's start (final
+// content, or the zero originals the grown pages got). m.Start when it
+// shows no growth. Not the stack pointer at the end: a function's frame
+// is reserved before it is written, and an overflow ends with rsp in the
+// page the kernel refused (bash: 8 bytes under the fault address), which a
+// replay must not have.
+func stackEnd(c *format.Checkpoint, k int, floor uint64, m format.Mapping) uint64 {
+	low := m.Start
+	note := func(a uint64) {
+		if a >= floor && a < low {
+			low = a &^ (format.PageSize - 1)
+		}
+	}
+	for _, p := range c.Final {
+		note(p.Addr)
+	}
+	for _, iv := range c.Intervals[k:] {
+		for _, p := range iv.Written {
+			note(p.Addr)
+		}
+	}
+	return low
 }
 
 // rebuild empties the stub's address space and recreates interval k's. It

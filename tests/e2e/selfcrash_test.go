@@ -124,3 +124,37 @@ work()
 		replay(t, ck)
 	})
 }
+
+// A stack overflow, the crash of a runaway recursion, in two real
+// programs: bash recursing into a shell function under a 1 MiB stack
+// limit, and python3 taking the repr of a list nested a million deep (C
+// recursion in the interpreter). The stack grows during the last interval,
+// which no interval start shows: the replay recreated the stack down to
+// the last start's extent only and faulted where the recorded stack still
+// went on (892 KB higher for bash), so the trial failed and the file did
+// not verify. The replay's stack now reaches as far down as the pages of
+// the window show, and ends at the recorded fault.
+func TestStackOverflow(t *testing.T) {
+	requireRoot(t)
+	bashScript := "ulimit -s 1024\ns=0; for i in $(seq 1 60000); do s=$((s + i % 7)); done; echo $s\nf(){ f; }; f\n"
+	pyScript := "import sys\nsys.setrecursionlimit(10**7)\nl = []\nfor i in range(10**6):\n    l = [l]\nrepr(l)\n"
+	for _, p := range []struct{ name, prog, script string }{
+		{"bash", "/bin/bash", bashScript},
+		{"python3", "/usr/bin/python3", pyScript},
+	} {
+		t.Run(p.name, func(t *testing.T) {
+			forBackends(t, func(t *testing.T, backend string) {
+				script := pythonScript(t, "overflow", p.script)
+				ck, log := recordMinimized(t, backend, p.prog, script)
+				m := regexp.MustCompile(`received SIGSEGV at rip (0x[0-9a-f]+)`).FindStringSubmatch(log)
+				if m == nil {
+					t.Fatalf("the program did not die of a SIGSEGV tprec saw:\n%s", log)
+				}
+				out := replay(t, ck)
+				if !strings.Contains(out, "rip="+m[1]) || !strings.Contains(out, "signal SIGSEGV") {
+					t.Fatalf("replay does not end at the fault at %s:\n%s", m[1], out)
+				}
+			})
+		})
+	}
+}
