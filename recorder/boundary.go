@@ -554,7 +554,7 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 	written = mergePages(written, vanishedPages(iv.meta.Maps, iv.present, snap.maps, iv.remapped()))
 	// The shadow shares the target's shared mappings: their start content
 	// is the copy this interval's open took.
-	sharedOrig, written, appeared := iv.shared.originals(snap.shared, written)
+	sharedOrig, written, appeared := iv.shared.originals(snap.shared, written, freshShared(iv.meta.Maps, snap.maps))
 	if appeared != 0 && iv.meta.Replayable {
 		iv.meta.Replayable = false
 		iv.meta.Reason = fmt.Sprintf("a page of a shared writable mapping (%#x) was first mapped during the interval: its content at the start is unknown", appeared)

@@ -3,6 +3,7 @@ package recorder
 import (
 	"bytes"
 	"slices"
+	"strings"
 
 	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/proc"
@@ -104,9 +105,9 @@ func (p *sharedPages) find(addr uint64) int {
 // the interval changed, and of those it unmapped (listed in written, the pages
 // whose originals would otherwise be read from the shadow, which the returned
 // rest no longer holds). appeared is the first shared writable page present
-// at the end that the start copy lacks (0 if none): its start content is
-// unknown.
-func (p *sharedPages) originals(now *sharedPages, written []uint64) (orig []sharedPage, rest []uint64, appeared uint64) {
+// at the end that the start copy lacks (0 if none) and that fresh does not
+// name: its start content is unknown.
+func (p *sharedPages) originals(now *sharedPages, written []uint64, fresh func(uint64) bool) (orig []sharedPage, rest []uint64, appeared uint64) {
 	if p == nil && now == nil {
 		return nil, written, 0
 	}
@@ -126,7 +127,7 @@ func (p *sharedPages) originals(now *sharedPages, written []uint64) (orig []shar
 	for j, a := range now.addrs {
 		i := p.find(a)
 		if i < 0 {
-			if appeared == 0 {
+			if appeared == 0 && !fresh(a) {
 				appeared = a
 			}
 			continue
@@ -136,4 +137,21 @@ func (p *sharedPages) originals(now *sharedPages, written []uint64) (orig []shar
 		}
 	}
 	return orig, rest, appeared
+}
+
+// freshShared reports whether a shared writable page missing from the start
+// copy lies in shared anonymous memory that a call of the interval mapped
+// where nothing was mapped at its start (python3's mmap.mmap(-1, n),
+// multiprocessing's shared values): it began as zeros, or, moved there by
+// mremap, with content the replay moves along from where the start had it.
+// A page of a mapping that existed at the start, but was not in memory then,
+// may hold what another process sharing it wrote: unknown.
+func freshShared(start, end []format.Mapping) func(uint64) bool {
+	return func(a uint64) bool {
+		if mappingAt(start, a) != nil {
+			return false
+		}
+		m := mappingAt(end, a)
+		return m != nil && m.Shared && strings.HasPrefix(m.Path, "/dev/zero")
+	}
 }

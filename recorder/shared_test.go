@@ -25,7 +25,8 @@ func sharedOf(pages map[uint64]byte) *sharedPages {
 func TestSharedOriginals(t *testing.T) {
 	start := sharedOf(map[uint64]byte{0x1000: 1, 0x2000: 2, 0x3000: 3})
 	end := sharedOf(map[uint64]byte{0x1000: 1, 0x2000: 7, 0x4000: 4})
-	orig, rest, appeared := start.originals(end, []uint64{0x3000, 0x9000})
+	never := func(uint64) bool { return false }
+	orig, rest, appeared := start.originals(end, []uint64{0x3000, 0x9000}, never)
 	if len(rest) != 1 || rest[0] != 0x9000 {
 		t.Errorf("rest %x, want [9000]", rest)
 	}
@@ -41,7 +42,29 @@ func TestSharedOriginals(t *testing.T) {
 	}
 	// No shared memory: written passes through.
 	var none *sharedPages
-	if orig, rest, appeared := none.originals(nil, []uint64{0x9000}); len(orig) != 0 || len(rest) != 1 || appeared != 0 {
+	if orig, rest, appeared := none.originals(nil, []uint64{0x9000}, never); len(orig) != 0 || len(rest) != 1 || appeared != 0 {
 		t.Errorf("without shared pages: %v %v %#x", orig, rest, appeared)
+	}
+	// A page of shared anonymous memory mapped in the interval where
+	// nothing was is not unknown: it began as zeros.
+	if _, _, appeared := start.originals(end, nil, func(a uint64) bool { return a == 0x4000 }); appeared != 0 {
+		t.Errorf("a fresh shared page reported as appeared: %#x", appeared)
+	}
+}
+
+// freshShared: only shared anonymous memory, only where the interval's
+// start had no mapping.
+func TestFreshShared(t *testing.T) {
+	start := []format.Mapping{{Start: 0x1000, End: 0x3000, Path: "/dev/zero (deleted)", Shared: true}}
+	end := []format.Mapping{
+		{Start: 0x1000, End: 0x3000, Path: "/dev/zero (deleted)", Shared: true},
+		{Start: 0x5000, End: 0x6000, Path: "/dev/zero (deleted)", Shared: true},
+		{Start: 0x7000, End: 0x8000, Path: "/tmp/f", Shared: true},
+	}
+	fresh := freshShared(start, end)
+	for a, want := range map[uint64]bool{0x1000: false, 0x5000: true, 0x7000: false, 0x9000: false} {
+		if got := fresh(a); got != want {
+			t.Errorf("freshShared(%#x) = %v, want %v", a, got, want)
+		}
 	}
 }
