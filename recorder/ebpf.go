@@ -33,10 +33,18 @@ import (
 // interval ring.
 const DefaultRingbufSize = 64 << 20
 
-// MaxCapture is the most output memory the eBPF side copies for one syscall.
-// A call that wrote more is logged without its data and its interval is
-// marked not replayable, naming it.
-const MaxCapture = 1 << 20
+// maxCapture is the most output memory the eBPF side copies for one
+// syscall: a quarter of the ring buffer, at most 16 MiB (the programs copy
+// up to 4,096 steps of at least a page, bpf/tprec.c TP_MAX_STEPS). A call
+// that wrote more is logged without its data and its interval is marked
+// not replayable, naming it. It was 1 MiB: python3 reading a file whole
+// (one read(2) of its size), sort's 1.5 MB reads and a 4 MB getrandom made
+// their intervals unreplayable under eBPF, not under ptrace. The reader
+// drains the ring buffer while the programs copy, a call's data split in
+// records of 32 KiB, so a call of a quarter of it fits beside the others.
+func maxCapture(ringbufSize int) int {
+	return min(16<<20, ringbufSize/4)
+}
 
 // pollPeriod is how often the reader looks at the ring buffer when the
 // programs did not wake it (they wake it only when it is half full). Each
@@ -243,7 +251,7 @@ func newEBPFSource(pid int, ringbufSize int, logf func(string, ...any)) (*ebpfSo
 		return nil, fmt.Errorf("%w: %w", ErrEBPFUnavailable, err)
 	}
 	spec.Maps[bpf.TprecMapScratch].MaxEntries = uint32(ncpu)
-	if err := spec.Variables["max_capture"].Set(uint32(MaxCapture)); err != nil {
+	if err := spec.Variables["max_capture"].Set(uint32(maxCapture(ringbufSize))); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrEBPFUnavailable, err)
 	}
 	e := &ebpfSource{pid: pid, logf: logf, flushReq: make(chan struct{}, 1), flushed: make(chan error, 1), done: make(chan struct{}),

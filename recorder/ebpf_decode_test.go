@@ -95,6 +95,42 @@ func TestCapturedMemJoinsPieces(t *testing.T) {
 	}
 }
 
+// A 16 MiB output arrives in 512 pieces of 32 KiB (the programs' records);
+// they join into one segment whose bytes are the pieces' in order, with an
+// overlap and a gap handled, and the pieces' own buffers are not written.
+func TestCapturedMemJoinsManyPieces(t *testing.T) {
+	const piece, n = 32 << 10, 512
+	var items []item
+	want := make([]byte, piece*n)
+	for i := range want {
+		want[i] = byte(i * 7 / 5)
+	}
+	for i := n - 1; i >= 0; i-- { // any order
+		items = append(items, item{kind: bpf.TprecTpItemKindTP_ITEM_MEM, addr: 0x100000 + uint64(i*piece), data: append([]byte(nil), want[i*piece:(i+1)*piece]...)})
+	}
+	// An overlapping piece, and one past a gap.
+	items = append(items, item{kind: bpf.TprecTpItemKindTP_ITEM_MEM, addr: 0x100000 + 10, data: append([]byte(nil), want[10:5000]...)})
+	items = append(items, item{kind: bpf.TprecTpItemKindTP_ITEM_MEM, addr: 0x100000 + uint64(len(want)) + 4096, data: []byte("after")})
+	firstPiece := items[n-1].data
+	m := newCapturedMem(items)
+	if len(m.segs) != 2 {
+		t.Fatalf("%d segments, want 2", len(m.segs))
+	}
+	b, err := m.read(0x100000, len(want))
+	if err != nil || !bytes.Equal(b, want) {
+		t.Fatalf("read of the whole output: %v, equal %v", err, bytes.Equal(b, want))
+	}
+	if !bytes.Equal(firstPiece, want[:piece]) {
+		t.Fatal("joining wrote into a piece's buffer")
+	}
+	if b, err := m.read(0x100000+uint64(len(want))+4096, 5); err != nil || string(b) != "after" {
+		t.Fatalf("read past the gap = %q, %v", b, err)
+	}
+	if _, err := m.read(0x100000+uint64(len(want)), 10); err == nil {
+		t.Fatal("a read in the gap succeeded")
+	}
+}
+
 // restart_syscall's record is logged as the call it finished, with that
 // call's outputs (nanosleep's remaining time when interrupted).
 func TestBuildSyscallRestarted(t *testing.T) {

@@ -47,21 +47,26 @@ func (m *capturedMem) reset(items []item) {
 		}
 	}
 	slices.SortStableFunc(segs, func(a, b memSeg) int { return cmp.Compare(a.addr, b.addr) })
-	for _, s := range segs {
-		n := len(m.segs)
-		if n > 0 {
-			last := &m.segs[n-1]
-			end := last.addr + uint64(len(last.data))
-			if s.addr <= end {
-				// Adjacent or overlapping: all copies were taken at the same
-				// moment, so overlapping bytes agree.
-				if tail := s.addr + uint64(len(s.data)); tail > end {
-					last.data = append(last.data[:len(last.data):len(last.data)], s.data[end-s.addr:]...)
-				}
-				continue
-			}
+	// Adjacent or overlapping pieces make one segment: all copies were
+	// taken at the same moment, so overlapping bytes agree. A run of
+	// several is copied once into a buffer of its whole size (appending
+	// piece by piece to a copy copied it again for each piece: the 400
+	// pieces of a 12 MB read took the reader 2.4 s).
+	for i := 0; i < len(segs); {
+		run, end := segs[i], segs[i].addr+uint64(len(segs[i].data))
+		j := i + 1
+		for ; j < len(segs) && segs[j].addr <= end; j++ {
+			end = max(end, segs[j].addr+uint64(len(segs[j].data)))
 		}
-		m.segs = append(m.segs, s)
+		if j > i+1 {
+			data := make([]byte, end-run.addr)
+			for _, s := range segs[i:j] {
+				copy(data[s.addr-run.addr:], s.data)
+			}
+			run.data = data
+		}
+		m.segs = append(m.segs, run)
+		i = j
 	}
 	clear(segs)
 	m.scratch = segs[:0]
@@ -84,7 +89,7 @@ func (m *capturedMem) read(addr uint64, n int) ([]byte, error) {
 			case bpf.TprecTpItemKindTP_ITEM_UNREADABLE:
 				why = "the eBPF side could not read it"
 			case bpf.TprecTpItemKindTP_ITEM_TOOBIG:
-				why = fmt.Sprintf("the call wrote more than the %d bytes the eBPF side copies per call", MaxCapture)
+				why = fmt.Sprintf("the call wrote %d bytes, more than the eBPF side copies per call (a quarter of --ringbuf-size, at most 16 MiB)", it.len)
 			case bpf.TprecTpItemKindTP_ITEM_UNSUPPORTED:
 				why = "the eBPF side does not walk this output's layout"
 			}

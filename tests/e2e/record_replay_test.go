@@ -505,3 +505,46 @@ while True:
 	wantMinimized(t, ck, log)
 	return ck
 }
+
+// largeReadScript reads a 12 MB file whole, one read(2) of its size, again
+// and again for a second (python3's f.read()), then crashes.
+const largeReadScript = `import ctypes, os, sys, time, zlib
+path = os.path.join(sys.argv[1], "big.txt")
+with open(path, "wb") as f:
+    for i in range(12 * 1024):
+        f.write(("%07d " % i).encode() * 128)
+t = 0
+end = time.time() + 1.0
+while time.time() < end:
+    with open(path, "rb") as f:
+        data = f.read()
+    t = zlib.crc32(data[-4096:], t)
+print(t, len(data), flush=True)
+ctypes.string_at(0)
+`
+
+// One call that returns 12 MB: the eBPF programs copied at most 1 MiB of a
+// call's output, so python3 reading a file whole (and sort's 1.5 MB reads, a
+// 4 MB getrandom) made the interval unreplayable under eBPF, not under
+// ptrace. They now copy up to a quarter of the ring buffer (16 MiB by
+// default), and the reader joins the call's 32 KiB pieces in one copy
+// (appending them one by one took it 2.4 s for such a read, the process
+// held for it at the crash: recorder.TestCapturedMemJoinsManyPieces).
+func TestLargeReadsReplay(t *testing.T) {
+	requireRoot(t)
+	forBackends(t, func(t *testing.T, backend string) {
+		script := pythonScript(t, "bigread.py", largeReadScript)
+		ck, log := recordMinimized(t, backend, "/usr/bin/python3", "-S", script, t.TempDir())
+		if strings.Contains(log, "not captured") {
+			t.Errorf("a call's output was not captured:\n%s", log)
+		}
+		ivs := intervalsIn(t, ck)
+		if last := ivs[len(ivs)-1]; !last.Replayable {
+			t.Errorf("the last interval is not replayable: %s", last.Reason)
+		}
+		out := replay(t, ck)
+		if !strings.Contains(out, "signal SIGSEGV") {
+			t.Fatalf("replay does not end at the crash:\n%s", out)
+		}
+	})
+}
