@@ -56,10 +56,23 @@ func (s *session) dump(end format.EndState, reason string) error {
 			s.dropFiles(dsh)
 		}
 	}
+	modulesRead := false
+	if reason == format.EndExit {
+		// No shadow can be forked from a process in its exit: a copy of
+		// the pages the checkpoint may give as final content, and the
+		// loader's list of objects, let it go now, unless they are large.
+		src.pid = live
+		if src.freeze(c.Final) {
+			s.readModules(c, s.pid)
+			modulesRead = true
+			clk.mark(fmt.Sprintf("exit: %d pages copied", len(src.frozen)))
+		}
+	}
 	name := fmt.Sprintf("tp-%d-%s.tpc", s.pid, t0.UTC().Format("20060102T150405.000Z"))
 	path := filepath.Join(s.o.OutputDir, name)
 	held := time.Since(t0)
-	if dsh == nil {
+	background := dsh != nil || src.frozen != nil
+	if !background {
 		held = 0 // held until the file is written (finish)
 	}
 	clk.mark("dump shadow")
@@ -74,7 +87,7 @@ func (s *session) dump(end format.EndState, reason string) error {
 		gcOn := assembling()
 		read := make(chan error, 1)
 		rseqs := c.ThreadRseqAreas()
-		go func() { read <- s.readEnd(c, src, rseqs) }()
+		go func() { read <- s.readEnd(c, src, rseqs, !modulesRead) }()
 		err := assemble()
 		gcOn()
 		if rerr := <-read; err == nil {
@@ -84,7 +97,7 @@ func (s *session) dump(end format.EndState, reason string) error {
 		if all := c.RseqAreas(); err == nil && len(all) > len(rseqs) {
 			// A call of the window registered an area the digests must
 			// leave out too (a thread it started): again, with it.
-			err = s.readEnd(c, src, all)
+			err = s.readEnd(c, src, all, false)
 			fclk.mark("digests again, with the rseq areas registered in the window")
 		}
 		if err == nil {
@@ -102,7 +115,7 @@ func (s *session) dump(end format.EndState, reason string) error {
 			s.retire(dsh)
 		}
 	}
-	if dsh == nil {
+	if !background {
 		work()
 		return nil
 	}
@@ -304,7 +317,7 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 // log: the end digests and the digests of each interval start, which leave
 // out the rseq areas rseqs (format.DigestPage), and the loader's list of
 // objects. It runs while the log is assembled, and reads no syscall record.
-func (s *session) readEnd(c *format.Checkpoint, src *liveSource, rseqs []format.Rseq) error {
+func (s *session) readEnd(c *format.Checkpoint, src *liveSource, rseqs []format.Rseq, modules bool) error {
 	var err error
 	if c.End.Digests, err = digests(c.End.Digests, src, rseqs, c.End.Regs.Rsp); err != nil {
 		return err
@@ -319,14 +332,22 @@ func (s *session) readEnd(c *format.Checkpoint, src *liveSource, rseqs []format.
 		}
 		return nil
 	})
-	// The loader's list of objects, for a debugger's thread-local lookups
-	// in the replay (its own records are seldom among the kept pages).
-	if maps, err := proc.ReadMaps(src.pid); err == nil {
-		if c.Header.Modules, err = proc.LinkMap(src.pid, maps); err != nil {
+	if modules {
+		s.readModules(c, src.pid)
+	}
+	return nil
+}
+
+// readModules reads the loader's list of objects from process pid, for a
+// debugger's thread-local lookups in the replay (its own records are
+// seldom among the kept pages).
+func (s *session) readModules(c *format.Checkpoint, pid int) {
+	if maps, err := proc.ReadMaps(pid); err == nil {
+		var err error
+		if c.Header.Modules, err = proc.LinkMap(pid, maps); err != nil {
 			s.logf("no list of loaded objects: %v", err)
 		}
 	}
-	return nil
 }
 
 // finish minimizes the checkpoint (unless --full-pages), reads the final

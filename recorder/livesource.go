@@ -55,6 +55,41 @@ type liveSource struct {
 	// touches (filePage).
 	bigMu sync.Mutex
 	big   map[uint64]*mappedFile
+	// frozen holds the final pages copied from a process at its exit
+	// (freeze), by address: read serves them, the process being gone.
+	frozen map[uint64][]byte
+}
+
+// frozenMax bounds the pages an exit dump copies to let the process go on
+// exiting before its checkpoint is written (freeze): 256 MiB.
+const frozenMax = 65536
+
+// freeze copies the pages of the live references among refs from the
+// stopped process, so that the dump needs nothing more of it. A shell
+// waiting for a python3 that exited saw its exit 1.5 s late, the time of
+// the trial replay and the write; sort 2.6 s, node 61 s. It does nothing
+// and reports false for more than frozenMax pages (the process is then held
+// until the file is written) or when a page cannot be read.
+func (l *liveSource) freeze(refs []format.PageRef) bool {
+	addrs := make([]uint64, 0, len(refs))
+	for _, r := range refs {
+		if a, ok := liveAddr(r.Hash); ok {
+			addrs = append(addrs, a)
+		}
+	}
+	if len(addrs) > frozenMax {
+		return false
+	}
+	buf := make([]byte, len(addrs)*format.PageSize)
+	if err := proc.ReadPages(l.pid, addrs, buf); err != nil {
+		return false
+	}
+	l.frozen = make(map[uint64][]byte, len(addrs))
+	for i, a := range addrs {
+		l.frozen[a] = buf[i*format.PageSize : (i+1)*format.PageSize : (i+1)*format.PageSize]
+	}
+	l.heapBytes += int64(len(buf))
+	return true
 }
 
 // filePage reads the page at addr of the mapping the mmap record seq made,
@@ -147,6 +182,12 @@ func (l *liveSource) read(addr uint64) ([]byte, error) {
 	if i := l.shared.find(addr); i >= 0 {
 		return l.shared.page(i), nil
 	}
+	if l.frozen != nil {
+		if b, ok := l.frozen[addr]; ok {
+			return b, nil
+		}
+		return nil, fmt.Errorf("read page %#x of %d: not among the pages copied at its exit", addr, l.pid)
+	}
 	b := make([]byte, format.PageSize)
 	n, err := proc.ReadBytes(l.pid, addr, b)
 	if err != nil || n != len(b) {
@@ -180,7 +221,7 @@ func (l *liveSource) resolve(refs []format.PageRef) ([]format.PageRef, error) {
 			a, ok := liveAddr(r.Hash)
 			addrs[j], allLive = a, allLive && ok
 		}
-		if allLive && proc.ReadPages(l.pid, addrs, buf[:len(part)*format.PageSize]) == nil {
+		if allLive && l.frozen == nil && proc.ReadPages(l.pid, addrs, buf[:len(part)*format.PageSize]) == nil {
 			for j, r := range part {
 				data := buf[j*format.PageSize : (j+1)*format.PageSize]
 				if k := l.shared.find(addrs[j]); k >= 0 {

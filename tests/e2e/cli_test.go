@@ -176,6 +176,55 @@ func TestDumpOnExit(t *testing.T) {
 	}
 }
 
+// exitScript reads the clock for 1.5 s (a trial replay of its window takes
+// a good part of a second), then exits with status 3.
+const exitScript = `import sys, time
+print("ready", flush=True)
+time.sleep(0.3)
+end = time.time() + 1.5
+while time.time() < end:
+    pass
+sys.exit(3)
+`
+
+// A process that exits under --on-exit is let go once tprec has copied the
+// pages its checkpoint may need, not after the trial replay and the write:
+// a shell waiting for a python3 recorded that way saw its exit 1.5 s late
+// (found by a sweep; sort 2.6 s, node 61 s). So its parent sees the exit
+// before the checkpoint is there, and the checkpoint replays to that exit.
+func TestExitNotHeldForTheCheckpoint(t *testing.T) {
+	requireRoot(t)
+	forBackends(t, func(t *testing.T, backend string) {
+		dir := t.TempDir()
+		script := pythonScript(t, "exit.py", exitScript)
+		target, out, done := startTarget(t, "/usr/bin/python3", "-S", script)
+		for i := 0; i < 200 && !strings.Contains(out.String(), "ready"); i++ {
+			time.Sleep(10 * time.Millisecond)
+		}
+		rec := startTprec(t, "--backend", backend, "--on-exit", "--pid", fmt.Sprint(target.Process.Pid), "-o", dir)
+		rec.waitRecording(t)
+		select {
+		case err := <-done:
+			ee, ok := err.(*exec.ExitError)
+			if !ok || ee.ExitCode() != 3 {
+				t.Fatalf("python3 did not exit with status 3: %v", err)
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatalf("python3 did not exit:\n%s", rec.quit())
+		}
+		if cks := checkpoints(t, dir); len(cks) != 0 {
+			t.Errorf("the checkpoint %v was there when the process's exit reached its parent: the exit waited for it", cks)
+		}
+		ck := oneCheckpoint(t, rec, dir, 120*time.Second)
+		log := rec.stderr.String()
+		t.Logf("tprec:\n%s", log)
+		wantMinimized(t, ck, log)
+		if r := replay(t, ck); !strings.Contains(r, "exit status 3") {
+			t.Fatalf("replay does not end at the exit:\n%s", r)
+		}
+	})
+}
+
 // Damaged files get exit status 2 and a message naming the problem.
 func TestDamagedCheckpointExitStatus(t *testing.T) {
 	dir := t.TempDir()
