@@ -196,6 +196,10 @@ type debugState struct {
 	fresh      bool // no instruction of the stretch has run yet
 	// snap is called at each stretch start, to leave a snapshot behind.
 	snap func(*engine)
+	// limit bounds the arrivals counted at one address by a re-execution
+	// the debugger did not ask for (going back), 0 for none: see
+	// MaxReverseArrivals.
+	limit int
 }
 
 // resumePoint is a thread and the address it was resumed from.
@@ -285,6 +289,20 @@ func (e *engine) stretchStart(rip uint64) error {
 }
 
 // arrive counts the thread standing at rip.
+// overLimit fails a re-execution that has counted more than d.limit
+// arrivals at one address, each a stop.
+func (d *debugState) overLimit() error {
+	if d == nil || d.limit == 0 {
+		return nil
+	}
+	for a, t := range d.track {
+		if t.count > d.limit {
+			return fmt.Errorf("going back from here means a stop at each of more than %d passes over %#x since the last syscall (a loop that makes no call): set a breakpoint nearer, or go back from a syscall or an earlier stop", d.limit, a)
+		}
+	}
+	return nil
+}
+
 func (e *engine) arrive(rip uint64) {
 	if t, ok := e.dbg.track[rip]; ok {
 		t.count++
@@ -477,6 +495,9 @@ func (e *engine) exec(o execOpts) (dEvent, error) {
 	for {
 		ev, done, err := e.execOne(o.step)
 		if err != nil {
+			return ev, err
+		}
+		if err := e.dbg.overLimit(); err != nil {
 			return ev, err
 		}
 		if ev.kind == dEnd || ev.kind == dInterrupt {

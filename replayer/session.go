@@ -81,6 +81,15 @@ type Stop struct {
 	Result  *Result // StopEnd, StopPastEnd
 }
 
+// MaxReverseArrivals bounds the arrivals at one address a re-execution for
+// going back may count: each is a stop of tens of microseconds. Going back
+// from the end of a window that ended by a signal from outside in a loop
+// without calls counted every pass over the end's address (764,244 for a
+// lua loop crashed after 1.8 s) twice, a stop each: reverse-stepi did not
+// answer for minutes. It now fails with a message saying so after about as
+// many stops as a few seconds allow.
+var MaxReverseArrivals = 100_000
+
 // MaxReverseSteps bounds the single steps one reverse step may take to find
 // the instruction before a point (from the previous arrival at the same
 // address, or the start of the stretch).
@@ -275,6 +284,7 @@ func (s *Session) killEngine(e *engine) {
 func (s *Session) swap(e *engine) {
 	old := s.e
 	s.e = e
+	e.dbg.limit = 0 // forward commands count what they must
 	_ = s.tr.Do(func() error { s.killEngine(old); return nil })
 }
 

@@ -300,7 +300,14 @@ func (s *Session) maybeSnapshot(e *engine) {
 // than stretch, ready for reach: a copy of the latest snapshot there, or a
 // fresh replay at the start of the window. user are breakpoints counted from
 // there.
-func (s *Session) engineAt(stretch int, user map[uint64]bool) (*engine, error) {
+func (s *Session) engineAt(stretch int, user map[uint64]bool) (e *engine, err error) {
+	// Every engine made here re-executes for going back: its counts are
+	// bounded until it becomes the session's (swap).
+	defer func() {
+		if e != nil {
+			e.dbg.limit = MaxReverseArrivals
+		}
+	}()
 	i := sort.Search(len(s.snaps), func(i int) bool { return s.snaps[i].next > stretch })
 	for i > 0 {
 		snap := s.snaps[i-1]

@@ -797,3 +797,52 @@ func TestGDBEndAfterOtherThreadsCalls(t *testing.T) {
 		t.Errorf("continue after reverse-stepi did not reach the crash:\n%s", out)
 	}
 }
+
+// longLoopLua loops without a call after one write: crashed from outside,
+// its end is found at the millionth pass or so over the end's address since
+// the last syscall.
+const longLoopLua = `io.write("start\n"); io.flush()
+local t = {}
+for i = 1, 1e10 do
+  t[i % 1000 + 1] = (t[i % 1000 + 1] or 0) + i
+end
+`
+
+// Going back from the end of such a window counted every pass over the
+// end's address again, a stop each, twice: reverse-stepi did not answer
+// for minutes (found by a sweep: gdb gave up after 60 to 400 s) and
+// tpreplay ignored SIGTERM meanwhile. A re-execution for going back now
+// stops counting at MaxReverseArrivals and says why; the session stays
+// where it was and answers.
+func TestGDBReverseFromLongLoopEnd(t *testing.T) {
+	requireRoot(t)
+	needTool(t, "gdb")
+	script := filepath.Join(t.TempDir(), "loop.lua")
+	if err := os.WriteFile(script, []byte(longLoopLua), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	target, out, done := startTarget(t, "/usr/bin/lua5.4", script)
+	for i := 0; i < 200 && !strings.Contains(out.String(), "start"); i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	ckpt := attachAndCrash(t, target, done, 1500*time.Millisecond)
+	tgt, _ := gdbTarget(t, ckpt)
+	g := runGDB(t, "/usr/bin/lua5.4", tgt, `continue
+echo @@back\n
+reverse-stepi
+echo @@after\n
+p/x $pc
+`)
+	t.Logf("gdb:\n%s", g)
+	s := sections(g)
+	if !strings.Contains(s["back"], "a stop at each of more than") {
+		t.Errorf("reverse-stepi from the end did not say why it cannot go back:\n%s", s["back"])
+	}
+	m := regexp.MustCompile(`end: signal 11 at rip (0x[0-9a-f]+)`).FindStringSubmatch(g)
+	if m == nil {
+		t.Fatalf("tpreplay did not print the recorded end")
+	}
+	if !strings.Contains(s["after"], "= "+m[1]) {
+		t.Errorf("the session is no longer at the end %s:\n%s", m[1], s["after"])
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"sync/atomic"
 	"fmt"
 	"io"
 	"net"
@@ -71,11 +72,19 @@ func serveGDB(c *cli.Context, sched *format.Schedule, stdout, stderr io.Writer) 
 		return fmt.Errorf("listen for gdb: %w", err)
 	}
 	defer ln.Close()
+	var serving atomic.Bool
 	go func() {
 		ch := make(chan os.Signal, 1)
 		signal.Notify(ch, syscall.SIGTERM)
 		<-ch
 		ln.Close()
+		if serving.Load() {
+			// The session may be in a long re-execution that reads no
+			// packet: end now. The replayed processes die with us
+			// (PTRACE_O_EXITKILL).
+			fmt.Fprintln(stderr, "tpreplay: terminated")
+			os.Exit(143)
+		}
 	}()
 	fmt.Fprintf(stderr, "tpreplay: replay of %s ready (thread %d, end: %s)\n", filepath.Base(path), s.Tid(), endText(ck))
 	fmt.Fprintf(stderr, "tpreplay: connect with:\n  gdb %s -ex 'target remote %s'\n", shellQuote(exe), ln.Addr())
@@ -85,6 +94,7 @@ func serveGDB(c *cli.Context, sched *format.Schedule, stdout, stderr io.Writer) 
 		return fmt.Errorf("accept gdb: %w", err)
 	}
 	defer conn.Close()
+	serving.Store(true)
 	fmt.Fprintf(stderr, "tpreplay: gdb connected from %s\n", conn.RemoteAddr())
 	return gdb.Serve(conn, s, cfg)
 }
