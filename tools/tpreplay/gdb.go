@@ -1,7 +1,6 @@
 package main
 
 import (
-	"sync/atomic"
 	"fmt"
 	"io"
 	"net"
@@ -9,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/tprec/tprec/format"
