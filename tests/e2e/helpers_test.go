@@ -392,3 +392,33 @@ func recordOne(t *testing.T, dir string, args ...string) string {
 	t.Helper()
 	return oneCheckpoint(t, startTprec(t, args...), dir, 120*time.Second)
 }
+
+// replayEndsAtFault replays ck and requires it to end at the SIGSEGV whose
+// instruction tprec's log names.
+func replayEndsAtFault(t *testing.T, ck, log string) {
+	t.Helper()
+	m := regexp.MustCompile(`received SIGSEGV at rip (0x[0-9a-f]+)`).FindStringSubmatch(log)
+	if m == nil {
+		t.Fatalf("tprec does not name the faulting instruction:\n%s", log)
+	}
+	out := replay(t, ck)
+	if !strings.Contains(out, "rip="+m[1]) || !strings.Contains(out, "signal SIGSEGV") {
+		t.Fatalf("replay does not end at the fault at %s:\n%s", m[1], out)
+	}
+}
+
+// replayableToCrash requires that tprec's log not say problem, that the
+// last interval of ck be replayable, and that ck replay to a SIGSEGV.
+func replayableToCrash(t *testing.T, ck, log, problem string) {
+	t.Helper()
+	if strings.Contains(log, problem) {
+		t.Errorf("tprec said %q:\n%s", problem, log)
+	}
+	ivs := intervalsIn(t, ck)
+	if last := ivs[len(ivs)-1]; !last.Replayable {
+		t.Errorf("the last interval is not replayable: %s", last.Reason)
+	}
+	if out := replay(t, ck); !strings.Contains(out, "signal SIGSEGV") {
+		t.Fatalf("replay does not end at the crash:\n%s", out)
+	}
+}

@@ -535,16 +535,6 @@ func TestLargeReadsReplay(t *testing.T) {
 	forBackends(t, func(t *testing.T, backend string) {
 		script := pythonScript(t, "bigread.py", largeReadScript)
 		ck, log := recordMinimized(t, backend, "/usr/bin/python3", "-S", script, t.TempDir())
-		if strings.Contains(log, "not captured") {
-			t.Errorf("a call's output was not captured:\n%s", log)
-		}
-		ivs := intervalsIn(t, ck)
-		if last := ivs[len(ivs)-1]; !last.Replayable {
-			t.Errorf("the last interval is not replayable: %s", last.Reason)
-		}
-		out := replay(t, ck)
-		if !strings.Contains(out, "signal SIGSEGV") {
-			t.Fatalf("replay does not end at the crash:\n%s", out)
-		}
+		replayableToCrash(t, ck, log, "not captured")
 	})
 }

@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -83,14 +82,7 @@ func TestPython3CrashesItself(t *testing.T) {
 			return os.WriteFile(filepath.Join(dir, "crash-now"), nil, 0o644)
 		}, "--backend", backend)
 		// The faulting instruction tprec saw is the one the replay ends at.
-		m := regexp.MustCompile(`received SIGSEGV at rip (0x[0-9a-f]+)`).FindStringSubmatch(stderr)
-		if m == nil {
-			t.Fatalf("tprec does not name the faulting instruction:\n%s", stderr)
-		}
-		out := replay(t, ck)
-		if !strings.Contains(out, "rip="+m[1]) || !strings.Contains(out, "signal SIGSEGV") {
-			t.Fatalf("replay does not end at the fault at %s:\n%s", m[1], out)
-		}
+		replayEndsAtFault(t, ck, stderr)
 	})
 }
 
@@ -146,14 +138,7 @@ func TestStackOverflow(t *testing.T) {
 			forBackends(t, func(t *testing.T, backend string) {
 				script := pythonScript(t, "overflow", p.script)
 				ck, log := recordMinimized(t, backend, p.prog, script)
-				m := regexp.MustCompile(`received SIGSEGV at rip (0x[0-9a-f]+)`).FindStringSubmatch(log)
-				if m == nil {
-					t.Fatalf("the program did not die of a SIGSEGV tprec saw:\n%s", log)
-				}
-				out := replay(t, ck)
-				if !strings.Contains(out, "rip="+m[1]) || !strings.Contains(out, "signal SIGSEGV") {
-					t.Fatalf("replay does not end at the fault at %s:\n%s", m[1], out)
-				}
+				replayEndsAtFault(t, ck, log)
 			})
 		})
 	}

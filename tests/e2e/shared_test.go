@@ -194,16 +194,6 @@ func TestSharedAnonymousMappedInWindow(t *testing.T) {
 	forBackends(t, func(t *testing.T, backend string) {
 		script := pythonScript(t, "sharedanon.py", sharedAnonScript)
 		ck, log := recordMinimized(t, backend, "/usr/bin/python3", "-S", script)
-		if strings.Contains(log, "content at the start is unknown") {
-			t.Errorf("an interval was not replayable:\n%s", log)
-		}
-		ivs := intervalsIn(t, ck)
-		if last := ivs[len(ivs)-1]; !last.Replayable {
-			t.Errorf("the last interval is not replayable: %s", last.Reason)
-		}
-		out := replay(t, ck)
-		if !strings.Contains(out, "signal SIGSEGV") {
-			t.Fatalf("replay does not end at the crash:\n%s", out)
-		}
+		replayableToCrash(t, ck, log, "content at the start is unknown")
 	})
 }
