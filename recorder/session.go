@@ -527,6 +527,16 @@ func (s *session) loop(ctx context.Context, tick <-chan time.Time, requests <-ch
 			if dying(s.pid) {
 				s.adoptThreads()
 			}
+			if s.state == stateRecording && !s.want.boundary && !s.want.dump && s.cur != nil && time.Since(s.cur.meta.Start) < s.o.Interval/2 {
+				// A tick that waited in the channel while tprec saved a
+				// long boundary's originals, come right after the next
+				// boundary: the interval has barely begun. Taken, it
+				// made an interval of a few milliseconds; looked at for
+				// activity, the process seemed idle (a python3 rewriting
+				// 1 GB under ptrace: "boundaries skipped (the process
+				// was idle)").
+				continue
+			}
 			if s.state == stateRecording && !s.want.boundary && !s.want.dump && s.skipTick() {
 				s.skipped++
 				continue
