@@ -34,19 +34,23 @@ func (s *session) boundary() error {
 
 // runDeferred does the work a boundary left for after the target resumed.
 // After a boundary's, it sets how long the next interval lasts at least
-// (stretchAfter).
+// (stretchAfter) from the stop and the CPU time that work took: CPU time,
+// not wall time, which would count the waits for a CPU on a busy machine (a
+// redis boundary's saving took 20-40 ms of CPU and up to 110 ms of wall
+// time with other load) and the push's wait for the ring's packing, which
+// runs on its own goroutine.
 func (s *session) runDeferred() {
 	if len(s.deferred) == 0 {
 		return
 	}
-	s.lastSave = 0
+	t := threadCPU()
 	for len(s.deferred) > 0 {
 		fn := s.deferred[0]
 		s.deferred = s.deferred[1:]
 		fn()
 	}
 	if s.lastStop > 0 {
-		s.stretchAfter(s.lastStop + s.lastSave)
+		s.stretchAfter(s.lastStop, threadCPU()-t)
 		s.lastStop = 0
 	}
 }
@@ -73,13 +77,12 @@ const (
 // the boundary that opened each cost (at most stretchMax): the cost of
 // boundaries stays under about a quarter of the time, whatever the
 // program writes, and the intervals come back to Options.Interval when it
-// writes less. The push of the closed interval into the ring is not
-// counted: it may wait for the ring's packing, which runs on its own
-// goroutine. A server that rewrites a few thousand pages an interval
+// writes less. A server that rewrites a few thousand pages an interval
 // (redis under load: 2-3 ms of stop and 20-40 ms of saving) is not
 // concerned. tprec says when intervals begin and stop being stretched, and
 // the status line says by how much.
-func (s *session) stretchAfter(cost time.Duration) {
+func (s *session) stretchAfter(stop, save time.Duration) {
+	cost := stop + save
 	want := time.Duration(0)
 	// Stretching begins when a boundary cost a whole interval, and goes
 	// on while four times the cost exceeds one: a busy machine that slows
@@ -87,7 +90,7 @@ func (s *session) stretchAfter(cost time.Duration) {
 	if cost > s.o.Interval || (s.stretch > 0 && stretchFactor*cost > s.o.Interval) {
 		want = min(stretchMax, (stretchFactor * cost).Round(time.Millisecond))
 	}
-	s.costStop, s.costSave, s.costPages = s.lastStop, s.lastSave, s.lastWritten
+	s.costStop, s.costSave, s.costPages = stop, save, s.lastWritten
 	switch {
 	case want > 0 && s.stretch == 0:
 		s.logf("boundaries of process %d cost %v (the program writes many pages each interval): intervals last at least %v, four times that, while it does", s.pid, cost.Round(time.Millisecond), want)
@@ -605,17 +608,12 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 		sh = nil
 		clk.mark("read")
 	}
-	// saving and store measure the CPU time the deferred part takes before
-	// the push, for stretchAfter: the push may wait for the ring's packing,
-	// which runs on its own goroutine, and on a busy machine the wall time
-	// would count the waits for a CPU too (a redis boundary's saving took
-	// 20-40 ms of CPU and up to 110 ms of wall time with other load).
-	var saving time.Duration
-	timed := func(fn func()) func() {
-		return func() {
-			t := threadCPU()
-			fn()
-			saving += threadCPU() - t
+	// storePart stores the originals of part, read into buf.
+	storePart := func(part []uint64, buf []byte) {
+		for i, a := range part {
+			if a != 0 {
+				s.ring.addPage(iv, a, buf[i*format.PageSize:(i+1)*format.PageSize])
+			}
 		}
 	}
 	storeRest := func() {
@@ -628,15 +626,9 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 		clk.mark("store")
 	}
 	store := func() {
-		t := threadCPU()
-		for i, a := range written {
-			if a != 0 {
-				s.ring.addPage(iv, a, buf[i*format.PageSize:(i+1)*format.PageSize])
-			}
-		}
+		storePart(written, buf)
 		buf = nil
 		storeRest()
-		s.lastSave = saving + threadCPU() - t
 		finish()
 	}
 	// stream reads and stores the originals a part at a time, when there
@@ -646,23 +638,17 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 	// besides the ring, 0.8-1 GB resident. The shadow lives until the last
 	// part is read.
 	stream := func() {
-		t := threadCPU()
 		s.ring.beginOriginals(len(written) + len(sharedOrig))
 		part := make([]byte, maxDeltaSources*format.PageSize)
 		for lo := 0; lo < len(written); lo += maxDeltaSources {
 			addrs := written[lo:min(lo+maxDeltaSources, len(written))]
 			readPart(addrs, part)
-			for i, a := range addrs {
-				if a != 0 {
-					s.ring.addPage(iv, a, part[i*format.PageSize:(i+1)*format.PageSize])
-				}
-			}
+			storePart(addrs, part)
 		}
 		s.retire(sh)
 		sh = nil
 		clk.mark("read and store, a part at a time")
 		storeRest()
-		s.lastSave = threadCPU() - t
 		finish()
 	}
 	if !later {
@@ -688,7 +674,7 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 	} else if len(written) > maxDeltaSources {
 		s.deferred = append(s.deferred, stream)
 	} else {
-		s.deferred = append(s.deferred, func() { timed(read)(); store() })
+		s.deferred = append(s.deferred, func() { read(); store() })
 	}
 	return snap, nil
 }

@@ -56,7 +56,6 @@ func (s *session) dump(end format.EndState, reason string) error {
 			s.dropFiles(dsh)
 		}
 	}
-	modulesRead := false
 	if reason == format.EndExit {
 		// No shadow can be forked from a process in its exit: a copy of
 		// the pages the checkpoint may give as final content, and the
@@ -64,7 +63,6 @@ func (s *session) dump(end format.EndState, reason string) error {
 		src.pid = live
 		if src.freeze(c.Final) {
 			s.readModules(c, s.pid)
-			modulesRead = true
 			clk.mark(fmt.Sprintf("exit: %d pages copied", len(src.frozen)))
 		}
 	}
@@ -87,7 +85,7 @@ func (s *session) dump(end format.EndState, reason string) error {
 		gcOn := assembling()
 		read := make(chan error, 1)
 		rseqs := c.ThreadRseqAreas()
-		go func() { read <- s.readEnd(c, src, rseqs, !modulesRead) }()
+		go func() { read <- s.readEnd(c, src, rseqs) }()
 		err := assemble()
 		gcOn()
 		if rerr := <-read; err == nil {
@@ -97,7 +95,7 @@ func (s *session) dump(end format.EndState, reason string) error {
 		if all := c.RseqAreas(); err == nil && len(all) > len(rseqs) {
 			// A call of the window registered an area the digests must
 			// leave out too (a thread it started): again, with it.
-			err = s.readEnd(c, src, all, false)
+			err = s.readEnd(c, src, all)
 			fclk.mark("digests again, with the rseq areas registered in the window")
 		}
 		if err == nil {
@@ -317,7 +315,7 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 // log: the end digests and the digests of each interval start, which leave
 // out the rseq areas rseqs (format.DigestPage), and the loader's list of
 // objects. It runs while the log is assembled, and reads no syscall record.
-func (s *session) readEnd(c *format.Checkpoint, src *liveSource, rseqs []format.Rseq, modules bool) error {
+func (s *session) readEnd(c *format.Checkpoint, src *liveSource, rseqs []format.Rseq) error {
 	var err error
 	if c.End.Digests, err = digests(c.End.Digests, src, rseqs, c.End.Regs.Rsp); err != nil {
 		return err
@@ -332,7 +330,7 @@ func (s *session) readEnd(c *format.Checkpoint, src *liveSource, rseqs []format.
 		}
 		return nil
 	})
-	if modules {
+	if c.Header.Modules == nil { // not read at an exit already, or by a first call
 		s.readModules(c, src.pid)
 	}
 	return nil

@@ -158,16 +158,14 @@ type session struct {
 	// stretch is how long the open interval lasts at least, longer than
 	// Options.Interval while boundaries cost more than a quarter of it
 	// (stretchAfter); lastStop is how long the last boundary held the
-	// target, stretched counts the ticks that did not end an interval.
-	stretch  time.Duration
-	lastStop time.Duration
-	lastSave time.Duration // the closed interval's originals: reading and storing them
-	// lastWritten counts those originals; costStop, costSave and costPages
-	// are the three of the boundary that set the stretch (stretchHolds).
+	// target, lastWritten the originals its close saved; costStop,
+	// costSave and costPages are what the boundary that set the stretch
+	// cost (stretchHolds).
+	stretch            time.Duration
+	lastStop           time.Duration
 	lastWritten        int
 	costStop, costSave time.Duration
 	costPages          int
-	stretched          int
 	gone               bool
 	exitStatus         unix.WaitStatus
 	dumps              []string
@@ -527,7 +525,10 @@ func (s *session) loop(ctx context.Context, tick <-chan time.Time, requests <-ch
 			if dying(s.pid) {
 				s.adoptThreads()
 			}
-			if s.state == stateRecording && !s.want.boundary && !s.want.dump && s.cur != nil && time.Since(s.cur.meta.Start) < s.o.Interval/2 {
+			// A tick of a recording with no boundary or dump asked for
+			// may be let go by.
+			optional := s.state == stateRecording && !s.want.boundary && !s.want.dump
+			if optional && s.cur != nil && time.Since(s.cur.meta.Start) < s.o.Interval/2 {
 				// A tick that waited in the channel while tprec saved a
 				// long boundary's originals, come right after the next
 				// boundary: the interval has barely begun. Taken, it
@@ -537,12 +538,11 @@ func (s *session) loop(ctx context.Context, tick <-chan time.Time, requests <-ch
 				// was idle)").
 				continue
 			}
-			if s.state == stateRecording && !s.want.boundary && !s.want.dump && s.skipTick() {
+			if optional && s.skipTick() {
 				s.skipped++
 				continue
 			}
-			if s.state == stateRecording && !s.want.boundary && !s.want.dump && s.cur != nil && s.stretchHolds() {
-				s.stretched++
+			if optional && s.cur != nil && s.stretchHolds() {
 				continue
 			}
 			if s.state == stateRecording || s.state == stateStarting {
@@ -1753,7 +1753,7 @@ func (s *session) statusLine(now time.Time) string {
 		line += fmt.Sprintf(", %d boundaries skipped (the process was idle)", s.skipped)
 	}
 	if s.stretch > s.o.Interval {
-		line += fmt.Sprintf(", intervals stretched to %v (boundaries cost %v)", s.stretch, (s.stretch / stretchFactor).Round(time.Millisecond))
+		line += fmt.Sprintf(", intervals stretched to %v (boundaries cost %v)", s.stretch, (s.costStop + s.costSave).Round(time.Millisecond))
 	}
 	if s.noShadow > 0 {
 		line += fmt.Sprintf(", no shadow for the last %d intervals (%s)", s.noShadow, s.noShadowKind)

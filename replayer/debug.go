@@ -288,7 +288,6 @@ func (e *engine) stretchStart(rip uint64) error {
 	return nil
 }
 
-// arrive counts the thread standing at rip.
 // overLimit fails a re-execution that has counted more than d.limit
 // arrivals at one address, each a stop.
 func (d *debugState) overLimit() error {
@@ -303,6 +302,7 @@ func (d *debugState) overLimit() error {
 	return nil
 }
 
+// arrive counts the thread standing at rip.
 func (e *engine) arrive(rip uint64) {
 	if t, ok := e.dbg.track[rip]; ok {
 		t.count++
