@@ -7,7 +7,6 @@ import (
 	"math/rand"
 	"slices"
 	"testing"
-	"unsafe"
 
 	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/proc"
@@ -350,24 +349,35 @@ func TestRingPacksIntervalOverBudget(t *testing.T) {
 	}
 }
 
-// A call log gives back every call as it was appended, whatever the sizes
-// of its outputs (none, small ones sharing slabs, ones over a slab's eighth
-// with slabs of their own), after the callers' buffers were reused, by
-// index, by each and copied out; and it counts the memory it holds.
+// A call log gives back every call as it was appended, whatever its
+// arguments, return address and the sizes of its outputs (none, small ones
+// sharing chunks, ones over a chunk with a chunk of their own), after the
+// callers' buffers were reused, by index, by each and copied out; and it
+// counts the memory it holds.
 func TestCallLogRoundTrip(t *testing.T) {
 	rnd := rand.New(rand.NewSource(2))
 	var want []format.Syscall
 	var l callLog
-	buf := make([]byte, 100<<10) // reused for every call's outputs, as the reader's
-	for i := 0; i < 3*logBlock+17; i++ {
-		rec := format.Syscall{Seq: uint64(i + 1), Tid: 1 + rnd.Intn(3), Nr: rnd.Intn(450), Ret: rnd.Int63() - 1<<62, Rip: rnd.Uint64()}
+	var seq uint64
+	buf := make([]byte, 600<<10) // reused for every call's outputs, as the reader's
+	for i := 0; i < 3*4096+17; i++ {
+		seq += uint64(1 + rnd.Intn(2)*rnd.Intn(5)) // mostly the next one
+		rec := format.Syscall{Seq: seq, Tid: 1 + rnd.Intn(3), Nr: rnd.Intn(450) - 1, Ret: rnd.Int63() - 1<<62, Rip: rnd.Uint64() % 20}
+		if rnd.Intn(4) == 0 {
+			rec.Tid = -rnd.Intn(3) // as odd as it gets
+		}
 		for k := range rec.Args {
-			rec.Args[k] = rnd.Uint64()
+			switch rnd.Intn(3) {
+			case 0:
+				rec.Args[k] = rnd.Uint64()
+			case 1:
+				rec.Args[k] = uint64(rnd.Intn(300))
+			}
 		}
 		var own []format.OutBuf
 		off := 0
 		for range rnd.Intn(4) {
-			n := []int{0, 1, 8, 4000, logSlab/8 + 1, 90 << 10}[rnd.Intn(6)]
+			n := []int{0, 1, 8, 4000, logChunk + 1, 90 << 10}[rnd.Intn(6)]
 			if rnd.Intn(8) != 0 {
 				n %= 5000 // big ones are rare
 			}
@@ -378,11 +388,14 @@ func TestCallLogRoundTrip(t *testing.T) {
 			off += n
 			rnd.Read(d)
 			addr := rnd.Uint64()
+			if rnd.Intn(2) == 0 {
+				addr = rec.Args[rnd.Intn(6)] + uint64(rnd.Intn(64)) - 32 // near an argument
+			}
 			rec.Out = append(rec.Out, format.OutBuf{Addr: addr, Data: d})
 			own = append(own, format.OutBuf{Addr: addr, Data: bytes.Clone(d)})
 		}
 		l.append(rec)
-		rnd.Read(buf) // what the reader's next record puts there
+		rnd.Read(buf[:off]) // what the reader's next record puts there
 		rec.Out = own
 		want = append(want, rec)
 	}
@@ -418,7 +431,7 @@ func TestCallLogRoundTrip(t *testing.T) {
 			outBytes += int64(len(o.Data))
 		}
 	}
-	if l.bytes < outBytes+int64(len(want))*int64(unsafe.Sizeof(logRec{})) {
+	if l.bytes < outBytes+int64(len(want))*4 {
 		t.Fatalf("the log counts %d bytes, less than its calls and outputs hold", l.bytes)
 	}
 }

@@ -2,11 +2,11 @@ package recorder
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"iter"
 	"slices"
 	"time"
-	"unsafe"
 
 	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/proc"
@@ -130,62 +130,155 @@ func (v *vforkCaptures) replayProblem(rec *format.Syscall, problem string) strin
 	return ""
 }
 
-// callLog is an interval's syscall log. Its calls are kept without
-// pointers, their outputs' bytes in slabs the log owns, so the garbage
-// collector has nothing to scan in it: the hundreds of thousands of calls a
-// busy interval logs (a quarter second of redis under load: 120,000), as
-// format.Syscall records with their output lists, were most of what its
-// background marking went through, a quarter of the recorder's CPU.
-// Appending never moves a call, and one allocation serves thousands of
-// calls. A call comes back out as a format.Syscall whose outputs alias the
-// slabs: a log is never changed once its interval is closed.
+// callLog is an interval's syscall log. Its calls are kept encoded in large
+// byte chunks the log owns, outputs inline after their call, so the garbage
+// collector has nothing to scan in it and one allocation serves thousands
+// of calls: the hundreds of thousands of calls a busy interval logs (a
+// quarter second of redis under load: 120,000), as format.Syscall records
+// with their output lists, were most of what its background marking went
+// through. The encoding is a short one (varints, the arguments that are not
+// zero, the return address as an index into a table of the log's), because
+// the ring holds the log of several intervals within --max-memory: at 88
+// bytes of fixed record and 24 of output reference a call, redis's intervals
+// outgrew the budget and the ring packed every one of them
+// (format.PackSyscallSeq), a quarter of the recorder's CPU under that load.
+// Appending never moves a call. A call comes back out as a format.Syscall
+// whose outputs alias the chunks: a log is never changed once its interval
+// is closed.
 type callLog struct {
-	recs  [][]logRec // blocks of logBlock calls
-	outs  [][]outRef // blocks of logBlock outputs
-	nouts int
-	slabs [][]byte // output bytes
-	fill  int      // the slab being filled
-	seen  *repeatCache
-	n     int
-	bytes int64 // memory held: blocks and slabs
+	chunks [][]byte  // encoded calls; a call never spans two
+	marks  []logMark // the decoder's state before call k*logBlock
+	rips   []uint64  // the return addresses the calls name by index
+	ripIdx map[uint64]uint32
+	seen   *repeatCache
+	last   logState // the encoder's state: the last call appended
+	n      int
+	nouts  int
+	bytes  int64 // memory held: chunks and tables
 }
 
-// logRec is one call of a callLog; its outputs are outs [out, out+nout).
-type logRec struct {
-	Seq       uint64
-	Args      [6]uint64
-	Ret       int64
-	Rip       uint64
-	Tid, Nr   int32
-	out, nout uint32
+// logState is what a call's encoding is relative to: the call before it.
+type logState struct {
+	seq uint64
+	tid int32
 }
 
-// outRef is one output of a call: n bytes at off in slab.
+// logMark is where a call starts, and the state its decoding needs.
+type logMark struct {
+	chunk, off uint32
+	state      logState
+}
+
+// outRef is one output's bytes: n at off in chunk.
 type outRef struct {
-	Addr         uint64
-	slab, off, n uint32
+	chunk, off, n uint32
 }
 
 const (
-	logBlock = 4096
-	// logSlab is the size of the slabs output bytes are copied into; an
-	// output over an eighth of it gets a slab of its own.
-	logSlab = 256 << 10
+	// logBlock is the number of calls between two marks: at decodes at
+	// most that many to find one.
+	logBlock = 64
+	// logChunk is the size of the chunks calls are encoded into; a call
+	// with more output bytes gets a chunk of its own size.
+	logChunk = 256 << 10
+	// logCallMax bounds a call's encoding without its output bytes: the
+	// flags, 9 varints of at most 10 bytes and the argument mask.
+	logCallMax = 2 + 10*10
+	// logOutMax bounds an output's encoding without its bytes.
+	logOutMax = 1 + 3*10
 )
 
+// Flags of a call's first byte.
+const (
+	logSeqDelta = 1 << iota // the sequence number is not the last one + 1: a varint follows
+	logTid                  // the thread is not the last call's: a varint follows
+	logOutputs              // outputs follow
+)
+
+// Where an output's address is relative to: the argument of that index,
+// else logOutAbs (the address itself).
+const logOutAbs = 6
+
 func (l *callLog) append(rec format.Syscall) {
-	if k := len(l.recs); k == 0 || len(l.recs[k-1]) == logBlock {
-		l.recs = append(l.recs, make([]logRec, 0, logBlock))
-		l.bytes += logBlock * int64(unsafe.Sizeof(logRec{}))
+	if l.n%logBlock == 0 {
+		l.room(logCallMax)
+		k := len(l.chunks) - 1
+		l.marks = append(l.marks, logMark{uint32(k), uint32(len(l.chunks[k])), l.last})
 	}
-	r := logRec{Seq: rec.Seq, Args: rec.Args, Ret: rec.Ret, Rip: rec.Rip, Tid: int32(rec.Tid), Nr: int32(rec.Nr),
-		out: uint32(l.nouts), nout: uint32(len(rec.Out))}
-	for j, o := range rec.Out {
-		l.addOut(o, uint64(rec.Nr)<<40^rec.Args[0]<<8^uint64(j))
+	need := logCallMax + len(rec.Out)*logOutMax
+	for _, o := range rec.Out {
+		need += len(o.Data)
 	}
-	b := &l.recs[len(l.recs)-1]
-	*b = append(*b, r)
+	l.room(need)
+	k := len(l.chunks) - 1
+	b := l.chunks[k]
+	var flags byte
+	if rec.Seq != l.last.seq+1 {
+		flags |= logSeqDelta
+	}
+	if int32(rec.Tid) != l.last.tid {
+		flags |= logTid
+	}
+	if len(rec.Out) > 0 {
+		flags |= logOutputs
+	}
+	b = append(b, flags)
+	if flags&logSeqDelta != 0 {
+		b = binary.AppendUvarint(b, rec.Seq-l.last.seq)
+	}
+	if flags&logTid != 0 {
+		b = binary.AppendVarint(b, int64(int32(rec.Tid)))
+	}
+	b = binary.AppendVarint(b, int64(int32(rec.Nr)))
+	var mask byte
+	for i, a := range rec.Args {
+		if a != 0 {
+			mask |= 1 << i
+		}
+	}
+	b = append(b, mask)
+	for _, a := range rec.Args {
+		if a != 0 {
+			b = binary.AppendUvarint(b, a)
+		}
+	}
+	b = binary.AppendVarint(b, rec.Ret)
+	b = binary.AppendUvarint(b, uint64(l.ripIndex(rec.Rip)))
+	if len(rec.Out) > 0 {
+		b = binary.AppendUvarint(b, uint64(len(rec.Out)))
+		for j, o := range rec.Out {
+			b = l.appendOut(b, uint32(k), o, &rec.Args, uint64(rec.Nr)<<40^rec.Args[0]<<8^uint64(j))
+		}
+		l.nouts += len(rec.Out)
+	}
+	l.chunks[k] = b
+	l.last = logState{rec.Seq, int32(rec.Tid)}
 	l.n++
+}
+
+// room makes sure the last chunk has need bytes free.
+func (l *callLog) room(need int) {
+	if k := len(l.chunks); k > 0 && cap(l.chunks[k-1])-len(l.chunks[k-1]) >= need {
+		return
+	}
+	size := max(logChunk, need)
+	l.chunks = append(l.chunks, make([]byte, 0, size))
+	l.bytes += int64(size)
+}
+
+// ripIndex returns the index of a return address in the log's table.
+func (l *callLog) ripIndex(rip uint64) uint32 {
+	if i, ok := l.ripIdx[rip]; ok {
+		return i
+	}
+	if l.ripIdx == nil {
+		l.ripIdx = map[uint64]uint32{}
+	}
+	i := uint32(len(l.rips))
+	l.rips = append(l.rips, rip)
+	l.ripIdx[rip] = i
+	l.bytes += 32
+	return i
 }
 
 // repeatCache remembers where the last output of a kind of call is (kind:
@@ -206,85 +299,140 @@ type repeatEntry struct {
 }
 
 // repeatMin is the smallest output worth looking up: shorter ones cost
-// less to copy than a slab reference.
+// less to copy than a reference.
 const repeatMin = 64
 
-// addOut copies one output into the log, unless it repeats the bytes of the
-// last output of its kind.
-func (l *callLog) addOut(o format.OutBuf, kind uint64) {
-	if k := len(l.outs); k == 0 || len(l.outs[k-1]) == logBlock {
-		l.outs = append(l.outs, make([]outRef, 0, logBlock))
-		l.bytes += logBlock * int64(unsafe.Sizeof(outRef{}))
+// appendOut encodes one output of a call into b, the end of chunk k: its
+// address relative to the argument nearest to it, its length, and its
+// bytes, unless they repeat those of the last output of its kind (then
+// where those are).
+func (l *callLog) appendOut(b []byte, k uint32, o format.OutBuf, args *[6]uint64, kind uint64) []byte {
+	sel, dist := byte(logOutAbs), o.Addr
+	for i, a := range args {
+		if d := o.Addr - a; a != 0 && zigzag(d) < dist {
+			sel, dist = byte(i), zigzag(d)
+		}
 	}
-	ref := outRef{Addr: o.Addr, n: uint32(len(o.Data))}
+	b = append(b, sel)
+	b = binary.AppendUvarint(b, dist)
+	n := uint32(len(o.Data))
 	var last *repeatEntry
-	if len(o.Data) >= repeatMin {
+	if n >= repeatMin {
 		if l.seen == nil {
 			l.seen = new(repeatCache)
 		}
 		last = &l.seen[(kind*0x9e3779b97f4a7c15)>>56]
-		if last.set && last.kind == kind && last.ref.n == ref.n && bytes.Equal(l.data(last.ref), o.Data) {
-			ref.slab, ref.off = last.ref.slab, last.ref.off
-			l.addRef(ref)
-			return
+		if last.set && last.kind == kind && last.ref.n == n && bytes.Equal(l.data(last.ref), o.Data) {
+			b = binary.AppendUvarint(b, uint64(n)<<1|1)
+			b = binary.AppendUvarint(b, uint64(last.ref.chunk))
+			return binary.AppendUvarint(b, uint64(last.ref.off))
 		}
 	}
-	if len(o.Data) > logSlab/8 {
-		ref.slab = uint32(len(l.slabs))
-		l.slabs = append(l.slabs, bytes.Clone(o.Data))
-		l.bytes += int64(len(o.Data))
-	} else {
-		if l.slabs == nil || cap(l.slabs[l.fill])-len(l.slabs[l.fill]) < len(o.Data) {
-			l.fill = len(l.slabs)
-			l.slabs = append(l.slabs, make([]byte, 0, logSlab))
-			l.bytes += logSlab
-		}
-		ref.slab, ref.off = uint32(l.fill), uint32(len(l.slabs[l.fill]))
-		l.slabs[l.fill] = append(l.slabs[l.fill], o.Data...)
-	}
+	b = binary.AppendUvarint(b, uint64(n)<<1)
 	if last != nil {
-		last.kind, last.ref, last.set = kind, ref, true
+		last.kind, last.ref, last.set = kind, outRef{k, uint32(len(b)), n}, true
 	}
-	l.addRef(ref)
+	return append(b, o.Data...)
 }
 
-func (l *callLog) addRef(ref outRef) {
-	b := &l.outs[len(l.outs)-1]
-	*b = append(*b, ref)
-	l.nouts++
-}
+// zigzag maps a signed distance to an unsigned one, small for small
+// distances either way.
+func zigzag(d uint64) uint64 { return d<<1 ^ uint64(int64(d)>>63) }
 
-// data returns the bytes of an output, aliasing its slab.
+// data returns the bytes of an output, aliasing its chunk.
 func (l *callLog) data(r outRef) []byte {
-	return l.slabs[r.slab][r.off : r.off+r.n : r.off+r.n]
+	return l.chunks[r.chunk][r.off : r.off+r.n : r.off+r.n]
 }
 
 func (l *callLog) len() int { return l.n }
 
-// out returns output i, aliasing its slab.
-func (l *callLog) out(i uint32) format.OutBuf {
-	r := l.outs[i/logBlock][i%logBlock]
-	return format.OutBuf{Addr: r.Addr, Data: l.data(r)}
+// logReader decodes the calls of a log in order from a mark.
+type logReader struct {
+	l          *callLog
+	chunk, off int
+	state      logState
 }
 
-// record returns call r as a format.Syscall whose outputs are appended to
-// outs, which must have room for them (they are a slice of it).
-func (l *callLog) record(r *logRec, outs []format.OutBuf) (format.Syscall, []format.OutBuf) {
-	rec := format.Syscall{Seq: r.Seq, Tid: int(r.Tid), Nr: int(r.Nr), Args: r.Args, Ret: r.Ret, Rip: r.Rip}
-	if r.nout > 0 {
+func (l *callLog) readerAt(m logMark) logReader {
+	return logReader{l: l, chunk: int(m.chunk), off: int(m.off), state: m.state}
+}
+
+// next decodes the next call, its outputs appended to outs (which they are
+// a slice of).
+func (r *logReader) next(outs []format.OutBuf) (format.Syscall, []format.OutBuf) {
+	b := r.l.chunks[r.chunk]
+	if r.off == len(b) {
+		r.chunk, r.off = r.chunk+1, 0
+		b = r.l.chunks[r.chunk]
+	}
+	i := r.off
+	uv := func() uint64 {
+		v, n := binary.Uvarint(b[i:])
+		i += n
+		return v
+	}
+	sv := func() int64 {
+		v, n := binary.Varint(b[i:])
+		i += n
+		return v
+	}
+	flags := b[i]
+	i++
+	rec := format.Syscall{Seq: r.state.seq + 1, Tid: int(r.state.tid)}
+	if flags&logSeqDelta != 0 {
+		rec.Seq = r.state.seq + uv()
+	}
+	if flags&logTid != 0 {
+		rec.Tid = int(sv())
+	}
+	rec.Nr = int(sv())
+	mask := b[i]
+	i++
+	for k := range rec.Args {
+		if mask&(1<<k) != 0 {
+			rec.Args[k] = uv()
+		}
+	}
+	rec.Ret = sv()
+	rec.Rip = r.l.rips[uv()]
+	if flags&logOutputs != 0 {
+		nout := int(uv())
 		start := len(outs)
-		for i := r.out; i < r.out+r.nout; i++ {
-			outs = append(outs, l.out(i))
+		for range nout {
+			sel := b[i]
+			i++
+			var o format.OutBuf
+			if d := uv(); sel == logOutAbs {
+				o.Addr = d
+			} else {
+				o.Addr = rec.Args[sel] + uint64(int64(d>>1)^-int64(d&1))
+			}
+			ln := uv()
+			n := uint32(ln >> 1)
+			if ln&1 != 0 {
+				ch := uint32(uv())
+				off := uint32(uv())
+				o.Data = r.l.data(outRef{ch, off, n})
+			} else {
+				o.Data = b[i : i+int(n) : i+int(n)]
+				i += int(n)
+			}
+			outs = append(outs, o)
 		}
 		rec.Out = outs[start:len(outs):len(outs)]
 	}
+	r.off = i
+	r.state = logState{rec.Seq, int32(rec.Tid)}
 	return rec, outs
 }
 
 // at returns the i-th call.
 func (l *callLog) at(i int) *format.Syscall {
-	r := &l.recs[i/logBlock][i%logBlock]
-	rec, _ := l.record(r, make([]format.OutBuf, 0, r.nout))
+	r := l.readerAt(l.marks[i/logBlock])
+	var rec format.Syscall
+	for range i%logBlock + 1 {
+		rec, _ = r.next(nil)
+	}
 	return &rec
 }
 
@@ -294,14 +442,16 @@ func (l *callLog) at(i int) *format.Syscall {
 // packing a quarter second of dd cost).
 func (l *callLog) each() iter.Seq[*format.Syscall] {
 	return func(yield func(*format.Syscall) bool) {
+		if l.n == 0 {
+			return
+		}
+		r := l.readerAt(l.marks[0])
 		var rec format.Syscall
 		var outs []format.OutBuf
-		for _, b := range l.recs {
-			for i := range b {
-				rec, outs = l.record(&b[i], outs[:0])
-				if !yield(&rec) {
-					return
-				}
+		for range l.n {
+			rec, outs = r.next(outs[:0])
+			if !yield(&rec) {
+				return
 			}
 		}
 	}
@@ -313,13 +463,15 @@ func (l *callLog) each() iter.Seq[*format.Syscall] {
 // block at a time (all) and then copied doubled what it allocated.
 func (l *callLog) appendTo(dst []format.Syscall) []format.Syscall {
 	dst = slices.Grow(dst, l.n)
+	if l.n == 0 {
+		return dst
+	}
 	outs := make([]format.OutBuf, 0, l.nouts)
-	for _, b := range l.recs {
-		for i := range b {
-			var rec format.Syscall
-			rec, outs = l.record(&b[i], outs)
-			dst = append(dst, rec)
-		}
+	r := l.readerAt(l.marks[0])
+	for range l.n {
+		var rec format.Syscall
+		rec, outs = r.next(outs)
+		dst = append(dst, rec)
 	}
 	return dst
 }
@@ -327,9 +479,11 @@ func (l *callLog) appendTo(dst []format.Syscall) []format.Syscall {
 // outputs yields the bytes of every output, in order.
 func (l *callLog) outputs() iter.Seq[[]byte] {
 	return func(yield func([]byte) bool) {
-		for i := 0; i < l.nouts; i++ {
-			if !yield(l.out(uint32(i)).Data) {
-				return
+		for rec := range l.each() {
+			for _, o := range rec.Out {
+				if !yield(o.Data) {
+					return
+				}
 			}
 		}
 	}
