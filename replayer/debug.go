@@ -157,9 +157,43 @@ func (w Watch) overlaps(addr uint64, n int) bool {
 // tracker counts the arrivals at one address since the current stretch (the
 // run of instructions since the last completed syscall) began. clean says the
 // int3 has been there since the stretch began, so the count is exact.
+//
+// At the end search's address, while the process compares its passes there
+// itself (endsearch.go), a tracker that is not a breakpoint of the
+// debugger's counts with the process instead of an int3 (search): the
+// arrivals are the passes the code counted since the stretch began (off
+// then) and those the engine saw by single steps (stepped), which the
+// code, lifted for each step, does not count. An int3 there would make
+// each of the passes a stop: going back from the end of a loop crashed
+// from outside (a lua loop: 764,244 passes) counted them all, twice.
 type tracker struct {
 	count int
 	clean bool
+	// search counts the passes, nil for an int3; stepped and off as above.
+	search       *endInProcess
+	stepped, off int
+}
+
+// countsInProcess returns the end search a tracker at addr can count with:
+// one compared in the process with a jmp at addr that displaces the
+// instruction there alone (a punned one too: a jump to the next
+// instruction, whose bytes it shares, runs that instruction, and only a
+// pass at addr takes the jmp).
+func (e *engine) countsInProcess(addr uint64) *endInProcess {
+	s := e.bp.inproc
+	if s == nil || !e.bp.active || s.displaced[0] != addr || s.ret != 0 || len(s.interior) > 0 {
+		return nil
+	}
+	return s
+}
+
+// refreshCounts brings the counts kept by the process up to date.
+func (d *debugState) refreshCounts() {
+	for _, t := range d.track {
+		if t.search != nil {
+			t.count = t.stepped + t.search.passes() - t.off
+		}
+	}
 }
 
 // debugState is the engine's state when a debugger drives it.
@@ -236,7 +270,21 @@ func newDebugState() *debugState {
 // run yet.
 func (e *engine) trackAddr(addr uint64, clean bool) error {
 	d := e.dbg
-	if _, ok := d.track[addr]; ok {
+	if t, ok := d.track[addr]; ok {
+		if t.search == nil || !d.user[addr] {
+			return nil
+		}
+		// A breakpoint of the debugger's now: it stops at each arrival,
+		// counted by its int3 from here on.
+		d.refreshCounts()
+		t.search = nil
+		if err := e.endSearchStops(); err != nil {
+			return err
+		}
+		return e.int3s.set(e.mem, addr, ownerDbg, true)
+	}
+	if s := e.countsInProcess(addr); s != nil && !d.user[addr] {
+		d.track[addr] = &tracker{clean: clean, search: s, off: s.passes()}
 		return nil
 	}
 	if s := e.bp.inproc; s != nil && underJmp(s.displaced[0], addr) {
@@ -255,7 +303,11 @@ func (e *engine) trackAddr(addr uint64, clean bool) error {
 }
 
 func (e *engine) untrackAddr(addr uint64) error {
+	t := e.dbg.track[addr]
 	delete(e.dbg.track, addr)
+	if t != nil && t.search != nil {
+		return nil
+	}
 	e.bp.inprocFailed = false
 	return e.int3s.set(e.mem, addr, ownerDbg, false)
 }
@@ -266,8 +318,8 @@ func (e *engine) untrackAddr(addr uint64) error {
 func (e *engine) stretchStart(rip uint64) error {
 	d := e.dbg
 	e.int3s.forget(e.mem)
-	for a := range d.track {
-		if !d.user[a] && !d.keep[a] || !e.int3s.has(a, ownerDbg) {
+	for a, t := range d.track {
+		if !d.user[a] && !d.keep[a] || t.search == nil && !e.int3s.has(a, ownerDbg) {
 			if err := e.untrackAddr(a); err != nil {
 				return err
 			}
@@ -280,6 +332,9 @@ func (e *engine) stretchStart(rip uint64) error {
 	}
 	for _, t := range d.track {
 		t.count, t.clean = 0, true
+		if t.search != nil {
+			t.stepped, t.off = 0, t.search.passes()
+		}
 	}
 	d.hits = 0
 	d.watchClean = true
@@ -295,7 +350,7 @@ func (d *debugState) overLimit() error {
 		return nil
 	}
 	for a, t := range d.track {
-		if t.count > d.limit {
+		if t.search == nil && t.count > d.limit {
 			return fmt.Errorf("going back from here means a stop at each of more than %d passes over %#x since the last syscall (a loop that makes no call): set a breakpoint nearer, or go back from a syscall or an earlier stop", d.limit, a)
 		}
 	}
@@ -306,6 +361,9 @@ func (d *debugState) overLimit() error {
 func (e *engine) arrive(rip uint64) {
 	if t, ok := e.dbg.track[rip]; ok {
 		t.count++
+		if t.search != nil {
+			t.stepped++
+		}
 	}
 }
 
@@ -497,6 +555,7 @@ func (e *engine) exec(o execOpts) (dEvent, error) {
 		if err != nil {
 			return ev, err
 		}
+		e.dbg.refreshCounts()
 		if err := e.dbg.overLimit(); err != nil {
 			return ev, err
 		}
@@ -543,6 +602,12 @@ func (e *engine) execOne(step bool) (dEvent, bool, error) {
 	var insn [2]byte
 	isSyscall := e.readMem(insn[:], regs.Rip) == nil && insn[0] == 0x0f && insn[1] == 0x05
 	_, onInt3 := e.int3s.at[regs.Rip]
+	if t := d.track[regs.Rip]; t != nil && t.search != nil && t.search == e.bp.inproc {
+		// Standing on the jmp of a search that counts the arrivals here:
+		// this one is counted, so the jmp is lifted for a step first, as an
+		// int3 would be.
+		onInt3 = true
+	}
 	d.fresh = false
 	if isSyscall {
 		// Never single-step a syscall instruction: it would run for real.
@@ -761,6 +826,12 @@ func (e *engine) finishSyscall() (dEvent, bool, error) {
 // after turns what advance reported into a debugger event.
 func (e *engine) after(ev event, step bool) (dEvent, bool, error) {
 	d := e.dbg
+	if ev.counted {
+		// At the pass reach asked the search's code to stop at, rewound
+		// to stand at its address: an arrival there.
+		e.arrive(ev.regs.Rip)
+		return e.standAt(ev.regs, true)
+	}
 	if ev.delivered {
 		return e.landed(ev.regs, true)
 	}
@@ -793,6 +864,14 @@ func (e *engine) after(ev event, step bool) (dEvent, bool, error) {
 				}
 			} else {
 				e.arrive(regs.Rip)
+			}
+			ev.regs = regs
+		case ev.kind == evSignal:
+			// Found by the search in the process: the thread was moved
+			// from its code to where the recording ended.
+			regs, err := proc.GetRegs(e.stub.tid)
+			if err != nil {
+				return dEvent{}, false, err
 			}
 			ev.regs = regs
 		}

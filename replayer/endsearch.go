@@ -64,6 +64,7 @@ const (
 	idEndPasses = 144 // passes over the end rip
 	idEndRegs   = 152 // the goal's registers, in endRegs order, then rax
 	idEndWords  = 288 // endWords of: the word's address, its recorded value
+	idEndStopAt = 352 // the pass the code stops at whatever the registers, 0 for none (countStop)
 	endWords    = 4
 )
 
@@ -130,6 +131,34 @@ type endInProcess struct {
 // passes returns how many times the program reached the end rip.
 func (s *endInProcess) passes() int {
 	return int(binary.LittleEndian.Uint64(s.data[idEndPasses:]))
+}
+
+// countStop has the code stop at pass n whatever the registers, 0 at none:
+// a debugger's position named by the arrivals at the end rip is found by
+// the process counting them itself (engine.trackAddr).
+func (s *endInProcess) countStop(n int) {
+	binary.LittleEndian.PutUint64(s.data[idEndStopAt:], uint64(n))
+}
+
+// countStopDue reports whether the code stopped at the pass countStop
+// named.
+func (s *endInProcess) countStopDue() bool {
+	n := binary.LittleEndian.Uint64(s.data[idEndStopAt:])
+	return n != 0 && int(n) == s.passes()
+}
+
+// standAtPass rewinds the thread the search's code stopped at the pass
+// countStop named to the search's address, as the program had it there,
+// with that pass no longer counted by the code (the engine counts it as an
+// arrival, and the jmp is lifted for the step that leaves it).
+func (e *engine) standAtPass(s *endInProcess, regs proc.Regs) (proc.Regs, error) {
+	at := s.regsAt(regs, s.displaced[0])
+	if err := proc.SetRegs(e.stub.tid, at); err != nil {
+		return regs, err
+	}
+	binary.LittleEndian.PutUint64(s.data[idEndPasses:], uint64(s.passes()-1))
+	s.countStop(0)
+	return at, nil
 }
 
 // report fills in r what the search in the process did.
@@ -364,6 +393,9 @@ func (e *engine) patchInProcess(goal format.Regs, now uint64, d displacing) (*en
 	a.emit(0x0f, 0x90, 0xc0)                         // seto al
 	a.dataRef(idEndAx, []byte{0x66, 0x89, 0x05})     // mov [ax], ax
 	a.dataRef(idEndPasses, []byte{0x48, 0xff, 0x05}) // inc qword [passes]
+	a.dataRef(idEndPasses, []byte{0x48, 0x8b, 0x05}) // mov rax, [passes]
+	a.dataRef(idEndStopAt, cmpRIP(0))                // cmp rax, [stop at]
+	a.jump("trap", 0x0f, 0x84)                       // je trap
 	for i, r := range endRegs {
 		a.dataRef(idEndRegs+8*i, cmpRIP(r.n)) // cmp REG, [goal REG]
 		a.jump("miss", 0x0f, 0x85)            // jne miss
@@ -378,6 +410,7 @@ func (e *engine) patchInProcess(goal format.Regs, now uint64, d displacing) (*en
 		a.jump("miss", 0x0f, 0x85)                           // jne miss
 	}
 	trap := len(a.b)
+	a.label("trap")
 	a.emit(0xcc) // int3: the engine compares the rest
 	a.label("miss")
 	a.dataRef(idEndAx, []byte{0x66, 0x8b, 0x05})  // mov ax, [ax]
@@ -421,6 +454,7 @@ func (e *engine) patchInProcess(goal format.Regs, now uint64, d displacing) (*en
 	}
 	le.PutUint64(s.data[idEndRegs+8*len(endRegs):], goal.Rax)
 	le.PutUint64(s.data[idEndPasses:], 0)
+	le.PutUint64(s.data[idEndStopAt:], 0)
 	for k := range endWords {
 		// Until used, a slot compares its own value with itself.
 		le.PutUint64(s.data[idEndWords+16*k:], s.dataAddr+uint64(idEndWords+16*k+8))

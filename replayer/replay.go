@@ -651,6 +651,9 @@ type event struct {
 	// standing: under a debugger, the current thread stands at its stop,
 	// where the next resume holds it (holdAtStop).
 	standing bool
+	// counted: under a debugger, the end search's code stopped at the pass
+	// asked for (countStop); regs stand at its address.
+	counted bool
 }
 
 type eventKind int
@@ -780,6 +783,11 @@ func (e *engine) advance(req int, intercept trapIntercept) (event, error) {
 		return ev, err
 	case st.Signal() != 0:
 		sig := st.Signal()
+		if s := e.bp.inproc; sig == int(unix.SIGTRAP) && e.dbg != nil && s != nil && regs.Rip == s.trap+1 && s.countStopDue() {
+			ev.kind, ev.counted = evOther, true
+			ev.regs, err = e.standAtPass(s, regs)
+			return ev, err
+		}
 		if sig == int(unix.SIGTRAP) {
 			if ev, hit, err := e.stopTrap(ev, regs, intercept != nil); hit || err != nil {
 				return ev, err

@@ -744,6 +744,12 @@ func (e *engine) reach(p Position, user map[uint64]bool, keep []uint64) error {
 	case p.Addr != 0:
 		t := d.track[p.Addr]
 		if t.count < p.Arrivals {
+			if s := t.search; s != nil {
+				// The process counts the passes: its code stops at the one
+				// that makes the arrival.
+				s.countStop(p.Arrivals - t.stepped + t.off)
+				defer s.countStop(0)
+			}
 			ev, err = e.exec(execOpts{onEvent: func(ev dEvent) bool {
 				// A trigger landing on p.Addr counts the arrival too.
 				at := ev.kind == dArrive && ev.addr == p.Addr || ev.kind == dWatch && ev.regs.Rip == p.Addr
