@@ -42,7 +42,21 @@ func (s *session) dump(end format.EndState, reason string) error {
 	// sees every syscall (eBPF) does not find the injected clone in it.
 	live := s.pid
 	var dsh *shadow
-	if reason != format.EndExit {
+	if reason == format.EndSignal && s.crashCaught {
+		// A crash handler is about to run (crashQuiet): a copy of the
+		// pages rather than a dump shadow, unless they are large. A
+		// shadow shares every page with the process, and the handler's
+		// writes then each take a copy-on-write fault: redis-server's
+		// memory test writes all of its memory, its own rseq area among
+		// it, and a fault that slept there had the kernel kill it on the
+		// way back (TestRedisDebugSegfault).
+		src.pid = live
+		if src.freeze(c.Final) {
+			s.readModules(c, s.pid)
+			clk.mark(fmt.Sprintf("crash handler: %d pages copied", len(src.frozen)))
+		}
+	}
+	if reason != format.EndExit && src.frozen == nil {
 		dsh, err = s.createShadow()
 		if refused, forbidden := (cloneRefused{}), (seccompForbids{}); errors.As(err, &refused) || errors.As(err, &forbidden) {
 			// The file is made from the target itself, held until it is

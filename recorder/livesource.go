@@ -55,8 +55,9 @@ type liveSource struct {
 	// touches (filePage).
 	bigMu sync.Mutex
 	big   map[uint64]*mappedFile
-	// frozen holds the final pages copied from a process at its exit
-	// (freeze), by address: read serves them, the process being gone.
+	// frozen holds the final pages copied from a process at its exit, or
+	// at a crash whose handler runs (freeze), by address: read serves
+	// them, and nothing else, the process being gone or running on.
 	frozen map[uint64][]byte
 }
 
@@ -186,7 +187,7 @@ func (l *liveSource) read(addr uint64) ([]byte, error) {
 		if b, ok := l.frozen[addr]; ok {
 			return b, nil
 		}
-		return nil, fmt.Errorf("read page %#x of %d: not among the pages copied at its exit", addr, l.pid)
+		return nil, fmt.Errorf("read page %#x of %d: not among the pages copied when it was let go", addr, l.pid)
 	}
 	b := make([]byte, format.PageSize)
 	n, err := proc.ReadBytes(l.pid, addr, b)

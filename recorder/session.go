@@ -91,6 +91,11 @@ type session struct {
 	// default while it runs, so the disposition seen after the crash no
 	// longer tells a running handler from a process dying of the signal.
 	crashCaught bool
+	// quietUntil: after a crash whose handler runs, tprec does not stop
+	// the process to record it afresh before then (crashQuiet), and its
+	// threads yield the CPUs to it meanwhile (yield).
+	quietUntil time.Time
+	yield      cpuYield
 	// heldSignal is the fatal signal s.ctl is stopped in the delivery of
 	// while its checkpoint is taken; 0 once the dump shadow's injection
 	// has queued it again (proc.Call.Signal).
@@ -257,6 +262,7 @@ func Record(ctx context.Context, o Options, requests <-chan struct{}) error {
 	ticker := time.NewTicker(o.Interval)
 	defer ticker.Stop()
 	err = s.tr.Do(func() error { return s.loop(ctx, ticker.C, requests) })
+	s.yield.off() // the process is gone: the checkpoints are written at full speed
 	s.awaitDumps(ctx)
 	if launched != nil {
 		// The launched command is our child: collect it so it does not linger.
@@ -457,7 +463,25 @@ func (s *session) interrupt() error {
 
 // wanted reports whether setup, a boundary or a dump waits for a stop.
 func (s *session) wanted() bool {
-	return s.state == stateStarting || s.want.boundary || s.want.dump
+	return s.state == stateStarting && !s.quiet() || s.want.boundary || s.want.dump
+}
+
+// crashQuiet is how long tprec leaves a process alone after a crash its
+// handler runs for, before it stops the process to record it afresh. A
+// crash handler may do what nothing else does: redis-server's crash report
+// runs a memory test over every anonymous mapping, its thread's own
+// control block and rseq area included, patterns written and then put back.
+// A thread stopped while its rseq area holds such a pattern is killed by the
+// kernel with SIGSEGV on its way back (the critical-section pointer no
+// longer points anywhere): the recording's stops cut redis's bug report off
+// in 3 of 7 runs under load, and tprec then dumped a second crash of its
+// own making. Unrecorded, nothing stops the thread there. A process that
+// survives its handler (a JVM's, say) is recorded again after this long.
+const crashQuiet = 5 * time.Second
+
+// quiet reports whether a crash handler may still be running (crashQuiet).
+func (s *session) quiet() bool {
+	return !s.quietUntil.IsZero() && time.Now().Before(s.quietUntil)
 }
 
 // waiters say "a wait event is pending" for each thread of the target
@@ -545,6 +569,10 @@ func (s *session) loop(ctx context.Context, tick <-chan time.Time, requests <-ch
 			if optional && s.cur != nil && s.stretchHolds() {
 				continue
 			}
+			if s.state == stateStarting && s.quiet() {
+				continue
+			}
+			s.yield.off()
 			if s.state == stateRecording || s.state == stateStarting {
 				// Starting: setup was put off (a thread did not stop in
 				// time, act); ask again.
@@ -997,8 +1025,13 @@ func (s *session) crash(t *thread, sig int) error {
 	}
 	requeued := s.heldSignal == 0
 	s.ctl, s.heldSignal = s.pid, 0
-	// If a handler survives the signal, recording starts afresh.
+	// If a handler survives the signal, recording starts afresh, once
+	// the handler had time to run undisturbed (crashQuiet).
 	s.state = stateStarting
+	if s.crashCaught {
+		s.quietUntil = time.Now().Add(crashQuiet)
+		s.yield.on()
+	}
 	s.ring.reset()
 	// The other threads go on whatever happens.
 	if err := s.releaseOthers(); err != nil {
