@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -149,4 +150,50 @@ func TestStackOverflow(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A launched program shares tprec's process group, and perl's
+// kill "SEGV", 0 (ruby's Process.kill(:SEGV, 0), a shell's kill -SEGV 0)
+// signals the whole group, tprec included: tprec died of it with a
+// goroutine dump, which killed the program with it, and wrote nothing
+// (found by a sweep, ruby and perl, both backends). tprec now ignores such
+// signals: the program dies of its SIGSEGV, and the checkpoint replays to
+// it. tprec runs in a process group of its own here, as under a shell, so
+// that the signal does not reach the test.
+func TestGroupSignalDoesNotKillTprec(t *testing.T) {
+	requireRoot(t)
+	perl := needTool(t, "perl")
+	forBackends(t, func(t *testing.T, backend string) {
+		dir := t.TempDir()
+		var stderr bytes.Buffer
+		cmd := exec.Command(filepath.Join(tools(t), "tprec"), "--backend", backend, "-o", dir, "--",
+			perl, "-e", `$x = 0; for (1..3000000) { $x += $_ } print STDERR "sum $x\n"; kill "SEGV", 0; sleep 5`)
+		cmd.Stderr = &stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		done := make(chan error, 1)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("tprec: %v; stderr:\n%s", err, stderr.String())
+			}
+		case <-time.After(60 * time.Second):
+			cmd.Process.Kill()
+			t.Fatalf("tprec did not exit; stderr:\n%s", stderr.String())
+		}
+		log := stderr.String()
+		if !strings.Contains(log, "sum 4500001500000") || !strings.Contains(log, "ignored the SIGSEGV sent to tprec") || !strings.Contains(log, "was killed by SIGSEGV") {
+			t.Fatalf("tprec's stderr:\n%s", log)
+		}
+		cks := checkpoints(t, dir)
+		if len(cks) != 1 {
+			t.Fatalf("%d checkpoints, want 1; stderr:\n%s", len(cks), log)
+		}
+		if out := replay(t, cks[0]); !strings.Contains(out, "signal SIGSEGV") {
+			t.Fatalf("replay:\n%s", out)
+		}
+	})
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/tprec/tprec/proc"
 	"github.com/tprec/tprec/recorder"
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 )
 
 func main() {
@@ -118,6 +119,24 @@ func record(c *cli.Context) error {
 				interrupted()
 			case 2:
 				close(hurry)
+			}
+		}
+	}()
+	// A launched program is in tprec's process group, and a signal it
+	// sends to its group (ruby's Process.kill(:SEGV, 0), perl's
+	// kill "SEGV", 0, a shell's kill -SEGV 0) reaches tprec too. tprec
+	// died of it with a goroutine dump, killing the program with it
+	// (PTRACE_O_EXITKILL) in the middle of its crash handler, and wrote no
+	// checkpoint. Sent by kill, these signals are never tprec's own
+	// faults, which still end it: it says so once and records on.
+	stray := make(chan os.Signal, 8)
+	signal.Notify(stray, syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGFPE, syscall.SIGILL, syscall.SIGABRT, syscall.SIGTRAP, syscall.SIGSYS)
+	go func() {
+		seen := map[os.Signal]bool{}
+		for sig := range stray {
+			if !seen[sig] {
+				seen[sig] = true
+				fmt.Fprintf(os.Stderr, "tprec: ignored the %v sent to tprec (a program that signals its process group signals tprec too); recording goes on\n", unix.SignalName(sig.(syscall.Signal)))
 			}
 		}
 	}()
