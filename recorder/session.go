@@ -1,6 +1,7 @@
 package recorder
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +23,10 @@ var ErrNoProcess = errors.New("no such process")
 
 // ErrPermission is returned when the kernel refuses to let tprec trace the target.
 var ErrPermission = errors.New("not permitted to trace the process")
+
+// ErrStopped is returned when the target is a stopped job: recording would
+// resume it.
+var ErrStopped = errors.New("the process is stopped")
 
 // ErrNotWritten is returned at the end of a recording when a checkpoint it
 // took could be written neither to the output directory nor to any fallback.
@@ -322,10 +327,19 @@ func (s *session) attach(pid int) error {
 	if _, err := os.Stat(fmt.Sprintf("/proc/%d/task", pid)); err != nil {
 		return fmt.Errorf("attach to %d: %w", pid, ErrNoProcess)
 	}
+	if st := processState(pid); st == 'T' {
+		// A stopped job (Ctrl-Z, kill -STOP, a watchdog holding it for a
+		// look): recording it would resume it, which is not tprec's to
+		// decide, and a stopped process has no last moments to record.
+		return fmt.Errorf("attach to %d: %w (state %c in /proc/%d/stat): let it go on first (kill -CONT %d), or attach once it runs", pid, ErrStopped, st, pid, pid)
+	}
 	if err := proc.Seize(pid, targetOptions); err != nil {
 		if errors.Is(err, unix.EPERM) {
 			if by := tracerOf(pid); by != "" {
 				return fmt.Errorf("attach to %d: %w: it is traced already, by %s (a process has one tracer at most: another tprec, a debugger, strace)", pid, ErrPermission, by)
+			}
+			if unix.Geteuid() == 0 && !yamaRestricts() {
+				return fmt.Errorf("attach to %d: %w: the kernel refuses to let even root trace it (init, a kernel thread, or a process protected by a security module)", pid, ErrPermission)
 			}
 			return fmt.Errorf("attach to %d: %w: tprec needs root or CAP_SYS_PTRACE (and kernel.yama.ptrace_scope <= 1 for a process that is not its child): run it with sudo", pid, ErrPermission)
 		}
@@ -344,6 +358,28 @@ func (s *session) attach(pid int) error {
 	}
 	s.hdr.StartTime = time.Now()
 	return s.interrupt()
+}
+
+// processState returns the state letter of /proc/PID/stat, 0 when it
+// cannot be read.
+func processState(pid int) byte {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name, in parentheses, may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0
+	}
+	return b[i+2]
+}
+
+// yamaRestricts reports whether Yama's ptrace_scope keeps root from
+// tracing some processes (3: no attach at all).
+func yamaRestricts() bool {
+	b, err := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope")
+	return err == nil && strings.TrimSpace(string(b)) == "3"
 }
 
 // seizeThreads seizes the threads of the process besides its leader, until
@@ -382,6 +418,11 @@ func (s *session) seizeThreads() error {
 // returns a function that lets it exec the command: recording starts at the
 // exec, so not one instruction of the program runs unrecorded.
 func (s *session) launch(argv []string) (*exec.Cmd, func() error, error) {
+	// The shell below would say "not found" and exit 127, which looked
+	// like a recording of a program that ended.
+	if _, err := exec.LookPath(argv[0]); err != nil {
+		return nil, nil, fmt.Errorf("launch %s: %w", argv[0], err)
+	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, nil, err

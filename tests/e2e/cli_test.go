@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -36,6 +37,47 @@ func TestAttachVanishedPid(t *testing.T) {
 	if code == 0 || !strings.Contains(out, "no such process") {
 		t.Fatalf("tprec --pid of a missing process: exit %d, %q", code, out)
 	}
+}
+
+// A stopped job (Ctrl-Z, kill -STOP, a watchdog holding it) is refused
+// with a message saying so, and stays stopped: under eBPF tprec resumed it,
+// printed nothing and then ignored SIGINT and SIGTERM; under ptrace it
+// failed with an injection error (found by a sweep). A typo in a launched
+// command is an error too, not a recording of a shell that said "not
+// found" and exited 0.
+func TestAttachStoppedOrMissingCommandRefused(t *testing.T) {
+	requireRoot(t)
+	target, _, _ := startTarget(t, "/usr/bin/sleep", "60")
+	if err := target.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; !strings.Contains(procStatus(t, target.Process.Pid), "State:\tT"); i++ {
+		if i == 100 {
+			t.Fatal("sleep did not stop")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, backend := range []string{"ebpf", "ptrace"} {
+		out, code := runTool(t, "tprec", "--backend", backend, "-o", t.TempDir(), "--pid", strconv.Itoa(target.Process.Pid))
+		if code != 1 || !strings.Contains(out, "the process is stopped") || !strings.Contains(out, "kill -CONT") {
+			t.Errorf("%s: tprec --pid of a stopped process: exit %d, %q", backend, code, out)
+		}
+		if st := procStatus(t, target.Process.Pid); !strings.Contains(st, "State:\tT (stopped)") || !strings.Contains(st, "TracerPid:\t0") {
+			t.Errorf("%s: the stopped process is no longer stopped, or still traced:\n%s", backend, st)
+		}
+	}
+	out, code := runTool(t, "tprec", "-o", t.TempDir(), "--", "/nonexistent/prog")
+	if code != 1 || !strings.Contains(out, "no such file") {
+		t.Errorf("tprec -- /nonexistent/prog: exit %d, %q", code, out)
+	}
+}
+
+func procStatus(t *testing.T, pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // vdsoBytes reads the [vdso] of a process.
