@@ -434,6 +434,12 @@ wait:
 	sv.last = r.st
 	sv.started = true
 	reply := sv.stopReply(r.st)
+	if r.err != nil && (op == OpContinue || op == OpReverseCont) {
+		// Signal 0: GDB says the program stopped, where T05 made it
+		// report a SIGTRAP the program never received (the message above
+		// says why it stopped).
+		reply = "T00" + strings.TrimPrefix(reply, "T05")
+	}
 	err := sv.send(reply)
 	return strings.HasPrefix(reply, "W"), err
 }
