@@ -116,6 +116,12 @@ const DeadStack = 8 << 20
 // MaxDigests bounds the page digests of an end state.
 const MaxDigests = 256
 
+// SharedCopyMax bounds the shared writable memory (MAP_SHARED with write
+// permission) the recorder copies at every boundary to know the originals
+// of the pages an interval writes there: pages beyond it keep their final
+// content in a checkpoint.
+const SharedCopyMax = 16 << 20
+
 // EndDigestPages lists the pages whose digests, with the registers, tell a
 // matching end state from a loop iteration with the same registers: the
 // stack page under rsp, then the pages written (the originals the last

@@ -10,7 +10,7 @@ import (
 )
 
 // sharedMax bounds the shared writable memory copied at every boundary.
-const sharedMax = 16 << 20
+const sharedMax = format.SharedCopyMax
 
 // sharedPages is the content of the target's shared writable pages (MAP_SHARED
 // with write permission: shared anonymous memory, System V segments, memfds,

@@ -87,5 +87,18 @@ func sharedHint(ivs []format.Interval) string {
 	if n == 0 {
 		return ""
 	}
+	var mapped uint64
+	for _, m := range ivs[0].Maps {
+		if m.Shared && m.Prot&format.ProtWrite != 0 {
+			mapped += m.End - m.Start
+		}
+	}
+	if mapped > format.SharedCopyMax {
+		// A python3 growing a 17 MB shared file mapping: the replay
+		// started from the final content of the pages beyond the copy,
+		// and the sweep that found it read the hint below as blaming a
+		// process that did not exist.
+		return fmt.Sprintf("the replayed intervals changed %d pages of shared writable memory, of which the process maps %.1f MiB: tprec copies the first %d MiB at a boundary, and the pages beyond start from their final content", n, float64(mapped)/(1<<20), format.SharedCopyMax>>20)
+	}
 	return fmt.Sprintf("the replayed intervals changed %d pages of shared writable memory: if another process writes that memory too (the workers of a server sharing a counter), what this process read from it is not recorded", n)
 }
