@@ -398,6 +398,11 @@ func prepare(c *format.Checkpoint, pages format.PageSource, opts Options) (*engi
 		}
 		k = last + 1
 	} else {
+		if opts.Until > 0 && opts.Until <= opts.From {
+			// A replay from an earlier stored start would have run and
+			// verified the state at --until, which is not what was asked.
+			return nil, fmt.Errorf("a replay from interval %d cannot end at interval %d, which begins before it", opts.From, opts.Until)
+		}
 		for i, iv := range c.Intervals {
 			if iv.Index == opts.From {
 				k = i
