@@ -94,6 +94,16 @@ func (s *session) resolveMmaps() {
 		return
 	}
 	defer s.dropMarked()
+	// The calls that changed memory, decoded once: each pending mmap is
+	// checked against all of them, and a call of the log is decoded from
+	// its block's mark (callLog.at).
+	var memRecs []*format.Syscall
+	if len(iv.pendingMmaps) > 0 {
+		memRecs = make([]*format.Syscall, len(iv.memCalls))
+		for k, j := range iv.memCalls {
+			memRecs[k] = iv.syscalls.at(j)
+		}
+	}
 	for _, i := range iv.pendingMmaps {
 		rec := iv.syscalls.at(i)
 		if f := s.takeMarked(rec); f != nil {
@@ -103,8 +113,8 @@ func (s *session) resolveMmaps() {
 		start := uint64(rec.Ret)
 		end := start + (rec.Args[1]+format.PageSize-1)&^(format.PageSize-1)
 		var err error
-		for _, j := range iv.memCalls {
-			later := iv.syscalls.at(j)
+		for k, j := range iv.memCalls {
+			later := memRecs[k]
 			if j <= i {
 				continue
 			}
