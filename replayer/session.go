@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/proc"
@@ -92,8 +93,14 @@ var MaxReverseArrivals = 100_000
 
 // MaxReverseSteps bounds the single steps one reverse step may take to find
 // the instruction before a point (from the previous arrival at the same
-// address, or the start of the stretch).
-var MaxReverseSteps = 20_000_000
+// address, or the start of the stretch), and MaxReverseStepTime the time
+// they may take: a single step is 5 to 35 us on this project's VM, and
+// reverse-stepi from python3's crash in strlen, millions of instructions
+// after its last syscall, did not answer for minutes (found by a sweep).
+var (
+	MaxReverseSteps    = 20_000_000
+	MaxReverseStepTime = 10 * time.Second
+)
 
 // command is one forward command, kept so that a stop whose position could
 // not be named on the way can be named by doing the commands again.
@@ -878,6 +885,7 @@ func (s *Session) stepBack(p Position, rip uint64) (Position, bool, error) {
 		if err := e.reach(mark, nil, keep); err != nil {
 			return err
 		}
+		began := time.Now()
 		for {
 			ev, err := e.exec(execOpts{step: true})
 			if err != nil {
@@ -893,8 +901,8 @@ func (s *Session) stepBack(p Position, rip uint64) (Position, bool, error) {
 			if ev.kind == dEnd || ev.kind == dExit || ev.kind == dEntry {
 				return fmt.Errorf("go back one instruction: %v not found from %v", p, mark)
 			}
-			if n > MaxReverseSteps {
-				return fmt.Errorf("go back one instruction: more than %d instructions since %v", MaxReverseSteps, mark)
+			if n > MaxReverseSteps || n%1024 == 0 && time.Since(began) > MaxReverseStepTime {
+				return fmt.Errorf("go back one instruction: the instruction before lies more than %d instructions after %v, and each is a single step: set a breakpoint on an instruction that runs shortly before this point (the start of this function) and reverse-continue to it", n, mark)
 			}
 		}
 	})
