@@ -109,7 +109,12 @@ func record(c *cli.Context) error {
 	hurry := make(chan struct{})
 	o.Hurry = hurry
 	intr := make(chan os.Signal, 4)
-	signal.Notify(intr, os.Interrupt, syscall.SIGTERM)
+	// SIGHUP (the terminal or the SSH session tprec ran in went away)
+	// ends the recording as an interrupt does: by its default action tprec
+	// died on the spot and left the process with its vDSO patch and zombie
+	// shadows (found by a sweep). To record past the session, run tprec
+	// under nohup, tmux or a service manager.
+	signal.Notify(intr, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(intr)
 	go func() {
 		n := 0
