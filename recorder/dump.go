@@ -42,14 +42,17 @@ func (s *session) dump(end format.EndState, reason string) error {
 	// sees every syscall (eBPF) does not find the injected clone in it.
 	live := s.pid
 	var dsh *shadow
-	if reason == format.EndSignal && s.crashCaught {
+	if reason == format.EndSignal && s.crashCaught && len(s.dontFork) == 0 {
 		// A crash handler is about to run (crashQuiet): a copy of the
 		// pages rather than a dump shadow, unless they are large. A
 		// shadow shares every page with the process, and the handler's
 		// writes then each take a copy-on-write fault: redis-server's
 		// memory test writes all of its memory, its own rseq area among
 		// it, and a fault that slept there had the kernel kill it on the
-		// way back (TestRedisDebugSegfault).
+		// way back (TestRedisDebugSegfault). Not for a process with ranges
+		// marked MADV_DONTFORK: node's trial replay from the copy diverged
+		// in its end state, where the dump shadow's verifies
+		// (TestNodeHeapDontFork); why is not understood yet.
 		src.pid = live
 		if src.freeze(c.Final) {
 			s.readModules(c, s.pid)
