@@ -827,8 +827,7 @@ func TestGDBReverseFromLongLoopEnd(t *testing.T) {
 	}
 	ckpt := attachAndCrash(t, target, done, 1500*time.Millisecond)
 	tgt, _ := gdbTarget(t, ckpt)
-	start := time.Now()
-	g := runGDB(t, "/usr/bin/lua5.4", tgt, `continue
+	_, s, end := timedGDB(t, "/usr/bin/lua5.4", tgt, `continue
 echo @@back\n
 reverse-stepi
 p/x $pc
@@ -847,14 +846,6 @@ echo @@bp\n
 reverse-continue
 p/x $pc
 `)
-	took := time.Since(start)
-	t.Logf("gdb (%v):\n%s", took, g)
-	s := sections(g)
-	m := regexp.MustCompile(`end: signal 11 at rip (0x[0-9a-f]+)`).FindStringSubmatch(g)
-	if m == nil {
-		t.Fatalf("tpreplay did not print the recorded end")
-	}
-	end := m[1]
 	pc := func(name string) string {
 		p := regexp.MustCompile(`= (0x[0-9a-f]+)`).FindStringSubmatch(s[name])
 		if p == nil {
@@ -891,36 +882,39 @@ p/x $pc
 func TestGDBReverseStepFarFromLastCall(t *testing.T) {
 	requireRoot(t)
 	needTool(t, "gdb")
-	dir := t.TempDir()
-	script := pythonScript(t, "ctypescrash.py", ctypesCrashScript)
-	target, _, done := startTarget(t, "/usr/bin/python3", "-S", script, dir)
-	waitFile(t, filepath.Join(dir, "input.txt"), 16*200)
-	ck, _ := crashWith(t, target, done, 1500*time.Millisecond, func(int) error {
-		return os.WriteFile(filepath.Join(dir, "crash-now"), nil, 0o644)
-	})
+	ck, _ := ctypesCrash(t)
 	tgt, _ := gdbTarget(t, ck)
 	start := time.Now()
-	g := runGDB(t, "/usr/bin/python3", tgt, `continue
+	_, s, end := timedGDB(t, "/usr/bin/python3", tgt, `continue
 p/x $pc
 echo @@back\n
 reverse-stepi
 p/x $pc
 `)
 	took := time.Since(start)
-	t.Logf("gdb (%v):\n%s", took, g)
-	s := sections(g)
-	m := regexp.MustCompile(`end: signal 11 at rip (0x[0-9a-f]+)`).FindStringSubmatch(g)
-	if m == nil {
-		t.Fatalf("tpreplay did not print the recorded end")
-	}
 	// Either the instruction before was found in time, or the refusal says
 	// why; either way gdb got its answer.
 	refused := strings.Contains(s["back"], "each is a single step")
 	moved := regexp.MustCompile(`= (0x[0-9a-f]+)`).FindStringSubmatch(s["back"])
-	if !refused && (moved == nil || moved[1] == m[1]) {
+	if !refused && (moved == nil || moved[1] == end) {
 		t.Errorf("reverse-stepi from the crash neither went back nor said why:\n%s", s["back"])
 	}
 	if took > 2*time.Minute {
 		t.Errorf("the session took %v", took)
 	}
+}
+
+// timedGDB runs a gdb script on a replay that ends with a SIGSEGV, logs
+// its output with the time it took, and returns the output, its sections
+// and the end's rip as tpreplay printed it.
+func timedGDB(t *testing.T, prog, tgt, script string) (string, map[string]string, string) {
+	t.Helper()
+	start := time.Now()
+	g := runGDB(t, prog, tgt, script)
+	t.Logf("gdb (%v):\n%s", time.Since(start), g)
+	m := regexp.MustCompile(`end: signal 11 at rip (0x[0-9a-f]+)`).FindStringSubmatch(g)
+	if m == nil {
+		t.Fatalf("tpreplay did not print the recorded end")
+	}
+	return g, sections(g), m[1]
 }

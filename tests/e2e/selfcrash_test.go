@@ -79,16 +79,23 @@ while not os.path.exists(os.path.join(d, "crash-now")):
 ctypes.string_at(0)
 `
 
+// ctypesCrash records ctypesCrashScript with tprec's extra arguments until
+// it crashes, and returns the checkpoint and tprec's stderr.
+func ctypesCrash(t *testing.T, extra ...string) (string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	script := pythonScript(t, "ctypescrash.py", ctypesCrashScript)
+	target, _, done := startTarget(t, "/usr/bin/python3", "-S", script, dir)
+	waitFile(t, filepath.Join(dir, "input.txt"), 16*200)
+	return crashWith(t, target, done, 1500*time.Millisecond, func(int) error {
+		return os.WriteFile(filepath.Join(dir, "crash-now"), nil, 0o644)
+	}, extra...)
+}
+
 func TestPython3CrashesItself(t *testing.T) {
 	requireRoot(t)
 	forBackends(t, func(t *testing.T, backend string) {
-		dir := t.TempDir()
-		script := pythonScript(t, "ctypescrash.py", ctypesCrashScript)
-		target, _, done := startTarget(t, "/usr/bin/python3", "-S", script, dir)
-		waitFile(t, filepath.Join(dir, "input.txt"), 16*200)
-		ck, stderr := crashWith(t, target, done, 1500*time.Millisecond, func(int) error {
-			return os.WriteFile(filepath.Join(dir, "crash-now"), nil, 0o644)
-		}, "--backend", backend)
+		ck, stderr := ctypesCrash(t, "--backend", backend)
 		// The faulting instruction tprec saw is the one the replay ends at.
 		replayEndsAtFault(t, ck, stderr)
 	})
