@@ -42,21 +42,22 @@ func (s *session) dump(end format.EndState, reason string) error {
 	// sees every syscall (eBPF) does not find the injected clone in it.
 	live := s.pid
 	var dsh *shadow
-	if reason == format.EndSignal && s.crashCaught && len(s.dontFork) == 0 {
-		// A crash handler is about to run (crashQuiet): a copy of the
-		// pages rather than a dump shadow, unless they are large. A
-		// shadow shares every page with the process, and the handler's
-		// writes then each take a copy-on-write fault: redis-server's
-		// memory test writes all of its memory, its own rseq area among
-		// it, and a fault that slept there had the kernel kill it on the
-		// way back (TestRedisDebugSegfault). Not for a process with ranges
-		// marked MADV_DONTFORK: node's trial replay from the copy diverged
-		// in its end state, where the dump shadow's verifies
-		// (TestNodeHeapDontFork); why is not understood yet.
+	// A copy of the pages the checkpoint may give as final content, and of
+	// the loader's list of objects, lets the process go now, unless they
+	// are large. At an exit no shadow can be forked from it. Before a crash
+	// handler runs (crashQuiet), a shadow would share every page with the
+	// process and the handler's writes would each take a copy-on-write
+	// fault: redis-server's memory test writes all of its memory, its own
+	// rseq area among it, and a fault that slept there had the kernel kill
+	// it on the way back. Not for a process with ranges marked
+	// MADV_DONTFORK: node's trial replay from the copy diverged in its end
+	// state, where the dump shadow's verifies (TestNodeHeapDontFork); why
+	// is not understood yet.
+	if reason == format.EndExit || reason == format.EndSignal && s.crashCaught && len(s.dontFork) == 0 {
 		src.pid = live
 		if src.freeze(c.Final) {
 			s.readModules(c, s.pid)
-			clk.mark(fmt.Sprintf("crash handler: %d pages copied", len(src.frozen)))
+			clk.mark(fmt.Sprintf("%s: %d pages copied", reason, len(src.frozen)))
 		}
 	}
 	if reason != format.EndExit && src.frozen == nil {
@@ -71,16 +72,6 @@ func (s *session) dump(end format.EndState, reason string) error {
 		} else {
 			live = dsh.pid
 			s.dropFiles(dsh)
-		}
-	}
-	if reason == format.EndExit {
-		// No shadow can be forked from a process in its exit: a copy of
-		// the pages the checkpoint may give as final content, and the
-		// loader's list of objects, let it go now, unless they are large.
-		src.pid = live
-		if src.freeze(c.Final) {
-			s.readModules(c, s.pid)
-			clk.mark(fmt.Sprintf("exit: %d pages copied", len(src.frozen)))
 		}
 	}
 	name := fmt.Sprintf("tp-%d-%s.tpc", s.pid, t0.UTC().Format("20060102T150405.000Z"))
