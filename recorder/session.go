@@ -1404,6 +1404,7 @@ func (s *session) start() error {
 		if err := s.seccompAllowsRecording(vdsoStart(maps)); err != nil {
 			return fmt.Errorf("process %d cannot be recorded: %w", s.pid, err)
 		}
+		s.stepOutOfVDSO(maps)
 		var rips []uint64
 		for tid := range s.threads {
 			if r, err := proc.GetRegs(tid); err == nil {
@@ -1430,6 +1431,42 @@ func (s *session) start() error {
 		s.logf("recording process %d (%s), interval %v, keeping %d intervals", s.pid, s.hdr.ExePath, s.o.Interval, s.o.Keep)
 	}
 	return s.openInterval(time.Now())
+}
+
+// vdsoStepMax bounds the instructions a thread is stepped to leave the
+// vDSO before its patch: a clock read is a few hundred at most, a retry
+// loop against a concurrent clock update a few more.
+const vdsoStepMax = 20000
+
+// stepOutOfVDSO single-steps out of the vDSO every thread stopped inside
+// it, so that the patch goes in at this stop. Without that a program that
+// spends its time reading the clock (python3 looping on time.time()) was
+// found there again stop after stop, and a short one exited unrecorded.
+// The steps run before recording starts; a thread that cannot be stepped
+// (in a syscall's entry stop, in a group stop) is left, and the patch
+// waits for a later stop as before.
+func (s *session) stepOutOfVDSO(maps []format.Mapping) {
+	var lo, hi uint64
+	for _, m := range maps {
+		if m.Path == "[vdso]" {
+			lo, hi = m.Start, m.End
+		}
+	}
+	if lo == 0 {
+		return
+	}
+	for tid, t := range s.threads {
+		r, err := proc.GetRegs(tid)
+		if err != nil || r.Rip < lo || r.Rip >= hi || t.listen || t.exiting || t.fatal {
+			continue
+		}
+		if si, err := proc.GetSyscallInfo(tid); err != nil || si.Op == proc.SyscallEntry {
+			continue
+		}
+		if out, err := proc.StepOut(tid, lo, hi, vdsoStepMax); (err != nil || !out) && debugStops {
+			s.logf("thread %d stays in the vDSO at %#x: out %v, %v", tid, r.Rip, out, err)
+		}
+	}
 }
 
 // resendCrash sends the fatal signal of the crash again, once.

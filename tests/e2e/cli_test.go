@@ -548,19 +548,24 @@ func TestDetachOutOfPatchedVDSO(t *testing.T) {
 }
 
 // Attached while a thread is inside the vDSO's clock code (where
-// testdata/clockloop.c spends most of its time unrecorded), tprec starts
-// recording only once no thread stands inside it: resumed there after the
-// patch, the thread would finish the original function and read the clock
-// from [vvar], which the first interval's replay does not have. Each attach
-// replays from its first interval (the window is short: every clock read is
-// a syscall once recorded).
+// testdata/clockloop.c spends most of its time unrecorded), tprec steps the
+// thread out of it before the patch: resumed there after the patch, the
+// thread would finish the original function and read the clock from
+// [vvar], which the first interval's replay does not have. Recording starts
+// at the first stop (before, tprec waited for a stop outside the vDSO, and
+// a python3 looping on time.time() for 1.5 s exited before one came, in 1
+// of 10 runs). Each attach replays from its first interval (the window is
+// short: every clock read is a syscall once recorded).
 func TestAttachInsideVDSO(t *testing.T) {
 	requireRoot(t)
 	prog := cc(t, "testdata/clockloop.c", t.TempDir())
 	forBackends(t, func(t *testing.T, backend string) {
 		for i := 0; i < 2; i++ {
 			target, _, done := startTarget(t, prog, "60")
-			ck := attachAndCrash(t, target, done, 300*time.Millisecond, "--backend", backend)
+			ck, log := crashWith(t, target, done, 300*time.Millisecond, func(pid int) error { return syscall.Kill(pid, syscall.SIGSEGV) }, "--backend", backend)
+			if strings.Contains(log, "inside the vDSO") {
+				t.Errorf("attach %d: recording waited for a thread to leave the vDSO:\n%s", i, log)
+			}
 			ivs := intervalsIn(t, ck)
 			out := replay(t, ck)
 			if !strings.Contains(out, fmt.Sprintf("%d intervals", len(ivs))) {

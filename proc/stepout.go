@@ -1,0 +1,65 @@
+package proc
+
+import (
+	"fmt"
+
+	"golang.org/x/sys/unix"
+)
+
+// StepOut single-steps a stopped tracee until its rip leaves [lo, hi), at
+// most maxSteps instructions, with every signal blocked meanwhile so that no
+// signal stop comes in between (the mask is put back afterwards). It
+// reports whether the thread left the range. The thread must be in a stop it
+// can be stepped from (an event, group or signal-delivery stop, or a
+// syscall-exit stop), not at a syscall's entry.
+func StepOut(tid int, lo, hi uint64, maxSteps int) (bool, error) {
+	mask, err := GetSigmask(tid)
+	if err != nil {
+		return false, fmt.Errorf("step out: %w", err)
+	}
+	if err := SetSigmask(tid, ^uint64(0)); err != nil {
+		return false, fmt.Errorf("step out: block signals: %w", err)
+	}
+	out, err := stepOut(tid, lo, hi, maxSteps)
+	if rerr := SetSigmask(tid, mask); rerr != nil && err == nil {
+		err = fmt.Errorf("step out: restore the signal mask: %w", rerr)
+	}
+	return out, err
+}
+
+func stepOut(tid int, lo, hi uint64, maxSteps int) (bool, error) {
+	for i := 0; i < maxSteps; i++ {
+		r, err := GetRegs(tid)
+		if err != nil {
+			return false, err
+		}
+		if r.Rip < lo || r.Rip >= hi {
+			return true, nil
+		}
+		if err := Resume(unix.PTRACE_SINGLESTEP, tid, 0); err != nil {
+			return false, fmt.Errorf("step out: %w", err)
+		}
+		st, err := Wait(tid)
+		if err != nil {
+			return false, err
+		}
+		switch {
+		case st.Exited():
+			return false, fmt.Errorf("step out: %v", st)
+		case st.Event() == unix.PTRACE_EVENT_EXIT:
+			return false, fmt.Errorf("step out: %w", ErrExiting)
+		case st.Event() != 0:
+			continue // an interrupt asked for earlier: no instruction ran
+		case st.Status.StopSignal() != unix.SIGTRAP:
+			// A fault of the instruction itself (a blocked synchronous
+			// signal is forced through). Resumed without it, the thread
+			// runs the instruction again and faults again.
+			return false, fmt.Errorf("step out: unexpected stop %v", st)
+		}
+	}
+	r, err := GetRegs(tid)
+	if err != nil {
+		return false, err
+	}
+	return r.Rip < lo || r.Rip >= hi, nil
+}
