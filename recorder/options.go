@@ -36,6 +36,10 @@ type Options struct {
 	// being written: it is written at once with every present page
 	// (tprec closes it at a second interrupt).
 	Hurry <-chan struct{}
+	// Guardian is the command line of the guardian (Guard), to which
+	// tprec adds --pid and --tprec: the tprec binary's hidden "guardian"
+	// command. Empty: no guardian.
+	Guardian []string
 }
 
 func (o *Options) defaults() {

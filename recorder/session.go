@@ -85,6 +85,7 @@ type session struct {
 	// or the thread a crash stopped.
 	ctl     int
 	waiters *waiters
+	guard   *guardian // undoes the vDSO patch and collects shadows if tprec dies
 	// holdRetry: a thread did not stop in time for the last act; the next
 	// waits until then.
 	holdRetry time.Time
@@ -250,6 +251,7 @@ func Record(ctx context.Context, o Options, requests <-chan struct{}) error {
 	if err != nil {
 		return err
 	}
+	s.guard = startGuardian(o.Guardian, s.pid, s.logf)
 	s.src, err = newSource(o, s.pid, s.logf)
 	if err != nil {
 		s.tr.Do(func() error { return s.detach("backend unavailable") })
@@ -269,6 +271,7 @@ func Record(ctx context.Context, o Options, requests <-chan struct{}) error {
 	err = s.tr.Do(func() error { return s.loop(ctx, ticker.C, requests) })
 	s.yield.off() // the process is gone: the checkpoints are written at full speed
 	s.awaitDumps(ctx)
+	s.guard.finish(err == nil)
 	if launched != nil {
 		// The launched command is our child: collect it so it does not linger.
 		launched.Wait()

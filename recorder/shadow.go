@@ -144,6 +144,7 @@ func (s *session) cloneShadow() (*shadow, error) {
 		return nil, fmt.Errorf("create shadow: clone returned %d and no child", res.Ret)
 	}
 	child := res.Child
+	s.guard.note("shadow %d", child)
 	// The child is attached automatically (PTRACE_O_TRACECLONE) and starts in a
 	// PTRACE_EVENT_STOP; wait for it before touching it.
 	for {
@@ -327,7 +328,11 @@ func (s *session) reap(pid int) bool {
 		return false
 	}
 	res, err := s.inject(reapCall(pid))
-	return err == nil && res.Ret == int64(pid)
+	if err == nil && res.Ret == int64(pid) {
+		s.guard.note("reaped %d", pid)
+		return true
+	}
+	return false
 }
 
 // inject has the target's thread s.ctl make a call through the vDSO's

@@ -4,40 +4,19 @@ import (
 	"bytes"
 	"debug/elf"
 	"os"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/tprec/tprec/proc"
 )
 
-// ownVDSO returns the test process's own [vdso] image and address.
-func ownVDSO(t *testing.T) ([]byte, uint64) {
+// testVDSO returns the test process's own [vdso] image and address.
+func testVDSO(t *testing.T) ([]byte, uint64) {
 	t.Helper()
-	maps, err := os.ReadFile("/proc/self/maps")
+	lo, _, img, err := targetVDSO(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range strings.Split(string(maps), "\n") {
-		if !strings.HasSuffix(l, "[vdso]") {
-			continue
-		}
-		r := strings.SplitN(strings.Fields(l)[0], "-", 2)
-		start, _ := strconv.ParseUint(r[0], 16, 64)
-		end, _ := strconv.ParseUint(r[1], 16, 64)
-		f, err := os.Open("/proc/self/mem")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		img := make([]byte, end-start)
-		if _, err := f.ReadAt(img, int64(start)); err != nil {
-			t.Fatal(err)
-		}
-		return img, start
-	}
-	t.Fatal("no [vdso]")
-	return nil, 0
+	return img, lo
 }
 
 // The trampoline goes after the end of the vDSO's ELF image when the page
@@ -45,7 +24,7 @@ func ownVDSO(t *testing.T) ([]byte, uint64) {
 // sections; with too little room, into a patched function's body past its
 // stub; with neither, an error.
 func TestTrampolineSite(t *testing.T) {
-	img, base := ownVDSO(t)
+	img, base := testVDSO(t)
 	size := uint64(proc.TrampolineSize())
 	at, err := trampolineSite(img, base, nil, size)
 	if err != nil {

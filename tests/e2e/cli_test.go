@@ -83,9 +83,18 @@ func procStatus(t *testing.T, pid int) string {
 // vdsoBytes reads the [vdso] of a process.
 func vdsoBytes(t *testing.T, pid int) []byte {
 	t.Helper()
-	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	b, err := vdsoOf(pid)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return b
+}
+
+// vdsoOf reads the [vdso] of process pid.
+func vdsoOf(pid int) ([]byte, error) {
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return nil, err
 	}
 	for _, line := range strings.Split(string(maps), "\n") {
 		if strings.HasSuffix(line, "[vdso]") {
@@ -93,18 +102,17 @@ func vdsoBytes(t *testing.T, pid int) []byte {
 			fmt.Sscanf(line, "%x-%x", &start, &end)
 			f, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
 			if err != nil {
-				t.Fatal(err)
+				return nil, err
 			}
 			defer f.Close()
 			b := make([]byte, end-start)
 			if _, err := f.ReadAt(b, int64(start)); err != nil {
-				t.Fatal(err)
+				return nil, err
 			}
-			return b
+			return b, nil
 		}
 	}
-	t.Fatal("no [vdso]")
-	return nil
+	return nil, fmt.Errorf("process %d has no [vdso]", pid)
 }
 
 func tracerOf(t *testing.T, pid int) string {

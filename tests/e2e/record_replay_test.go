@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	mrand "math/rand/v2"
 	"os"
@@ -232,7 +233,9 @@ func startTargetToFile(t *testing.T, name string, args ...string) (*exec.Cmd, st
 
 // Killing tprec with SIGKILL in the middle of a recording must not harm the
 // target: it finishes with the same output as an unrecorded run, and no shadow
-// process survives.
+// process survives. tprec's guardian then puts the vDSO back as it was and
+// has the target collect the dead shadows (before it, they stayed zombie
+// children of the target, and its clock reads syscalls, until it exited).
 func TestTargetUnharmedWhenTprecKilled(t *testing.T) {
 	requireRoot(t)
 	dir := t.TempDir()
@@ -248,6 +251,7 @@ func TestTargetUnharmedWhenTprecKilled(t *testing.T) {
 	}
 	target, outPath, done := startTargetToFile(t, gz, "-c", in)
 	pid := target.Process.Pid
+	orig := vdsoBytes(t, os.Getpid()) // the kernel maps the same image into every process
 	rec := startTprec(t, "--pid", fmt.Sprint(pid), "--output", dir, "--interval", "100ms")
 	rec.waitRecording(t)
 	time.Sleep(730 * time.Millisecond) // mid-interval
@@ -268,6 +272,9 @@ func TestTargetUnharmedWhenTprecKilled(t *testing.T) {
 	if tr := tracerOf(t, pid); tr != "0" {
 		t.Fatalf("the target is still traced by %s", tr)
 	}
+	if err := repaired(pid, orig, true); err != nil {
+		t.Fatalf("after tprec was killed: %v\n%s", err, rec.stderr)
+	}
 	if err := <-done; err != nil {
 		t.Fatalf("gzip failed after tprec was killed: %v", err)
 	}
@@ -283,6 +290,78 @@ func TestTargetUnharmedWhenTprecKilled(t *testing.T) {
 			t.Fatalf("shadow %d survived the target (state %s)", s, st)
 		}
 	}
+}
+
+// repaired waits up to 10 s for the guardian of a killed tprec to restore
+// the vDSO of process pid to orig and have it collect every child (the
+// programs tested with it have none of their own). A process that ends
+// meanwhile passes only if mayEnd.
+func repaired(pid int, orig []byte, mayEnd bool) error {
+	var err error
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if st := procState(pid); st == "Z" || st == "" {
+			if mayEnd {
+				return nil // nothing left to see
+			}
+			return fmt.Errorf("the process ended before it was repaired (%v)", err)
+		}
+		b, rerr := vdsoOf(pid)
+		switch {
+		case rerr != nil:
+			return fmt.Errorf("the target's vDSO: %v", rerr)
+		case !bytes.Equal(b, orig):
+			err = fmt.Errorf("the vDSO is still patched")
+		case len(childrenOf(pid)) > 0:
+			err = fmt.Errorf("the target still has children %v (states %v)", childrenOf(pid), statesOf(childrenOf(pid)))
+		default:
+			return nil
+		}
+	}
+	return err
+}
+
+func statesOf(pids []int) []string {
+	var out []string
+	for _, p := range pids {
+		out = append(out, procState(p))
+	}
+	return out
+}
+
+// A tprec killed with SIGKILL leaves the recorded process as it found it
+// once its guardian has seen to it: the vDSO's original code back, so the
+// clock is read without a syscall again, and the dead shadows collected, not
+// zombie children of the process until it exits. The process, Debian's
+// python3 reading the clock in a loop, runs on meanwhile; both backends.
+func TestGuardianRepairsAfterTprecKilled(t *testing.T) {
+	requireRoot(t)
+	orig := vdsoBytes(t, os.Getpid()) // the kernel maps the same image into every process
+	forBackends(t, func(t *testing.T, backend string) {
+		target, _, done := startTarget(t, "/usr/bin/python3", "-S", "-c", "import time\nwhile True:\n    time.time()\n    time.sleep(0.001)")
+		pid := target.Process.Pid
+		rec := startTprec(t, "--backend", backend, "--pid", fmt.Sprint(pid), "--output", t.TempDir())
+		rec.waitRecording(t)
+		time.Sleep(700 * time.Millisecond)
+		if bytes.Equal(vdsoBytes(t, pid), orig) || len(childrenOf(pid)) == 0 {
+			t.Fatal("the vDSO is not patched, or there is no shadow, while recording: the test would prove nothing")
+		}
+		rec.cmd.Process.Kill()
+		if err := repaired(pid, orig, false); err != nil {
+			t.Fatalf("after tprec was killed: %v\n%s", err, rec.stderr)
+		}
+		if tr := tracerOf(t, pid); tr != "0" {
+			t.Fatalf("still traced by %s", tr)
+		}
+		rec.wait(t, 10*time.Second)
+		if !strings.Contains(rec.stderr.String(), "tprec guardian: tprec ended without detaching from process") {
+			t.Errorf("the guardian did not say what it did:\n%s", rec.stderr)
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("python3 ended: %v", err)
+		default:
+		}
+	})
 }
 
 // procState is the state letter of a process ("" when it does not exist).

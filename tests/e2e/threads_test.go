@@ -1092,7 +1092,10 @@ print(h.hex(), ticks > 0)
 // kills land inside a boundary, in the clone or wait4 tprec has the target
 // make (before those went through the vDSO trampoline, 12 such kills in 100
 // killed the target with SIGTRAP), some in the delivery of a timer signal.
-// Every run must end as an unrecorded one does, with no shadow left running.
+// Every run must end as an unrecorded one does, with no shadow left running,
+// and, once tprec's guardian has seen to it, with its vDSO as it was and no
+// zombie shadow (a kill in the middle of a clone leaves one tprec had not
+// told the guardian of).
 func TestTargetUnharmedWhenTprecKilledAtRandom(t *testing.T) {
 	requireRoot(t)
 	py := "/usr/bin/python3"
@@ -1104,6 +1107,7 @@ func TestTargetUnharmedWhenTprecKilledAtRandom(t *testing.T) {
 	for run := range 15 {
 		target, out, done := startTarget(t, py, "-S", "-c", pythonHashChain)
 		pid := target.Process.Pid
+		orig := vdsoBytes(t, os.Getpid()) // the kernel maps the same image into every process
 		rec := startTprec(t, "--pid", fmt.Sprint(pid), "--output", t.TempDir(), "--interval", "10ms")
 		rec.waitRecording(t)
 		time.Sleep(time.Duration(rng.IntN(800)) * time.Millisecond)
@@ -1118,6 +1122,9 @@ func TestTargetUnharmedWhenTprecKilledAtRandom(t *testing.T) {
 			if st := procState(s); st != "" && st != "Z" && st != "X" {
 				t.Errorf("run %d: child %d of the target is alive after tprec was killed (state %s)", run, s, st)
 			}
+		}
+		if err := repaired(pid, orig, true); err != nil {
+			t.Errorf("run %d: %v\n%s", run, err, rec.stderr)
 		}
 		select {
 		case err := <-done:

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/tprec/tprec/proc"
 	"github.com/tprec/tprec/recorder"
@@ -47,6 +48,16 @@ func main() {
 			UsageText: "tprec dump --pid PID",
 			Flags:     []cli.Flag{&cli.IntFlag{Name: "pid", Required: true, Usage: "the recorded process"}},
 			Action:    requestDump,
+		}, {
+			// Started by tprec itself next to every recording
+			// (recorder.Guard): not for users.
+			Name:   "guardian",
+			Hidden: true,
+			Flags: []cli.Flag{
+				&cli.IntFlag{Name: "pid", Required: true},
+				&cli.IntFlag{Name: "tprec", Required: true},
+			},
+			Action: guard,
 		}},
 		HideHelpCommand: true,
 	}
@@ -159,7 +170,20 @@ func record(c *cli.Context) error {
 	if err := proc.QuietStops(); err != nil {
 		return err
 	}
+	if exe, err := os.Executable(); err == nil {
+		o.Guardian = []string{exe, "guardian"}
+	}
 	return recorder.Record(ctx, o, requests)
+}
+
+// guard runs the guardian of a recording: it outlives tprec only to undo
+// what a tprec that did not detach left in the process. It ignores the
+// signals that end a session or a terminal's jobs; tprec's "done", or the
+// repair, ends it.
+func guard(c *cli.Context) error {
+	signal.Ignore(os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&[]byte("tprec-guardian\x00")[0])), 0, 0, 0)
+	return recorder.Guard(c.Int("pid"), c.Int("tprec"), os.Stdin, os.Stderr)
 }
 
 // requestDump finds the tprec tracing pid and sends it SIGUSR2.

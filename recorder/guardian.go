@@ -1,0 +1,470 @@
+package recorder
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tprec/tprec/proc"
+	"golang.org/x/sys/unix"
+)
+
+// The guardian is a small process tprec starts next to a recording, in a
+// session of its own, that undoes what a tprec killed with SIGKILL (or
+// crashed) would leave in the target: the patched vDSO, which keeps every
+// clock read a syscall for the rest of the process's life, and the dead
+// shadows, zombie children of the target until it exits. tprec tells it,
+// one line each over a pipe, the shadows it makes ("shadow PID") and those
+// the target has collected ("reaped PID"), and "done" when it leaves the
+// target as it found it. End of file without "done" means tprec is gone
+// (the kernel closes the pipe whatever way tprec ends): the guardian waits
+// for the kernel to release the target from tprec's trace, then stops it,
+// steps every thread out of the vDSO, writes the vDSO's original bytes back
+// (its own vDSO's: the kernel maps the same image into every process) and
+// has the target collect its dead shadows, and lets it go.
+type guardian struct {
+	w   *os.File
+	cmd *exec.Cmd
+}
+
+// startGuardian starts the guardian of process pid with the command line
+// args (the tprec binary's hidden "guardian" command). It is best effort:
+// without it, recording goes on as before.
+func startGuardian(args []string, pid int, logf func(string, ...any)) *guardian {
+	if len(args) == 0 {
+		return nil
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		logf("no guardian for process %d: %v", pid, err)
+		return nil
+	}
+	defer r.Close()
+	cmd := exec.Command(args[0], append(args[1:], "--pid", strconv.Itoa(pid), "--tprec", strconv.Itoa(os.Getpid()))...)
+	cmd.Stdin = r
+	cmd.Stderr = os.Stderr
+	// A session of its own: a Ctrl-C or a signal to tprec's process group
+	// does not reach it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		w.Close()
+		logf("no guardian for process %d: %v", pid, err)
+		return nil
+	}
+	return &guardian{w: w, cmd: cmd}
+}
+
+func (g *guardian) note(f string, args ...any) {
+	if g != nil && g.w != nil {
+		fmt.Fprintf(g.w, f+"\n", args...)
+	}
+}
+
+// finish tells the guardian whether tprec leaves the target as it found it
+// (clean), closes the pipe and collects the guardian. Not clean, the
+// guardian looks for itself.
+func (g *guardian) finish(clean bool) {
+	if g == nil || g.w == nil {
+		return
+	}
+	if clean {
+		g.note("done")
+	}
+	g.w.Close()
+	g.w = nil
+	done := make(chan struct{})
+	go func() {
+		g.cmd.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+	}
+}
+
+// guardTimeout bounds the guardian's wait for tprec's trace to go away.
+const guardTimeout = 60 * time.Second
+
+// Guard is the guardian's body: it follows tprec's notes on in until the
+// end of file, then repairs process pid if tprec (process tprecPid) left it
+// patched or with dead shadows. It writes what it did to log.
+func Guard(pid, tprecPid int, in io.Reader, log io.Writer) error {
+	runtime.LockOSThread() // ptrace requests come from one thread
+	shadows := map[int]bool{}
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 {
+			continue
+		}
+		switch f[0] {
+		case "done":
+			return nil
+		case "shadow", "reaped":
+			if len(f) == 2 {
+				if n, err := strconv.Atoi(f[1]); err == nil {
+					shadows[n] = f[0] == "shadow"
+				}
+			}
+		}
+	}
+	var dead []int
+	for p, live := range shadows {
+		if live {
+			dead = append(dead, p)
+		}
+	}
+	return repair(pid, tprecPid, dead, log)
+}
+
+// repair undoes the vDSO patch of process pid and has it collect the given
+// shadows, once no thread of tprecPid traces it.
+func repair(pid, tprecPid int, shadows []int, log io.Writer) error {
+	say := func(f string, args ...any) { fmt.Fprintf(log, "tprec guardian: "+f+"\n", args...) }
+	deadline := time.Now().Add(guardTimeout)
+	for {
+		tr, err := tracerPid(pid)
+		if err != nil {
+			return nil // the process is gone: nothing to repair
+		}
+		if tr == 0 {
+			break
+		}
+		// The tracer is a thread: of tprec, or (with tprec gone, once
+		// the kernel has let go) of a debugger attached since. A tracer
+		// thread already gone from /proc is tprec's, on its way out.
+		if st, err := procStatus(tr); err == nil && st["Tgid"] != strconv.Itoa(tprecPid) {
+			say("process %d is traced by process %s, not by tprec: left as it is", pid, st["Tgid"])
+			return nil
+		}
+		if time.Now().After(deadline) {
+			say("tprec still traces process %d after %v: left as it is", pid, guardTimeout)
+			return nil
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	orig, err := ownVDSO()
+	if err != nil {
+		return err
+	}
+	lo, hi, cur, err := targetVDSO(pid)
+	if err != nil {
+		return nil // gone, or no vDSO: nothing to restore
+	}
+	patched := len(cur) == len(orig) && !bytes.Equal(cur, orig)
+	zombies := waitZombies(pid, append(shadows, unlistedShadows(pid)...))
+	if !patched && len(zombies) == 0 {
+		return nil
+	}
+	h, err := holdAll(pid)
+	defer h.release()
+	if err != nil {
+		say("cannot stop process %d to repair it: %v", pid, err)
+		return nil
+	}
+	var did []string
+	if patched {
+		if n, err := h.restoreVDSO(lo, hi, orig); err != nil {
+			say("process %d: the vDSO stays patched: %v", pid, err)
+		} else {
+			did = append(did, fmt.Sprintf("restored its vDSO (%d bytes)", n))
+		}
+	}
+	if len(zombies) > 0 {
+		if n, err := h.collect(lo, orig, zombies); err != nil {
+			say("process %d: %d dead shadow(s) stay its zombie children: %v", pid, len(zombies)-n, err)
+		} else {
+			did = append(did, fmt.Sprintf("collected %d dead shadow(s)", n))
+		}
+	}
+	if len(did) > 0 {
+		say("tprec ended without detaching from process %d: %s", pid, strings.Join(did, ", "))
+	}
+	return nil
+}
+
+func tracerPid(pid int) (int, error) {
+	st, err := procStatus(pid)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(st["TracerPid"])
+}
+
+func seccompFiltered(pid int) bool {
+	st, err := procStatus(pid)
+	return err != nil || st["Seccomp"] != "0"
+}
+
+// ownVDSO reads this process's vDSO: the image every process of this
+// kernel maps, as the kernel made it.
+func ownVDSO() ([]byte, error) {
+	_, _, b, err := targetVDSO(os.Getpid())
+	return b, err
+}
+
+func targetVDSO(pid int) (lo, hi uint64, img []byte, err error) {
+	maps, err := proc.ReadMaps(pid)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	for _, m := range maps {
+		if m.Path == "[vdso]" {
+			lo, hi = m.Start, m.End
+		}
+	}
+	if lo == 0 {
+		return 0, 0, nil, fmt.Errorf("process %d has no [vdso]", pid)
+	}
+	img = make([]byte, hi-lo)
+	if _, err := proc.ReadBytes(pid, lo, img); err != nil {
+		return 0, 0, nil, err
+	}
+	return lo, hi, img, nil
+}
+
+// waitZombies returns the shadows that are (or become, within a second:
+// PTRACE_O_EXITKILL has killed them) zombie children of pid.
+func waitZombies(pid int, shadows []int) []int {
+	var out []int
+	seen := map[int]bool{}
+	deadline := time.Now().Add(time.Second)
+	for _, s := range shadows {
+		if seen[s] {
+			continue
+		}
+		seen[s] = true
+		for {
+			st, ppid := statOf(s)
+			if st == "Z" && ppid == pid {
+				out = append(out, s)
+				break
+			}
+			if st == "" || ppid != pid || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	return out
+}
+
+// unlistedShadows finds the shadows tprec made but had not noted yet when
+// it died (it was killed in the middle of the clone): children of pid that
+// are dead or dying, with exit signal 0 as tprec's clone gives them (a
+// program's own children have SIGCHLD), started since this guardian was.
+func unlistedShadows(pid int) []int {
+	self := procStat(os.Getpid())
+	tids, _ := proc.Tids(pid)
+	var out []int
+	for _, tid := range tids {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, tid))
+		for _, c := range strings.Fields(string(b)) {
+			n, _ := strconv.Atoi(c)
+			f := procStat(n)
+			if len(f) > 35 && len(self) > 19 && f[35] == "0" && atoi(f[19]) >= atoi(self[19]) {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+// procStat returns the fields of /proc/PID/stat after the command name
+// (the state is the first).
+func procStat(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(s[i+1:])
+}
+
+// statOf returns the state letter and the parent of a process ("" when
+// there is none).
+func statOf(pid int) (string, int) {
+	f := procStat(pid)
+	if len(f) < 2 {
+		return "", 0
+	}
+	return f[0], atoi(f[1])
+}
+
+// holding is the set of threads of a process the guardian has stopped.
+type holding struct {
+	pid     int
+	threads map[int]bool // tid → in a group stop (stays stopped, not stepped)
+}
+
+// holdAll seizes and stops every thread of pid, the threads it creates
+// meanwhile too.
+func holdAll(pid int) (*holding, error) {
+	h := &holding{pid: pid, threads: map[int]bool{}}
+	for round := 0; round < 100; round++ {
+		tids, err := proc.Tids(pid)
+		if err != nil {
+			return h, err
+		}
+		var fresh []int
+		for _, tid := range tids {
+			if _, ok := h.threads[tid]; ok {
+				continue
+			}
+			if err := proc.Seize(tid, 0); err != nil {
+				continue // exited meanwhile
+			}
+			if err := proc.Interrupt(tid); err != nil {
+				continue
+			}
+			fresh = append(fresh, tid)
+		}
+		if len(fresh) == 0 {
+			if len(h.threads) == 0 {
+				return h, fmt.Errorf("no thread of process %d could be stopped", pid)
+			}
+			return h, nil
+		}
+		for _, tid := range fresh {
+			if stopped, group := waitInterrupt(tid); stopped {
+				h.threads[tid] = group
+			}
+		}
+	}
+	return h, fmt.Errorf("process %d keeps making threads", pid)
+}
+
+// waitInterrupt waits for the stop a PTRACE_INTERRUPT asked of tid,
+// delivering a signal that comes first. It reports whether the thread is
+// stopped, and whether in a group stop.
+func waitInterrupt(tid int) (stopped, group bool) {
+	for {
+		st, err := proc.Wait(tid)
+		if err != nil || st.Exited() {
+			return false, false
+		}
+		if st.Event() == unix.PTRACE_EVENT_STOP {
+			sig := st.Status.StopSignal()
+			return true, sig == unix.SIGSTOP || sig == unix.SIGTSTP || sig == unix.SIGTTIN || sig == unix.SIGTTOU
+		}
+		if st.Event() != 0 {
+			proc.Resume(unix.PTRACE_CONT, tid, 0)
+			continue
+		}
+		// A signal on its way: delivered as without a tracer, the
+		// interrupt's stop comes after it.
+		proc.Resume(unix.PTRACE_CONT, tid, int(st.Status.StopSignal()))
+	}
+}
+
+// restoreVDSO steps every running thread out of [lo, hi) and writes orig
+// there where it differs. It refuses when a thread stays inside (a thread
+// in a group stop there would resume in the middle of an original
+// function).
+func (h *holding) restoreVDSO(lo, hi uint64, orig []byte) (int, error) {
+	for tid, group := range h.threads {
+		r, err := proc.GetRegs(tid)
+		if err != nil || r.Rip < lo || r.Rip >= hi {
+			continue
+		}
+		if group {
+			return 0, fmt.Errorf("thread %d is stopped by job control inside it", tid)
+		}
+		if out, err := proc.StepOut(tid, lo, hi, vdsoStepMax); err != nil || !out {
+			return 0, fmt.Errorf("thread %d does not leave it (%v)", tid, err)
+		}
+	}
+	mem, err := proc.OpenMem(h.pid)
+	if err != nil {
+		return 0, err
+	}
+	defer mem.Close()
+	cur := make([]byte, len(orig))
+	if err := mem.ReadAt(cur, lo); err != nil {
+		return 0, err
+	}
+	n := 0
+	for i := 0; i < len(orig); {
+		if cur[i] == orig[i] {
+			i++
+			continue
+		}
+		j := i
+		for j < len(orig) && cur[j] != orig[j] {
+			j++
+		}
+		if err := mem.WriteAt(orig[i:j], lo+uint64(i)); err != nil {
+			return n, err
+		}
+		n += j - i
+		i = j
+	}
+	return n, nil
+}
+
+// collect has the process reap its dead shadows: wait4(shadow, NULL,
+// WNOHANG|__WALL) made by a stopped thread through a syscall instruction of
+// the (restored) vDSO at lo. Not under a seccomp filter, which might kill
+// the process for that call. It returns how many were collected.
+func (h *holding) collect(lo uint64, orig []byte, zombies []int) (int, error) {
+	if seccompFiltered(h.pid) {
+		return 0, fmt.Errorf("the process runs under a seccomp filter")
+	}
+	off := bytes.Index(orig, []byte{0x0f, 0x05})
+	if off < 0 {
+		return 0, fmt.Errorf("no syscall instruction in the vDSO")
+	}
+	tid := -1
+	for t, group := range h.threads {
+		if !group {
+			tid = t
+			break
+		}
+	}
+	if tid < 0 {
+		return 0, fmt.Errorf("every thread is stopped by job control")
+	}
+	mask, err := proc.GetSigmask(tid)
+	if err != nil {
+		return 0, err
+	}
+	if err := proc.SetSigmask(tid, ^uint64(0)); err != nil {
+		return 0, err
+	}
+	defer proc.SetSigmask(tid, mask)
+	n := 0
+	for _, z := range zombies {
+		res, err := proc.Inject(tid, lo+uint64(off), unix.SYS_WAIT4, uint64(z), 0, unix.WNOHANG|unix.WALL, 0)
+		if err != nil {
+			return n, err
+		}
+		if res.Ret == int64(z) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// release lets every held thread go (one in a group stop stays stopped, as
+// without a tracer).
+func (h *holding) release() {
+	if h == nil {
+		return
+	}
+	for tid := range h.threads {
+		proc.Detach(tid, 0)
+	}
+}
