@@ -49,11 +49,8 @@ func (s *session) dump(end format.EndState, reason string) error {
 	// process and the handler's writes would each take a copy-on-write
 	// fault: redis-server's memory test writes all of its memory, its own
 	// rseq area among it, and a fault that slept there had the kernel kill
-	// it on the way back. Not for a process with ranges marked
-	// MADV_DONTFORK: node's trial replay from the copy diverged in its end
-	// state, where the dump shadow's verifies (TestNodeHeapDontFork); why
-	// is not understood yet.
-	if reason == format.EndExit || reason == format.EndSignal && s.crashCaught && len(s.dontFork) == 0 {
+	// it on the way back.
+	if reason == format.EndExit || reason == format.EndSignal && s.crashCaught {
 		src.pid = live
 		if src.freeze(c.Final) {
 			s.readModules(c, s.pid)
