@@ -49,6 +49,7 @@ func startGuardian(args []string, pid int, logf func(string, ...any)) *guardian 
 	}
 	defer r.Close()
 	cmd := exec.Command(args[0], append(args[1:], "--pid", strconv.Itoa(pid), "--tprec", strconv.Itoa(os.Getpid()))...)
+	cmd.Args[0] = "tprec-guardian" // what ps shows
 	cmd.Stdin = r
 	cmd.Stderr = os.Stderr
 	// A session of its own: a Ctrl-C or a signal to tprec's process group

@@ -170,9 +170,9 @@ func record(c *cli.Context) error {
 	if err := proc.QuietStops(); err != nil {
 		return err
 	}
-	if exe, err := os.Executable(); err == nil {
-		o.Guardian = []string{exe, "guardian"}
-	}
+	// The guardian is this very binary (/proc/self/exe: still there if the
+	// file was replaced or removed since tprec started).
+	o.Guardian = []string{"/proc/self/exe", "guardian"}
 	return recorder.Record(ctx, o, requests)
 }
 
