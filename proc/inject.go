@@ -16,6 +16,10 @@ type Injection struct {
 	// Requeued says the signal the thread was stopped for went back to
 	// its queue (Call.Signal): it is delivered when the thread next runs.
 	Requeued bool
+	// Stopped says a SIGSTOP (which no mask blocks) came during the call
+	// and was held back: the caller sends it again once the thread is
+	// its own again.
+	Stopped bool
 }
 
 // ErrExiting reports a tracee that stopped on its way out

@@ -349,6 +349,14 @@ func (t *Trampoline) Inject(mem MemWriter, tid int, c Call) (Injection, error) {
 		return res.Injection, fmt.Errorf("inject syscall %d: %w", c.Nr, err)
 	}
 	st, err := Wait(tid)
+	for err == nil && st.Signal() == int(unix.SIGSTOP) {
+		// Dequeued on the way out, before the trap: held back too.
+		res.Stopped = true
+		if err := Resume(unix.PTRACE_SYSCALL, tid, 0); err != nil {
+			return res.Injection, fmt.Errorf("inject syscall %d: %w", c.Nr, err)
+		}
+		st, err = Wait(tid)
+	}
 	if err != nil {
 		return res.Injection, err
 	}
@@ -397,6 +405,10 @@ func (t *Trampoline) run(tid int, c Call, r Regs) (trampRun, error) {
 			return res, fmt.Errorf("inject syscall %d: %v", c.Nr, st)
 		}
 		if !st.SyscallStop() {
+			if st.Signal() == int(unix.SIGSTOP) {
+				res.Stopped = true // held back: sent again by the caller
+				continue
+			}
 			event, err := injectionEvent(tid, c.Nr, st, &res.Injection)
 			if err != nil {
 				return res, err

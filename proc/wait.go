@@ -21,20 +21,21 @@ func (s Stop) SyscallStop() bool {
 	return s.Status.Stopped() && s.Status.StopSignal() == unix.SIGTRAP|0x80
 }
 
-// Event returns the PTRACE_EVENT_* of an event stop, or 0.
+// Event returns the PTRACE_EVENT_* of an event stop, or 0. A group stop
+// of a seized tracee (SIGSTOP, SIGTSTP...) is a PTRACE_EVENT_STOP whose
+// stop signal is the stopping one, not SIGTRAP (unix.WaitStatus.TrapCause
+// says -1 for it): taken for a SIGSTOP's delivery, it was resumed with
+// that signal, and the process ran on as if never stopped.
 func (s Stop) Event() int {
-	if !s.Status.Stopped() || s.Status.StopSignal()&0x7f != unix.SIGTRAP {
-		if s.Status.Stopped() && s.Status.TrapCause() == unix.PTRACE_EVENT_STOP {
-			return unix.PTRACE_EVENT_STOP
-		}
+	if !s.Status.Stopped() {
 		return 0
 	}
-	return s.Status.TrapCause()
+	return int(s.Status>>16) & 0xff
 }
 
 // Signal returns the signal of a signal-delivery stop, or 0 for every other stop.
 func (s Stop) Signal() int {
-	if !s.Status.Stopped() || s.SyscallStop() || s.Status.TrapCause() > 0 {
+	if !s.Status.Stopped() || s.SyscallStop() || s.Event() != 0 {
 		return 0
 	}
 	return int(s.Status.StopSignal())

@@ -79,6 +79,7 @@ func (s *session) deliver(t *thread, sig int) error {
 	ev.Handler = h
 	s.cur.signals = append(s.cur.signals, ev)
 	// The trap of the single step is the recorder's, not the program's.
+	s.backToJobStop(t, sig)
 	return s.resume(t.tid, 0)
 }
 

@@ -86,6 +86,9 @@ type session struct {
 	ctl     int
 	waiters *waiters
 	guard   *guardian // undoes the vDSO patch and collects shadows if tprec dies
+	// jobStopped: the leader is in a group stop (SIGSTOP, SIGTSTP...),
+	// listening for SIGCONT; no boundary interrupts it meanwhile.
+	jobStopped bool
 	// holdRetry: a thread did not stop in time for the last act; the next
 	// waits until then.
 	holdRetry time.Time
@@ -582,6 +585,10 @@ func (s *session) loop(ctx context.Context, tick <-chan time.Time, requests <-ch
 			return s.detach("interrupted")
 		case <-requests:
 			s.want.dump = true
+			if s.jobStopped {
+				s.logf("process %d is stopped by job control: the checkpoint is taken once it is continued", s.pid)
+				continue
+			}
 			if err := s.interrupt(); err != nil {
 				return s.fail(err)
 			}
@@ -592,6 +599,14 @@ func (s *session) loop(ctx context.Context, tick <-chan time.Time, requests <-ch
 		case <-tick:
 			if dying(s.pid) {
 				s.adoptThreads()
+			}
+			if s.jobStopped {
+				// Stopped by SIGSTOP or SIGTSTP: nothing to record until
+				// SIGCONT. An interrupt would wake the listening thread,
+				// which then took the signals queued meanwhile (a shell's
+				// SIGCHLD) and ran their handlers: the process ran on as if
+				// never stopped (found by a sweep).
+				continue
 			}
 			// A tick of a recording with no boundary or dump asked for
 			// may be let go by.
@@ -703,6 +718,9 @@ func (s *session) handle(st proc.Stop) error {
 		// Its shadow, now a stopped orphan, goes with it.
 		s.killShadow()
 		return nil
+	}
+	if t.tid == s.pid && s.jobStopped && s.continued(st) {
+		s.jobStopped = false
 	}
 	if st.SyscallStop() {
 		return s.onSyscall(t)
@@ -880,6 +898,9 @@ func (s *session) onEventStop(t *thread, st proc.Stop) error {
 	if sig := st.Status.StopSignal(); sig != unix.SIGTRAP {
 		// A group stop (SIGSTOP, SIGTSTP...): stay stopped until SIGCONT, as
 		// without tprec.
+		if t.tid == s.pid {
+			s.jobStopped = true
+		}
 		return proc.Listen(t.tid)
 	}
 	if t.tid == s.pid && s.wanted() {
@@ -986,6 +1007,7 @@ func (s *session) onSignal(t *thread, sig int) error {
 		if err != nil {
 			return err
 		}
+		s.backToJobStop(t, sig)
 		return s.resume(t.tid, 0)
 	}
 	if s.atEntry(t, sig) {
@@ -1000,7 +1022,37 @@ func (s *session) onSignal(t *thread, sig int) error {
 		}
 	}
 	s.noteSignal(t, sig)
+	s.backToJobStop(t, sig)
 	return s.resume(t.tid, sig)
+}
+
+// continued reports whether a stop of the leader of a process stopped by
+// job control shows it running again: SIGCONT came (the kernel reports
+// it to the listening thread with a trap of its own, then delivers it), or
+// a syscall or an event a running thread reaches. The delivery of another
+// signal does not (backToJobStop).
+func (s *session) continued(st proc.Stop) bool {
+	switch {
+	case st.Event() == unix.PTRACE_EVENT_STOP:
+		return st.Status.StopSignal() == unix.SIGTRAP
+	case st.Signal() != 0:
+		return st.Signal() == int(unix.SIGCONT)
+	}
+	return true
+}
+
+// backToJobStop makes a thread of a process stopped by job control stop
+// again right after the delivery of a signal it is in the delivery stop of,
+// before any code of the program runs. A thread listening in its group stop
+// is woken by the kernel for every signal it is sent (a shell's SIGCHLD),
+// and resumed with it, it ran on as if SIGCONT had come: a pending
+// interrupt traps it on its way back to user code, in its group stop
+// again, with a handler's frame (if any) in place to run at SIGCONT, as
+// without tprec.
+func (s *session) backToJobStop(t *thread, sig int) {
+	if s.jobStopped && sig != int(unix.SIGCONT) && sig != int(unix.SIGKILL) {
+		proc.Interrupt(t.tid)
+	}
 }
 
 // noteSignal records a non-fatal signal delivered during the interval. One
@@ -1703,7 +1755,11 @@ func (s *session) errorf(f string, args ...any) {
 }
 
 // defaultIgnored are the signals whose default action is to ignore them.
-var defaultIgnored = map[unix.Signal]bool{unix.SIGCHLD: true, unix.SIGURG: true, unix.SIGWINCH: true}
+var defaultIgnored = map[unix.Signal]bool{unix.SIGCHLD: true, unix.SIGURG: true, unix.SIGWINCH: true,
+	// Job control, at its default action, stops or continues the process
+	// and leaves its memory and registers alone (a call it cut short
+	// returns EINTR, and that is recorded).
+	unix.SIGSTOP: true, unix.SIGCONT: true, unix.SIGTSTP: true, unix.SIGTTIN: true, unix.SIGTTOU: true}
 
 // ignoredSignal reports whether process pid ignores sig: its disposition is
 // SIG_IGN, or the default one of a signal ignored by default (the SigIgn and

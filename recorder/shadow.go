@@ -342,7 +342,13 @@ func (s *session) inject(c proc.Call) (proc.Injection, error) {
 	if err := s.seccompAllows(c.Nr, c.Args, s.vdso.insn+2, injectionPurpose(c.Nr)); err != nil {
 		return proc.Injection{}, err
 	}
-	return s.vdso.tramp.Inject(s.mem, s.ctl, c)
+	res, err := s.vdso.tramp.Inject(s.mem, s.ctl, c)
+	if res.Stopped {
+		// A SIGSTOP came meanwhile (job control): the process gets it
+		// again, to stop as soon as tprec lets it run.
+		unix.Kill(s.pid, unix.SIGSTOP)
+	}
+	return res, err
 }
 
 // shadowPidsCgroup finds where a shadow of process pid must go so that it

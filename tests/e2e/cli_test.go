@@ -772,3 +772,59 @@ func TestInterruptWhileWritingCheckpoint(t *testing.T) {
 	}
 	replay(t, cks[0])
 }
+
+// jobScript counts into a file every 0.1 s, each step a child process:
+// stopped, it must stop counting, and the SIGCHLD of a child that ends
+// meanwhile must wait for SIGCONT, as without a tracer.
+const jobScript = `i=0; while [ $i -lt 600 ]; do i=$((i+1)); echo $i > "$1"; sleep 0.1; done`
+
+// A process recorded by tprec and stopped by job control (SIGSTOP, a
+// shell's Ctrl-Z) stays stopped until SIGCONT, then is recorded on: a
+// crash after it replays. Before, a group stop was taken for the delivery
+// of SIGSTOP and resumed with it, so under eBPF the process ran on as if
+// never stopped, and under ptrace tprec gave the recording up at its next
+// boundary (found by a sweep). Debian's bash, both backends.
+func TestJobControlStop(t *testing.T) {
+	requireRoot(t)
+	forBackends(t, func(t *testing.T, backend string) {
+		dir := t.TempDir()
+		count := filepath.Join(dir, "count")
+		target, _, done := startTarget(t, "/bin/bash", "-c", jobScript, "job", count)
+		pid := target.Process.Pid
+		rec := startTprec(t, "--backend", backend, "--pid", fmt.Sprint(pid), "--output", dir)
+		rec.waitRecording(t)
+		time.Sleep(600 * time.Millisecond)
+		syscall.Kill(pid, syscall.SIGSTOP)
+		time.Sleep(300 * time.Millisecond)
+		read := func() string { b, _ := os.ReadFile(count); return strings.TrimSpace(string(b)) }
+		before, state := read(), procState(pid)
+		time.Sleep(1200 * time.Millisecond) // about 12 steps if it ran
+		if after := read(); after != before || (state != "T" && state != "t") {
+			t.Fatalf("stopped by SIGSTOP, bash counted on from %s to %s (state %s)\n%s", before, after, state, rec.stderr)
+		}
+		syscall.Kill(pid, syscall.SIGCONT)
+		time.Sleep(800 * time.Millisecond)
+		if after := read(); after == before {
+			t.Fatalf("bash did not count on after SIGCONT (still %s, state %s)\n%s", after, procState(pid), rec.stderr)
+		}
+		ck := oneCrash(t, rec, target, done, dir)
+		if out := replay(t, ck); !verifiedRe.MatchString(out) {
+			t.Fatalf("the replay did not verify:\n%s", out)
+		}
+	})
+}
+
+// oneCrash crashes a recorded target with SIGSEGV and returns its one
+// checkpoint.
+func oneCrash(t *testing.T, rec *recording, target *exec.Cmd, done chan error, dir string) string {
+	t.Helper()
+	syscall.Kill(target.Process.Pid, syscall.SIGSEGV)
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the target did not die of its SIGSEGV:\n%s", rec.quit())
+	}
+	ck := oneCheckpoint(t, rec, dir, 120*time.Second)
+	t.Logf("tprec:\n%s", rec.stderr)
+	return ck
+}
