@@ -333,7 +333,11 @@ func (s *session) attach(pid int) error {
 	if _, err := os.Stat(fmt.Sprintf("/proc/%d/task", pid)); err != nil {
 		return fmt.Errorf("attach to %d: %w", pid, ErrNoProcess)
 	}
-	if st := processState(pid); st == 'T' {
+	if st := processState(pid); st == 'Z' || st == 'X' {
+		// Its parent has not collected it yet; ptrace refuses it with
+		// EPERM, which read as a lack of privilege.
+		return fmt.Errorf("attach to %d: %w: it has exited, and is a zombie its parent has not collected yet (state %c in /proc/%d/stat)", pid, ErrNoProcess, st, pid)
+	} else if st == 'T' {
 		// A stopped job (Ctrl-Z, kill -STOP, a watchdog holding it for a
 		// look): recording it would resume it, which is not tprec's to
 		// decide, and a stopped process has no last moments to record.

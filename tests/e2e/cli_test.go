@@ -37,6 +37,23 @@ func TestAttachVanishedPid(t *testing.T) {
 	if code == 0 || !strings.Contains(out, "no such process") {
 		t.Fatalf("tprec --pid of a missing process: exit %d, %q", code, out)
 	}
+	// A process that has exited and waits for its parent to collect it:
+	// it said the kernel refused even root (found by a sweep).
+	zombie := exec.Command("/bin/true")
+	if err := zombie.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer zombie.Wait()
+	for i := 0; procState(zombie.Process.Pid) != "Z"; i++ {
+		if i == 200 {
+			t.Fatal("true did not exit")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	out, code = runTool(t, "tprec", "--pid", strconv.Itoa(zombie.Process.Pid), "-o", t.TempDir())
+	if code == 0 || !strings.Contains(out, "it has exited, and is a zombie") {
+		t.Fatalf("tprec --pid of a zombie: exit %d, %q", code, out)
+	}
 }
 
 // A stopped job (Ctrl-Z, kill -STOP, a watchdog holding it) is refused
