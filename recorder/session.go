@@ -86,6 +86,9 @@ type session struct {
 	ctl     int
 	waiters *waiters
 	guard   *guardian // undoes the vDSO patch and collects shadows if tprec dies
+	// survived: crash signals the process handled and went on after
+	// (fatal).
+	survived map[int]bool
 	// jobStopped: the leader is in a group stop (SIGSTOP, SIGTSTP...),
 	// listening for SIGCONT; no boundary interrupts it meanwhile.
 	jobStopped bool
@@ -535,6 +538,58 @@ func (s *session) quiet() bool {
 	return !s.quietUntil.IsZero() && time.Now().Before(s.quietUntil)
 }
 
+// fatal reports whether a signal the process is about to take is a crash
+// to write a checkpoint of: one of fatalSignals, unless the process has
+// shown it survives it (survived): a handler of it returned once and is
+// still installed. A JVM takes a handled SIGSEGV at start-up, and its
+// compiled code one per null pointer it meets; a checkpoint each, the
+// process held for it, would be a flood. Such a signal is recorded as any
+// signal the program catches, and a checkpoint is written when the process
+// dies (a JVM's crash report ends in abort: SIGABRT).
+func (s *session) fatal(sig int) bool {
+	if !fatalSignals[unix.Signal(sig)] {
+		return false
+	}
+	if s.survived[sig] {
+		_, caught := disposition(s.pid, sig)
+		return !caught
+	}
+	return true
+}
+
+// handlerReturned reports whether the handler of the crash has returned and
+// the process goes on: the handler is still installed (not reset by
+// SA_RESETHAND, as those of crash reports that end by raising the signal
+// again are) and the signal is no longer blocked in the thread that
+// crashed (the kernel blocks it while its handler runs, sigreturn unblocks
+// it). The quiet time then ends at once: a python3 whose SIGSEGV handler
+// returned, and that died of SIGABRT 3 s later, was not recorded in
+// between and got no checkpoint of that (found by a sweep).
+func (s *session) handlerReturned() bool {
+	if s.crashTid == 0 || s.crashed == 0 {
+		return false
+	}
+	if _, caught := disposition(s.pid, s.crashed); !caught {
+		return false
+	}
+	st, err := procStatus(s.crashTid)
+	if err != nil {
+		return false
+	}
+	blocked, ok := statusMask(st, "SigBlk")
+	if !ok || blocked&(1<<(s.crashed-1)) != 0 {
+		return false
+	}
+	if s.survived == nil {
+		s.survived = map[int]bool{}
+	}
+	if !s.survived[s.crashed] {
+		s.survived[s.crashed] = true
+		s.logf("process %d handled its %v and goes on: from now on that signal is recorded as one it catches, and a checkpoint is written when the process dies", s.pid, unix.SignalName(unix.Signal(s.crashed)))
+	}
+	return true
+}
+
 // waiters say "a wait event is pending" for each thread of the target
 // without consuming it (waitid with WNOWAIT, one goroutine per thread): the
 // tracer thread can then select on the interval timer and on events at once.
@@ -632,9 +687,10 @@ func (s *session) loop(ctx context.Context, tick <-chan time.Time, requests <-ch
 			if optional && s.cur != nil && s.stretchHolds() {
 				continue
 			}
-			if s.state == stateStarting && s.quiet() {
+			if s.state == stateStarting && s.quiet() && !s.handlerReturned() {
 				continue
 			}
+			s.quietUntil = time.Time{}
 			s.yield.off()
 			if s.state == stateRecording || s.state == stateStarting {
 				// Starting: setup was put off (a thread did not stop in
@@ -1017,7 +1073,7 @@ func (s *session) onSignal(t *thread, sig int) error {
 	if s.atEntry(t, sig) {
 		return s.onEntry(t)
 	}
-	if s.state == stateRecording && fatalSignals[unix.Signal(sig)] {
+	if s.state == stateRecording && s.fatal(sig) {
 		return s.crash(t, sig)
 	}
 	if s.cur != nil {
@@ -1292,7 +1348,7 @@ func (s *session) holdStop(t *thread, st proc.Stop) (*thread, error) {
 			return nil, nil
 		}
 		t.hold(req, sig)
-		t.fatal = s.state == stateRecording && fatalSignals[unix.Signal(sig)]
+		t.fatal = s.state == stateRecording && s.fatal(sig)
 		if !t.fatal {
 			// A signal the program catches waits in its delivery stop:
 			// released, the thread takes it as any other (deliver), in

@@ -845,3 +845,72 @@ func oneCrash(t *testing.T, rec *recording, target *exec.Cmd, done chan error, d
 	t.Logf("tprec:\n%s", rec.stderr)
 	return ck
 }
+
+// handledScript catches SIGSEGV and goes on, writing a file in a loop.
+const handledScript = `import signal, sys, time
+def on_segv(sig, frame):
+    print("handled", flush=True)
+signal.signal(signal.SIGSEGV, on_segv)
+i = 0
+while True:
+    i += 1
+    open(sys.argv[1], "w").write(str(i))
+    time.sleep(0.001)
+`
+
+// A process whose SIGSEGV handler returns goes on, recorded: its first
+// SIGSEGV gets a checkpoint (tprec cannot know the handler will return),
+// a later one is recorded as a signal it catches, and when it really
+// crashes (SIGABRT) that gets a checkpoint whose window runs through the
+// second SIGSEGV's delivery. Before, tprec left it alone for 5 s after the
+// first (crashQuiet), and a crash then got no checkpoint at all; and every
+// handled SIGSEGV (a JVM takes one per null pointer its compiled code
+// meets) would have been a checkpoint. Debian's python3, both backends.
+func TestHandledCrashSignalThenRealCrash(t *testing.T) {
+	requireRoot(t)
+	script := pythonScript(t, "handled.py", handledScript)
+	forBackends(t, func(t *testing.T, backend string) {
+		dir := t.TempDir()
+		target, out, done := startTarget(t, "/usr/bin/python3", "-S", script, filepath.Join(dir, "count"))
+		pid := target.Process.Pid
+		rec := startTprec(t, "--backend", backend, "--pid", fmt.Sprint(pid), "--output", dir)
+		rec.waitRecording(t)
+		time.Sleep(700 * time.Millisecond)
+		for i := 1; i <= 2; i++ {
+			syscall.Kill(pid, syscall.SIGSEGV)
+			for j := 0; strings.Count(out.String(), "handled") < i; j++ {
+				if j == 500 {
+					t.Fatalf("python3 did not handle SIGSEGV %d:\n%s", i, rec.quit())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			time.Sleep(1200 * time.Millisecond)
+		}
+		if n := len(checkpoints(t, dir)); n != 1 || !strings.Contains(rec.stderr.String(), "handled its SIGSEGV and goes on") {
+			t.Fatalf("after two handled SIGSEGVs: %d checkpoints, want 1, and a line saying the process goes on:\n%s", n, rec.stderr)
+		}
+		syscall.Kill(pid, syscall.SIGABRT)
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("python3 did not die of SIGABRT:\n%s", rec.quit())
+		}
+		if err := rec.wait(t, 120*time.Second); err != nil {
+			t.Fatalf("tprec: %v\n%s", err, rec.stderr)
+		}
+		t.Logf("tprec:\n%s", rec.stderr)
+		var abrt string
+		for _, ck := range checkpoints(t, dir) {
+			if r := replay(t, ck); strings.Contains(r, "signal SIGABRT") {
+				abrt = r
+			}
+		}
+		if !verifiedRe.MatchString(abrt) {
+			t.Fatalf("no checkpoint of the SIGABRT that verifies: %q", abrt)
+		}
+		info, _ := runTool(t, "tpinspect", checkpoints(t, dir)[len(checkpoints(t, dir))-1])
+		if !strings.Contains(info, "SIGSEGV 1") {
+			t.Errorf("the SIGABRT's window does not hold the second SIGSEGV's delivery:\n%s", info)
+		}
+	})
+}
