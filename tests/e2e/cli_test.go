@@ -914,3 +914,35 @@ func TestHandledCrashSignalThenRealCrash(t *testing.T) {
 		}
 	})
 }
+
+// Ctrl-Z on tprec (SIGTSTP) does not suspend it: suspended, it would leave
+// every thread of the process that stops for it waiting (a redis-server
+// under load froze within a second under eBPF, found by a sweep). It says
+// so, records on, and Ctrl-C still detaches. Debian's bash, counting.
+func TestTprecNotSuspended(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	count := filepath.Join(dir, "count")
+	target, _, _ := startTarget(t, "/bin/bash", "-c", jobScript, "job", count)
+	pid := target.Process.Pid
+	rec := startTprec(t, "--pid", fmt.Sprint(pid), "--output", dir)
+	rec.waitRecording(t)
+	rec.cmd.Process.Signal(syscall.SIGTSTP)
+	time.Sleep(300 * time.Millisecond)
+	read := func() string { b, _ := os.ReadFile(count); return strings.TrimSpace(string(b)) }
+	before := read()
+	time.Sleep(time.Second)
+	if st := procState(rec.cmd.Process.Pid); st == "T" {
+		t.Fatalf("tprec was suspended by SIGTSTP:\n%s", rec.stderr)
+	}
+	if after := read(); after == before {
+		t.Fatalf("bash did not count on while tprec got SIGTSTP (still %s)\n%s", after, rec.stderr)
+	}
+	rec.cmd.Process.Signal(os.Interrupt)
+	if err := rec.wait(t, 20*time.Second); err != nil {
+		t.Fatalf("tprec after Ctrl-C: %v\n%s", err, rec.stderr)
+	}
+	if log := rec.stderr.String(); !strings.Contains(log, "not suspended (Ctrl-Z)") || !strings.Contains(log, "detached from process") {
+		t.Fatalf("tprec's stderr:\n%s", log)
+	}
+}

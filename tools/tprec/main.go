@@ -156,6 +156,23 @@ func record(c *cli.Context) error {
 			}
 		}
 	}()
+	// Ctrl-Z on tprec (SIGTSTP): suspended, tprec would leave every
+	// thread of the process that stops for it (a boundary, a signal, the
+	// eBPF reader falling behind) waiting: a redis-server under load froze
+	// within a second (found by a sweep). tprec is not suspended; it says
+	// so once. Writing to the terminal from the background goes on too.
+	signal.Ignore(syscall.SIGTTIN, syscall.SIGTTOU)
+	tstp := make(chan os.Signal, 4)
+	signal.Notify(tstp, syscall.SIGTSTP)
+	go func() {
+		said := false
+		for range tstp {
+			if !said {
+				said = true
+				fmt.Fprintln(os.Stderr, "tprec: not suspended (Ctrl-Z): the recorded process would wait for tprec at its next stop; Ctrl-C detaches")
+			}
+		}
+	}()
 	usr2 := make(chan os.Signal, 4)
 	signal.Notify(usr2, syscall.SIGUSR2)
 	requests := make(chan struct{}, 4)
