@@ -71,6 +71,13 @@ func (s *session) dump(end format.EndState, reason string) error {
 			s.dropFiles(dsh)
 		}
 	}
+	var drop *crashDrop
+	if reason == format.EndSignal && s.crashCaught {
+		// The handler may return and the process go on (handlerReturned):
+		// then this was no crash, and its checkpoint is dropped.
+		drop = &crashDrop{}
+		s.crashDrop = drop
+	}
 	name := fmt.Sprintf("tp-%d-%s.tpc", s.pid, t0.UTC().Format("20060102T150405.000Z"))
 	path := filepath.Join(s.o.OutputDir, name)
 	held := time.Since(t0)
@@ -104,7 +111,7 @@ func (s *session) dump(end format.EndState, reason string) error {
 			fclk.mark("digests again, with the rseq areas registered in the window")
 		}
 		if err == nil {
-			err = s.finish(path, c, src, t0, held, fclk)
+			err = s.finish(path, c, src, t0, held, fclk, drop)
 		}
 		src.closeBig()
 		fclk.log(s, "dump in the background")
@@ -316,6 +323,49 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 	return c, &liveSource{store: store, saved: saved, shared: shared, heapBytes: heap, big: big}, assemble, nil
 }
 
+// crashDrop is the fate of the checkpoint of a crash whose signal the
+// process catches, decided after the dump began: the handler may return
+// and the process go on, and then there was no crash to keep a checkpoint
+// of (a JVM takes a SIGSEGV it handles at every start-up: a 10 MB
+// checkpoint of nothing, every time).
+type crashDrop struct {
+	mu   sync.Mutex
+	drop bool
+	path string // where the file went, once written
+}
+
+// dropped reports whether the checkpoint is to be dropped (false for nil).
+func (d *crashDrop) dropped() bool {
+	if d == nil {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.drop
+}
+
+// written notes that the file is at path, and reports whether it is to be
+// dropped after all.
+func (d *crashDrop) written(path string) bool {
+	if d == nil {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.path = path
+	return d.drop
+}
+
+// dropNow drops the checkpoint: not written, or removed if it was.
+func (d *crashDrop) dropNow() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.drop = true
+	if d.path != "" {
+		os.Remove(d.path)
+	}
+}
+
 // readEnd reads from the live source what the checkpoint needs besides its
 // log: the end digests and the digests of each interval start, which leave
 // out the rseq areas rseqs (format.DigestPage), and the loader's list of
@@ -355,7 +405,7 @@ func (s *session) readModules(c *format.Checkpoint, pid int) {
 
 // finish minimizes the checkpoint (unless --full-pages), reads the final
 // content of the pages kept, and writes it.
-func (s *session) finish(path string, c *format.Checkpoint, src *liveSource, t0 time.Time, held time.Duration, clk *stepClock) error {
+func (s *session) finish(path string, c *format.Checkpoint, src *liveSource, t0 time.Time, held time.Duration, clk *stepClock, drop *crashDrop) error {
 	var err error
 	candidates := len(c.Final)
 	if !s.o.FullPages {
@@ -366,10 +416,17 @@ func (s *session) finish(path string, c *format.Checkpoint, src *liveSource, t0 
 		return err
 	}
 	clk.mark("final pages")
+	if drop.dropped() {
+		return nil
+	}
 	if path, err = s.write(path, c, src); err != nil {
 		return err
 	}
 	clk.mark("write")
+	if drop.written(path) {
+		os.Remove(path)
+		return nil
+	}
 	var size int64
 	if st, err := os.Stat(path); err == nil {
 		size = st.Size()

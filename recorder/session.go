@@ -87,8 +87,10 @@ type session struct {
 	waiters *waiters
 	guard   *guardian // undoes the vDSO patch and collects shadows if tprec dies
 	// survived: crash signals the process handled and went on after
-	// (fatal).
-	survived map[int]bool
+	// (fatal); crashDrop: the checkpoint of the last such crash, dropped
+	// if its handler returns.
+	survived  map[int]bool
+	crashDrop *crashDrop
 	// jobStopped: the leader is in a group stop (SIGSTOP, SIGTSTP...),
 	// listening for SIGCONT; no boundary interrupts it meanwhile.
 	jobStopped bool
@@ -583,9 +585,15 @@ func (s *session) handlerReturned() bool {
 	if s.survived == nil {
 		s.survived = map[int]bool{}
 	}
+	name := unix.SignalName(unix.Signal(s.crashed))
+	if s.crashDrop != nil {
+		s.crashDrop.dropNow()
+		s.crashDrop = nil
+		s.logf("process %d handled its %v and goes on: no crash, its checkpoint is dropped", s.pid, name)
+	}
 	if !s.survived[s.crashed] {
 		s.survived[s.crashed] = true
-		s.logf("process %d handled its %v and goes on: from now on that signal is recorded as one it catches, and a checkpoint is written when the process dies", s.pid, unix.SignalName(unix.Signal(s.crashed)))
+		s.logf("process %d: from now on %v is recorded as a signal it catches, and a checkpoint is written when the process dies", s.pid, name)
 	}
 	return true
 }
@@ -690,7 +698,7 @@ func (s *session) loop(ctx context.Context, tick <-chan time.Time, requests <-ch
 			if s.state == stateStarting && s.quiet() && !s.handlerReturned() {
 				continue
 			}
-			s.quietUntil = time.Time{}
+			s.quietUntil, s.crashDrop = time.Time{}, nil // a checkpoint of the crash is kept
 			s.yield.off()
 			if s.state == stateRecording || s.state == stateStarting {
 				// Starting: setup was put off (a thread did not stop in
