@@ -948,3 +948,20 @@ func TestTprecNotSuspended(t *testing.T) {
 		t.Fatalf("tprec's stderr:\n%s", log)
 	}
 }
+
+// Debian's JVM takes a SIGSEGV at start-up, which its own handler turns
+// into nothing: `java -version` recorded ends with no checkpoint, and
+// tprec says why. Before, each start-up made a 10 MB checkpoint of nothing
+// that no replay could use (found by a sweep).
+func TestJVMStartupIsNoCrash(t *testing.T) {
+	requireRoot(t)
+	java := needTool(t, "java")
+	dir := t.TempDir()
+	out, code := runTool(t, "tprec", "-o", dir, "--", java, "-version")
+	if code != 0 {
+		t.Fatalf("tprec -- java -version: exit %d\n%s", code, out)
+	}
+	if cks := checkpoints(t, dir); len(cks) != 0 || !strings.Contains(out, "no crash, its checkpoint is dropped") {
+		t.Fatalf("java -version left %d checkpoints, want none and a line saying why:\n%s", len(cks), out)
+	}
+}
