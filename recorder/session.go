@@ -649,6 +649,12 @@ func (s *session) loop(ctx context.Context, tick <-chan time.Time, requests <-ch
 	for !s.gone && s.state != stateStopped {
 		select {
 		case <-ctx.Done():
+			if s.want.dump {
+				// Asked for, not taken yet (the process was stopped by
+				// job control, or the interrupt came first): said, not
+				// dropped in silence.
+				s.errorf("interrupted before the checkpoint asked for of process %d could be taken: none written", s.pid)
+			}
 			return s.detach("interrupted")
 		case <-requests:
 			s.want.dump = true
@@ -1720,7 +1726,11 @@ func (s *session) stopForDetach() error {
 			s.gone = true
 			return nil
 		}
-		if st.Event() == unix.PTRACE_EVENT_STOP && st.Status.StopSignal() == unix.SIGTRAP {
+		if st.Event() == unix.PTRACE_EVENT_STOP {
+			// An interrupt's stop, or a group stop (job control): the
+			// detach leaves a process stopped so stopped, as it found it.
+			// Resumed and interrupted again, a stopped process came back
+			// to its group stop for ever, and Ctrl-C hung.
 			return nil
 		}
 		if st.SyscallStop() {

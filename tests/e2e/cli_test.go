@@ -965,3 +965,37 @@ func TestJVMStartupIsNoCrash(t *testing.T) {
 		t.Fatalf("java -version left %d checkpoints, want none and a line saying why:\n%s", len(cks), out)
 	}
 }
+
+// A checkpoint asked for (`tprec dump`) and not taken yet when tprec is
+// interrupted is said to be lost, even with --quiet, not dropped in silence
+// (a sweep's script interrupted tprec right after its request and found no
+// file and no word). The request waits here because bash is stopped by
+// job control; the detach leaves it stopped and untraced.
+func TestDumpRequestPendingAtInterrupt(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	target, _, _ := startTarget(t, "/bin/bash", "-c", jobScript, "job", filepath.Join(dir, "count"))
+	pid := target.Process.Pid
+	rec := startTprec(t, "-q", "--pid", fmt.Sprint(pid), "--output", dir)
+	time.Sleep(800 * time.Millisecond)
+	syscall.Kill(pid, syscall.SIGSTOP)
+	time.Sleep(300 * time.Millisecond)
+	if out, code := runTool(t, "tprec", "dump", "--pid", fmt.Sprint(pid)); code != 0 {
+		t.Fatalf("tprec dump: exit %d, %s", code, out)
+	}
+	time.Sleep(500 * time.Millisecond)
+	rec.cmd.Process.Signal(os.Interrupt)
+	if err := rec.wait(t, 20*time.Second); err != nil {
+		t.Fatalf("tprec: %v\n%s", err, rec.stderr)
+	}
+	if log := rec.stderr.String(); !strings.Contains(log, "interrupted before the checkpoint asked for") {
+		t.Fatalf("tprec said nothing of the checkpoint asked for:\n%s", log)
+	}
+	if n := len(checkpoints(t, dir)); n != 0 {
+		t.Fatalf("%d checkpoints", n)
+	}
+	if st, tr := procState(pid), tracerOf(t, pid); st != "T" || tr != "0" {
+		t.Fatalf("after the detach bash is in state %s, traced by %s: want stopped, untraced", st, tr)
+	}
+	syscall.Kill(pid, syscall.SIGCONT)
+}
