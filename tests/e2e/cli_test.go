@@ -967,7 +967,7 @@ func TestJVMStartupIsNoCrash(t *testing.T) {
 }
 
 // A checkpoint asked for (`tprec dump`) and not taken yet when tprec is
-// interrupted is said to be lost, even with --quiet, not dropped in silence
+// interrupted is said to be lost (an error line, kept by --quiet), not dropped in silence
 // (a sweep's script interrupted tprec right after its request and found no
 // file and no word). The request waits here because bash is stopped by
 // job control; the detach leaves it stopped and untraced.
@@ -976,8 +976,9 @@ func TestDumpRequestPendingAtInterrupt(t *testing.T) {
 	dir := t.TempDir()
 	target, _, _ := startTarget(t, "/bin/bash", "-c", jobScript, "job", filepath.Join(dir, "count"))
 	pid := target.Process.Pid
-	rec := startTprec(t, "-q", "--pid", fmt.Sprint(pid), "--output", dir)
-	time.Sleep(800 * time.Millisecond)
+	rec := startTprec(t, "--pid", fmt.Sprint(pid), "--output", dir)
+	rec.waitRecording(t)
+	time.Sleep(300 * time.Millisecond)
 	syscall.Kill(pid, syscall.SIGSTOP)
 	time.Sleep(300 * time.Millisecond)
 	if out, code := runTool(t, "tprec", "dump", "--pid", fmt.Sprint(pid)); code != 0 {
