@@ -571,17 +571,27 @@ func (s *session) handlerReturned() bool {
 	if s.crashTid == 0 || s.crashed == 0 {
 		return false
 	}
-	if _, caught := disposition(s.pid, s.crashed); !caught {
+	if _, caught := disposition(s.pid, s.crashed); !caught || s.crashBlocked() {
 		return false
 	}
+	s.survivedCrash()
+	return true
+}
+
+// crashBlocked reports whether the signal of the crash is blocked in the
+// thread that took it (its handler runs), or that cannot be told.
+func (s *session) crashBlocked() bool {
 	st, err := procStatus(s.crashTid)
 	if err != nil {
-		return false
+		return true
 	}
 	blocked, ok := statusMask(st, "SigBlk")
-	if !ok || blocked&(1<<(s.crashed-1)) != 0 {
-		return false
-	}
+	return !ok || blocked&(1<<(s.crashed-1)) != 0
+}
+
+// survivedCrash drops the checkpoint of the crash the process went on after,
+// and has that signal recorded as a caught one from then on (fatal).
+func (s *session) survivedCrash() {
 	if s.survived == nil {
 		s.survived = map[int]bool{}
 	}
@@ -595,7 +605,6 @@ func (s *session) handlerReturned() bool {
 		s.survived[s.crashed] = true
 		s.logf("process %d: from now on %v is recorded as a signal it catches, and a checkpoint is written when the process dies", s.pid, name)
 	}
-	return true
 }
 
 // waiters say "a wait event is pending" for each thread of the target
@@ -857,6 +866,17 @@ func (s *session) handle(st proc.Stop) error {
 		s.onVforkDone(t)
 		return s.resume(t.tid, 0)
 	case unix.PTRACE_EVENT_EXIT:
+		if s.crashDrop != nil && t.tid == s.crashTid {
+			// The process ends before a tick looked at its handler (a
+			// JVM's `java -version` in 0.7 s; both it and python3 put
+			// their handlers back to the default on the way out): an
+			// exit with status 0 from outside the handler (the signal
+			// no longer blocked) ends a process that went on.
+			msg, _ := proc.EventMsg(t.tid)
+			if ws := unix.WaitStatus(msg); ws.Exited() && ws.ExitStatus() == 0 && !s.crashBlocked() {
+				s.survivedCrash()
+			}
+		}
 		if t.tid == s.pid && s.o.OnExit && s.state == stateRecording {
 			msg, _ := proc.EventMsg(s.pid)
 			regs, err := proc.GetRegs(s.pid)
