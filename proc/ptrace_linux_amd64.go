@@ -93,12 +93,21 @@ func GetXState(tid int) ([]byte, error) {
 	return buf[:iov.Len], nil
 }
 
-// SetXState writes an XSAVE image taken by GetXState.
+// SetXState writes an XSAVE image taken by GetXState, on this machine or
+// another: the image is first fitted to what this kernel takes for the
+// thread (fitXState).
 func SetXState(tid int, x []byte) error {
 	if len(x) == 0 {
 		return nil
 	}
-	b := append([]byte(nil), x...)
+	local, err := GetXState(tid)
+	if err != nil {
+		return fmt.Errorf("write xstate of %d: %w", tid, err)
+	}
+	b := fitXState(x, local)
+	if &b[0] == &x[0] {
+		b = append([]byte(nil), x...)
+	}
 	iov := unix.Iovec{Base: &b[0]}
 	iov.SetLen(len(b))
 	if err := ptrace(unix.PTRACE_SETREGSET, tid, ntX86XState, uintptr(unsafe.Pointer(&iov))); err != nil {
