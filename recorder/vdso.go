@@ -36,23 +36,62 @@ type vdsoSite struct {
 	addr uint64
 	orig []byte
 	stub []byte
+	sys  uint64   // offset of the stub's `syscall`
+	rets []uint64 // offsets of its `ret` instructions
 }
 
 var vdsoRedirects = []struct {
-	sym string
-	nr  int
+	sym  string
+	nr   int
+	stub func(nr int) vdsoCode
 }{
-	{"__vdso_clock_gettime", unix.SYS_CLOCK_GETTIME},
-	{"__vdso_gettimeofday", unix.SYS_GETTIMEOFDAY},
-	{"__vdso_time", unix.SYS_TIME},
-	{"__vdso_getcpu", unix.SYS_GETCPU},
-	{"__vdso_clock_getres", unix.SYS_CLOCK_GETRES},
+	{"__vdso_clock_gettime", unix.SYS_CLOCK_GETTIME, vdsoStub},
+	{"__vdso_gettimeofday", unix.SYS_GETTIMEOFDAY, vdsoStub},
+	{"__vdso_time", unix.SYS_TIME, vdsoStub},
+	{"__vdso_getcpu", unix.SYS_GETCPU, vdsoStub},
+	{"__vdso_clock_getres", unix.SYS_CLOCK_GETRES, vdsoStub},
+	{"__vdso_getrandom", unix.SYS_GETRANDOM, getrandomStub},
 }
 
-func vdsoStub(nr int) []byte {
+// vdsoCode is a stub and where its `syscall` and `ret` instructions are.
+type vdsoCode struct {
+	code []byte
+	sys  uint64
+	rets []uint64
+}
+
+// vdsoStub is `mov eax, NR; syscall; ret`.
+func vdsoStub(nr int) vdsoCode {
 	b := []byte{0xb8, 0, 0, 0, 0, 0x0f, 0x05, 0xc3}
 	binary.LittleEndian.PutUint32(b[1:], uint32(nr))
-	return b
+	return vdsoCode{code: b, sys: 5, rets: []uint64{7}}
+}
+
+// getrandomStub replaces the vDSO's getrandom (Linux 6.11 and later), which
+// glibc 2.41 and later call for getrandom(3) and arc4random(3): it reads the
+// kernel's random generation from [vvar] and expands a ChaCha state kept in
+// the process's memory, without a syscall, so a replay would neither have
+// [vvar] nor the bytes. Its signature is getrandom(buf, len, flags,
+// opaque_state, opaque_len); the stub makes the first three the getrandom
+// syscall, whose bytes the log keeps. A caller asking for the state's
+// parameters (opaque_len = ~0: glibc at start-up) gets -ENOSYS, so that a
+// program the recorder launches uses the syscall from the start; one that
+// set its states up before an attach has its calls go through the stub.
+//
+//	cmp r8, -1; je 1f; mov eax, NR; syscall; ret
+//	1: mov rax, -ENOSYS; ret
+func getrandomStub(nr int) vdsoCode {
+	b := []byte{
+		0x49, 0x83, 0xf8, 0xff, // cmp r8, -1
+		0x74, 0x08, // je +8
+		0xb8, 0, 0, 0, 0, // mov eax, NR
+		0x0f, 0x05, // syscall
+		0xc3,                                     // ret
+		0x48, 0xc7, 0xc0, 0xda, 0xff, 0xff, 0xff, // mov rax, -38
+		0xc3, // ret
+	}
+	binary.LittleEndian.PutUint32(b[7:], uint32(nr))
+	return vdsoCode{code: b, sys: 11, rets: []uint64{13, 21}}
 }
 
 // patchVDSO patches the [vdso] of a stopped process, unless one of its
@@ -128,14 +167,18 @@ func planVDSO(mem *proc.Mem, maps []format.Mapping) (*vdsoPatch, error) {
 		if !ok {
 			continue
 		}
-		stub := vdsoStub(r.nr)
+		c := r.stub(r.nr)
+		stub := c.code
 		if a < vm.Start || a+uint64(len(stub)) > vm.End {
 			return nil, fmt.Errorf("patch vdso: %s at %#x outside the image", r.sym, a)
 		}
+		if uint64(len(stub)) > sizeOf[r.sym] {
+			return nil, fmt.Errorf("patch vdso: %s is %d bytes, its stub %d", r.sym, sizeOf[r.sym], len(stub))
+		}
 		orig := append([]byte(nil), img[a-vm.Start:a-vm.Start+uint64(len(stub))]...)
-		p.sites = append(p.sites, vdsoSite{addr: a, orig: orig, stub: stub})
+		p.sites = append(p.sites, vdsoSite{addr: a, orig: orig, stub: stub, sys: c.sys, rets: c.rets})
 		if p.insn == 0 {
-			p.insn = a + 5
+			p.insn = a + c.sys
 		}
 	}
 	if p.insn == 0 {
@@ -144,7 +187,7 @@ func planVDSO(mem *proc.Mem, maps []format.Mapping) (*vdsoPatch, error) {
 	var bodies []vdsoRange
 	for _, r := range vdsoRedirects {
 		if a, ok := addrOf[r.sym]; ok {
-			bodies = append(bodies, vdsoRange{a + uint64(len(vdsoStub(r.nr))), a + sizeOf[r.sym]})
+			bodies = append(bodies, vdsoRange{a + uint64(len(r.stub(r.nr).code)), a + sizeOf[r.sym]})
 		}
 	}
 	at, err := trampolineSite(img, vm.Start, bodies, uint64(proc.TrampolineSize()))
@@ -196,26 +239,28 @@ func trampolineSite(img []byte, base uint64, bodies []vdsoRange, size uint64) (u
 
 // leave moves a stopped thread out of the stubs, so that undo cannot leave
 // it in the middle of the original code (a thread interrupted on its way back
-// from a stub's syscall sits on the stub's `ret`). A stub's instructions start
-// at 0 (`mov eax`), 5 (`syscall`) and 7 (`ret`): at 5 the call has not been
-// made and the function is entered again from its start, with the same
-// arguments; at 7 the `ret` is done here. It reports whether it moved the
-// thread.
+// from a stub's syscall sits on the stub's `ret`). At a `ret` (`mov eax`,
+// `syscall`, `ret` at 0, 5 and 7 in most stubs) the `ret` is done here;
+// anywhere else in a stub nothing has been done that the function does not
+// do again when entered from its start with the same arguments, so it is.
+// It reports whether it moved the thread.
 func (p *vdsoPatch) leave(regs *format.Regs, mem *proc.Mem) (bool, error) {
 	for _, s := range p.sites {
-		switch regs.Rip - s.addr {
-		case 5:
+		off := regs.Rip - s.addr
+		if off == 0 || off >= uint64(len(s.stub)) {
+			continue
+		}
+		if !slices.Contains(s.rets, off) {
 			regs.Rip = s.addr
 			return true, nil
-		case 7:
-			var b [8]byte
-			if err := mem.ReadAt(b[:], regs.Rsp); err != nil {
-				return false, err
-			}
-			regs.Rip = binary.LittleEndian.Uint64(b[:])
-			regs.Rsp += 8
-			return true, nil
 		}
+		var b [8]byte
+		if err := mem.ReadAt(b[:], regs.Rsp); err != nil {
+			return false, err
+		}
+		regs.Rip = binary.LittleEndian.Uint64(b[:])
+		regs.Rsp += 8
+		return true, nil
 	}
 	return false, nil
 }
