@@ -18,7 +18,8 @@
 # BIN names the directory of the tprec to run (default ./bin); LOGS, a
 # directory that keeps each run's tprec log (with TPREC_DEBUG=1, the dump's
 # steps: assemble, digests, trial replay, write; with GODEBUG=gctrace=1, the
-# Go collector's cycles). To measure without touching BENCHMARKS.md:
+# Go collector's cycles); CKS, a directory that keeps each run's checkpoint.
+# To measure without touching BENCHMARKS.md:
 # RAW=/tmp/raw.txt DOC=/tmp/table.md.
 # Needs root, gcc, gdb (gcore), /usr/bin/python3, gzip, redis-server and
 # redis-benchmark.
@@ -36,6 +37,7 @@ WORKLOADS=${WORKLOADS:-redis python gzip}
 PORT=${PORT:-6411}
 BIN=${BIN:-$PWD/bin}
 LOGS=${LOGS:-}
+CKS=${CKS:-}
 PY=/usr/bin/python3
 WORK=$(mktemp -d)
 . scripts/lib/targets.sh
@@ -130,6 +132,7 @@ record() {
 	fi
 	local f=${line#*wrote }
 	f=${f%%: *}
+	[ -z "$CKS" ] || { mkdir -p "$CKS" && cp "$f" "$CKS/$w-$run.tpc"; }
 	# "N intervals, M syscalls, ..., B bytes, in D (the process was held H)"
 	local sys bytes dump held
 	read -r sys bytes dump held < <(sed -E 's/.* ([0-9]+) syscalls, .* ([0-9]+) bytes, in ([^ ]+) \(the process was held ([^)]+)\).*/\1 \2 \3 \4/' <<<"$line")
