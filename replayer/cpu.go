@@ -68,7 +68,15 @@ func CheckCPU(recorded []string) error {
 	}
 	if len(missing) > 0 {
 		sort.Strings(missing)
-		return fmt.Errorf("this CPU lacks %s, which the recording CPU had: the recorded code may use it", strings.Join(missing, ", "))
+		return &CPUError{Missing: missing}
 	}
 	return nil
+}
+
+// CPUError names the instruction-set extensions the recording CPU had and
+// this one lacks.
+type CPUError struct{ Missing []string }
+
+func (e *CPUError) Error() string {
+	return fmt.Sprintf("this CPU lacks %s, which the recording CPU had: the recorded code may use it (tpreplay --any-cpu replays anyway)", strings.Join(e.Missing, ", "))
 }

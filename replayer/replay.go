@@ -62,6 +62,10 @@ type Options struct {
 	// Schedule, when set, overrides the order the checkpoint says its
 	// threads replay in (Header.Schedule; threads.go).
 	Schedule *format.Schedule
+	// AnyCPU replays on a CPU that lacks instruction-set extensions the
+	// recording CPU had (CheckCPU): the caller has said so to the user.
+	// An instruction this CPU lacks then ends the replay as a divergence.
+	AnyCPU bool
 }
 
 // Result describes a verified replay.
@@ -376,7 +380,7 @@ func prepare(c *format.Checkpoint, pages format.PageSource, opts Options) (*engi
 	if c.Header.Arch != "x86_64" {
 		return nil, fmt.Errorf("checkpoint was recorded on %q: replay runs only x86_64 checkpoints", c.Header.Arch)
 	}
-	if err := CheckCPU(c.Header.CPUFlags); err != nil {
+	if err := CheckCPU(c.Header.CPUFlags); err != nil && !opts.AnyCPU {
 		return nil, err
 	}
 	if len(c.Intervals) == 0 {

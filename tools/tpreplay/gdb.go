@@ -48,7 +48,11 @@ func serveGDB(c *cli.Context, sched *format.Schedule, stdout, stderr io.Writer) 
 		defer lf.Close()
 		cfg.WireLog = lf
 	}
-	s, err := replayer.NewSession(ck, f, replayer.Options{From: c.Int("from"), Log: stderr, Verbose: c.Bool("verbose"), Schedule: sched})
+	anyCPU := c.Bool("any-cpu")
+	if anyCPU {
+		cpuWarning(stderr, ck)
+	}
+	s, err := replayer.NewSession(ck, f, replayer.Options{From: c.Int("from"), Log: stderr, Verbose: c.Bool("verbose"), Schedule: sched, AnyCPU: anyCPU})
 	if err != nil {
 		return err
 	}

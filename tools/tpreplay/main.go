@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 	"time"
 
@@ -61,6 +62,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			&cli.StringFlag{Name: "gdb", Usage: "serve the replay to GDB on `ADDR` (\":2345\" listens on 127.0.0.1:2345)"},
 			&cli.BoolFlag{Name: "gdb-stdio", Usage: "serve the replay to GDB on stdin/stdout (target remote | tpreplay --gdb-stdio FILE)"},
 			&cli.StringFlag{Name: "gdb-log", Usage: "log the GDB protocol traffic to `FILE`"},
+			&cli.BoolFlag{Name: "any-cpu", Usage: "replay even on a CPU that lacks instruction-set extensions the recording CPU had (an instruction it lacks then ends the replay as a divergence)"},
 		},
 		HideHelpCommand: true,
 		Action: func(c *cli.Context) error {
@@ -86,6 +88,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 				Verbose:   c.Bool("verbose"),
 				Log:       stderr,
 				Schedule:  sched,
+				AnyCPU:    c.Bool("any-cpu"),
 			}, c.Bool("time") || c.Bool("verbose"), stderr)
 			var d *replayer.Divergence
 			switch {
@@ -120,6 +123,9 @@ func replay(ctx context.Context, path string, opts replayer.Options, timing bool
 	}
 	defer f.Close()
 	load := time.Since(t0)
+	if opts.AnyCPU {
+		cpuWarning(w, f.Checkpoint)
+	}
 	res, err := replayer.Run(ctx, f.Checkpoint, f, opts)
 	if err == nil && opts.From >= 0 && res.From != opts.From {
 		fromNote(w, opts.From, res.From)
@@ -163,4 +169,13 @@ func scheduleFlag(c *cli.Context) (*format.Schedule, error) {
 	}
 	s, err := format.ParseSchedule(c.String("schedule"))
 	return &s, err
+}
+
+// cpuWarning says, under --any-cpu, which instruction-set extensions of the
+// recording CPU this one lacks.
+func cpuWarning(w io.Writer, c *format.Checkpoint) {
+	var e *replayer.CPUError
+	if err := replayer.CheckCPU(c.Header.CPUFlags); errors.As(err, &e) {
+		fmt.Fprintf(w, "tpreplay: this CPU lacks %s, which the recording CPU had: replaying anyway (--any-cpu); an instruction it lacks ends the replay as a divergence\n", strings.Join(e.Missing, ", "))
+	}
 }
