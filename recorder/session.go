@@ -97,8 +97,8 @@ type session struct {
 	// holdRetry: a thread did not stop in time for the last act; the next
 	// waits until then.
 	holdRetry time.Time
-	crashed   int // signal of the last crash checkpoint
-	crashTid  int // the thread it stopped, until recording starts afresh
+	crashed   int    // signal of the last crash checkpoint
+	crashTid  int    // the thread it stopped, until recording starts afresh
 	crashSP   uint64 // that thread's stack pointer where the signal interrupted it
 	// crashCaught: the process had a handler for that signal when it
 	// crashed. A handler installed with SA_RESETHAND (Python's
