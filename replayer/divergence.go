@@ -79,7 +79,7 @@ func sharedHint(ivs []format.Interval) string {
 	for _, iv := range ivs {
 		for _, p := range iv.Written {
 			i := sort.Search(len(iv.Maps), func(i int) bool { return iv.Maps[i].End > p.Addr })
-			if i < len(iv.Maps) && iv.Maps[i].Start <= p.Addr && iv.Maps[i].Shared {
+			if m := &iv.Maps[min(i, len(iv.Maps)-1)]; i < len(iv.Maps) && m.Start <= p.Addr && m.Shared && m.Prot&format.ProtWrite != 0 {
 				n++
 			}
 		}

@@ -61,6 +61,15 @@ func TestSharedHint(t *testing.T) {
 	if h := sharedHint(ivs); !strings.Contains(h, "1 pages of shared writable memory") {
 		t.Errorf("hint %q", h)
 	}
+	// A read-only shared file mapping unmapped in the interval has its
+	// pages among the interval's originals: no shared memory was changed
+	// (python3 mapping a file with mmap.mmap(fd, 0, prot=PROT_READ), whose
+	// divergence blamed "7424 pages of shared writable memory").
+	ivs[0].Maps = append(ivs[0].Maps, format.Mapping{Start: 0x8000, End: 0x9000, Prot: format.ProtRead, Shared: true, Path: "/data"})
+	ivs[0].Written = []format.PageRef{{Addr: 0x1000}, {Addr: 0x8000}}
+	if h := sharedHint(ivs); h != "" {
+		t.Errorf("a read-only shared mapping: hint %q", h)
+	}
 }
 
 // The search reads the instruction at its goal's rip; one that starts on
