@@ -79,7 +79,10 @@ func sharedHint(ivs []format.Interval) string {
 	for _, iv := range ivs {
 		for _, p := range iv.Written {
 			i := sort.Search(len(iv.Maps), func(i int) bool { return iv.Maps[i].End > p.Addr })
-			if m := &iv.Maps[min(i, len(iv.Maps)-1)]; i < len(iv.Maps) && m.Start <= p.Addr && m.Shared && m.Prot&format.ProtWrite != 0 {
+			if i == len(iv.Maps) {
+				continue
+			}
+			if m := &iv.Maps[i]; m.Start <= p.Addr && m.Shared && m.Prot&format.ProtWrite != 0 {
 				n++
 			}
 		}
