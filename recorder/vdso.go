@@ -36,8 +36,7 @@ type vdsoSite struct {
 	addr uint64
 	orig []byte
 	stub []byte
-	sys  uint64   // offset of the stub's `syscall`
-	rets []uint64 // offsets of its `ret` instructions
+	rets []uint64 // offsets of the stub's `ret` instructions
 }
 
 var vdsoRedirects = []struct {
@@ -162,6 +161,7 @@ func planVDSO(mem *proc.Mem, maps []format.Mapping) (*vdsoPatch, error) {
 		sizeOf[s.Name] = s.Size
 	}
 	p := &vdsoPatch{start: vm.Start, end: vm.End}
+	var bodies []vdsoRange // the patched functions past their stubs
 	for _, r := range vdsoRedirects {
 		a, ok := addrOf[r.sym]
 		if !ok {
@@ -176,19 +176,14 @@ func planVDSO(mem *proc.Mem, maps []format.Mapping) (*vdsoPatch, error) {
 			return nil, fmt.Errorf("patch vdso: %s is %d bytes, its stub %d", r.sym, sizeOf[r.sym], len(stub))
 		}
 		orig := append([]byte(nil), img[a-vm.Start:a-vm.Start+uint64(len(stub))]...)
-		p.sites = append(p.sites, vdsoSite{addr: a, orig: orig, stub: stub, sys: c.sys, rets: c.rets})
+		p.sites = append(p.sites, vdsoSite{addr: a, orig: orig, stub: stub, rets: c.rets})
+		bodies = append(bodies, vdsoRange{a + uint64(len(stub)), a + sizeOf[r.sym]})
 		if p.insn == 0 {
 			p.insn = a + c.sys
 		}
 	}
 	if p.insn == 0 {
 		return nil, fmt.Errorf("patch vdso: no known time function in the vDSO")
-	}
-	var bodies []vdsoRange
-	for _, r := range vdsoRedirects {
-		if a, ok := addrOf[r.sym]; ok {
-			bodies = append(bodies, vdsoRange{a + uint64(len(r.stub(r.nr).code)), a + sizeOf[r.sym]})
-		}
 	}
 	at, err := trampolineSite(img, vm.Start, bodies, uint64(proc.TrampolineSize()))
 	if err != nil {
