@@ -100,6 +100,9 @@ type session struct {
 	crashed   int    // signal of the last crash checkpoint
 	crashTid  int    // the thread it stopped, until recording starts afresh
 	crashSP   uint64 // that thread's stack pointer where the signal interrupted it
+	// crashRuntime: the CPU time of crashTid when it was let go with the
+	// signal (crashRan).
+	crashRuntime uint64
 	// crashCaught: the process had a handler for that signal when it
 	// crashed. A handler installed with SA_RESETHAND (Python's
 	// faulthandler, redis-server's crash log) leaves the signal at its
@@ -568,8 +571,15 @@ func (s *session) fatal(sig int) bool {
 // it). The quiet time then ends at once: a python3 whose SIGSEGV handler
 // returned, and that died of SIGABRT 3 s later, was not recorded in
 // between and got no checkpoint of that (found by a sweep).
+//
+// Nor has a handler returned that has not run yet: the crash's signal,
+// queued again by the dump, waits for its delivery (requeuedTid) or is
+// still pending in the thread. Looked at then, the handler of redis-server's
+// crash log (SA_RESETHAND, SA_NODEFER: the signal is never blocked in it)
+// seemed installed and left, and its checkpoint was dropped (2 of 28 soak
+// runs, 1 of 8 by hand; the process died of its SIGSEGV right after).
 func (s *session) handlerReturned() bool {
-	if s.crashTid == 0 || s.crashed == 0 {
+	if s.crashTid == 0 || s.crashed == 0 || s.requeuedTid != 0 || s.crashPending() || !s.crashRan() {
 		return false
 	}
 	if _, caught := disposition(s.pid, s.crashed); !caught || s.crashBlocked() {
@@ -577,6 +587,51 @@ func (s *session) handlerReturned() bool {
 	}
 	s.survivedCrash()
 	return true
+}
+
+// letCrashGo notes that thread tid, stopped in the delivery of the crash's
+// signal, is let go with it: the handler runs once the thread has run
+// (crashRan).
+func (s *session) letCrashGo(tid int) {
+	s.crashTid = tid
+	s.crashRuntime, _ = threadRuntime(s.pid, tid)
+}
+
+// crashRan reports whether the thread that takes the crash's signal has
+// run since it was let go with it: until then its handler is not even set
+// up (the kernel applies SA_RESETHAND when the thread runs), and on a
+// machine the process fills that can take a while.
+func (s *session) crashRan() bool {
+	ns, err := threadRuntime(s.pid, s.crashTid)
+	return err == nil && ns > s.crashRuntime
+}
+
+// threadRuntime is the CPU time thread tid has run, in nanoseconds: the
+// first field of /proc/PID/task/TID/schedstat, which the kernel brings up
+// to date at each switch and tick.
+func threadRuntime(pid, tid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/schedstat", pid, tid))
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0, fmt.Errorf("schedstat of thread %d: %q", tid, b)
+	}
+	return strconv.ParseUint(f[0], 10, 64)
+}
+
+// crashPending reports whether the signal of the crash waits for its
+// delivery, in the thread that took it or in the process's shared queue, or
+// that cannot be told.
+func (s *session) crashPending() bool {
+	st, err := procStatus(s.crashTid)
+	if err != nil {
+		return true
+	}
+	pnd, ok1 := statusMask(st, "SigPnd")
+	shd, ok2 := statusMask(st, "ShdPnd")
+	return !ok1 || !ok2 || (pnd|shd)&(1<<(s.crashed-1)) != 0
 }
 
 // crashBlocked reports whether the signal of the crash is blocked in the
@@ -1118,8 +1173,12 @@ func (s *session) onSignal(t *thread, sig int) error {
 	if s.requeuedTid != 0 && sig == s.crashed {
 		// The crash's own signal, queued again by the dump: delivered as
 		// it would have been without tprec (a signal sent to the process
-		// may go to another of its threads).
+		// may go to another of its threads, whose handler it is then).
 		s.requeuedTid = 0
+		if regs, err := proc.GetRegs(t.tid); err == nil {
+			s.crashSP = regs.Rsp
+		}
+		s.letCrashGo(t.tid)
 		return s.resume(t.tid, sig)
 	}
 	if sig == 0 {
@@ -1265,6 +1324,7 @@ func (s *session) crash(t *thread, sig int) error {
 		}
 		return nil
 	}
+	s.letCrashGo(t.tid)
 	return s.resumeFatal(t.tid, sig)
 }
 
