@@ -14,14 +14,17 @@
 # that also opens a connection per request), python (computes, reads a
 # file, takes a 7 ms SIGALRM), lua (Debian's lua5.4: tables, strings, a
 # file, the time), gzip (compresses random words), bash (a loop of forks
-# and execs). BACKENDS: the tprec backends taken in turn (default "ebpf
+# and execs), perl (hashes, regular expressions, a file, the time), sqlite3
+# (statements from a pipe against a database file: inserts, deletes,
+# queries, its journal), jq (transforms a stream of JSON objects from a
+# pipe). BACKENDS: the tprec backends taken in turn (default "ebpf
 # ptrace").
 # A run that fails keeps its checkpoint and tprec's log in KEEP_DIR (default
 # /tmp/tprec-soak). Exits 1 if any run failed. Needs root and the programs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-5}
-WORKLOADS=${WORKLOADS:-redis memcached nginx python lua gzip bash}
+WORKLOADS=${WORKLOADS:-redis memcached nginx python lua gzip bash perl sqlite3 jq}
 BACKENDS=${BACKENDS:-ebpf ptrace}
 KEEP_DIR=${KEEP_DIR:-/tmp/tprec-soak}
 BIN=${BIN:-$PWD/bin}
@@ -102,6 +105,47 @@ while True:
     i += 1
     time.sleep(0.0005)
 EOF
+cat >"$WORK/work.pl" <<'EOF'
+# Counts words in hashes, matches and rewrites strings, rereads a file and
+# asks the time.
+use strict;
+my (%h, $n);
+$| = 1;
+print "ready\n";
+while (1) {
+	my $s = join(" ", map { "w" . (($n * 7 + $_) % 911) } 1 .. 20);
+	$h{$1}++ while $s =~ /(w\d*3)\b/g;
+	$s =~ s/w(\d+)/$1 * 2/ge;
+	$h{len} = length $s;
+	if (++$n % 2000 == 0) {
+		open(my $f, "<", $ARGV[0]) or die;
+		local $/;
+		$h{file} = <$f>;
+		close $f;
+		$h{time} = time;
+		%h = (time => $h{time}) if keys %h > 5000;
+	}
+}
+EOF
+cat >"$WORK/gensql.py" <<'EOF'
+import sys
+out = sys.stdout
+out.write("PRAGMA journal_mode=DELETE;\nCREATE TABLE t(a INTEGER PRIMARY KEY, b TEXT, c REAL);\n")
+i = 0
+while True:
+    out.write("BEGIN;\n")
+    for j in range(50):
+        out.write("INSERT INTO t VALUES(%d, 'row %d ' || hex(randomblob(8)), %d * 0.5);\n" % (i, i, i))
+        i += 1
+    out.write("DELETE FROM t WHERE a < %d;\nCOMMIT;\nSELECT count(*), sum(c), max(length(b)) FROM t WHERE b LIKE '%%7%%';\n" % (i - 2000))
+EOF
+cat >"$WORK/genjson.py" <<'EOF'
+import json, sys
+i = 0
+while True:
+    print(json.dumps({"id": i, "name": "n%d" % (i * 7919 % 1000), "v": [i % 13, i % 7, i * 0.25], "tags": ["a", "b%d" % (i % 5)]}))
+    i += 1
+EOF
 words_file "$WORK/words.txt" 400
 
 # start WORKLOAD: starts the target (TPID) and its load (LOAD).
@@ -162,6 +206,27 @@ EOF
 		;;
 	gzip)
 		gzip -c "$WORK/words.txt" >/dev/null &
+		TPID=$!
+		;;
+	perl)
+		perl "$WORK/work.pl" /etc/hostname >"$WORK/pl.out" &
+		TPID=$!
+		waitfor 20 grep -q ready "$WORK/pl.out"
+		;;
+	sqlite3 | jq)
+		# The generator writes into a fifo the target reads: both pids
+		# are known (the generator is the load).
+		rm -f "$WORK/fifo" "$WORK/t.db" "$WORK/t.db-journal"
+		mkfifo "$WORK/fifo"
+		if [ "$1" = sqlite3 ]; then
+			python3 "$WORK/gensql.py" >"$WORK/fifo" 2>/dev/null &
+			LOAD=$!
+			sqlite3 "$WORK/t.db" <"$WORK/fifo" >/dev/null &
+		else
+			python3 "$WORK/genjson.py" >"$WORK/fifo" 2>/dev/null &
+			LOAD=$!
+			jq -c '{id, key: (.name | ascii_upcase), sum: (.v | add), tags: (.tags | join(","))}' <"$WORK/fifo" >/dev/null &
+		fi
 		TPID=$!
 		;;
 	bash)
