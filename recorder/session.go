@@ -113,6 +113,7 @@ type session struct {
 	// the process to record it afresh before then (crashQuiet), and its
 	// threads yield the CPUs to it meanwhile (yield).
 	quietUntil time.Time
+	quietLong  bool // quietUntil was extended for a handler still running (handlerStillRuns)
 	yield      cpuYield
 	// heldSignal is the fatal signal s.ctl is stopped in the delivery of
 	// while its checkpoint is taken; 0 once the dump shadow's injection
@@ -541,7 +542,43 @@ const crashQuiet = 5 * time.Second
 
 // quiet reports whether a crash handler may still be running (crashQuiet).
 func (s *session) quiet() bool {
-	return !s.quietUntil.IsZero() && time.Now().Before(s.quietUntil)
+	if s.quietUntil.IsZero() {
+		return false
+	}
+	return time.Now().Before(s.quietUntil) || s.handlerStillRuns()
+}
+
+// crashQuietMax bounds how long a crash handler still running at the end
+// of crashQuiet is left alone (handlerStillRuns).
+const crashQuietMax = 60 * time.Second
+
+// handlerStillRuns extends the quiet time, once, to crashQuietMax after the
+// crash, when the handler has not finished at its end: the thread that
+// took the signal is still there, and either the handler put the signal
+// back to its default on delivery (SA_RESETHAND: a crash report that ends
+// by raising it again) or the signal is still blocked (a handler that
+// runs). redis-server's memory test covers every anonymous mapping, and
+// takes seconds for a large data set, or on a machine other processes
+// keep busy: with four CPU hogs it ran past the 5 s, tprec stopped the
+// process to record it afresh, and the kernel killed redis out of that
+// stop (its rseq area held a test pattern) with a SIGSEGV of which tprec
+// wrote a second checkpoint, its crash report cut off. A process whose
+// one-shot handler returned and that goes on is recorded again only
+// after crashQuietMax.
+func (s *session) handlerStillRuns() bool {
+	if s.quietLong || s.state != stateStarting || !s.crashCaught || s.crashTid == 0 || s.crashed == 0 {
+		return false
+	}
+	s.quietLong = true
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d/task/%d", s.pid, s.crashTid)); err != nil {
+		return false
+	}
+	if _, caught := disposition(s.pid, s.crashed); caught && !s.crashBlocked() {
+		return false
+	}
+	s.quietUntil = s.quietUntil.Add(crashQuietMax - crashQuiet)
+	s.logf("process %d is still in the handler of its %v after %v: left alone until it ends, for up to %v", s.pid, unix.SignalName(unix.Signal(s.crashed)), crashQuiet, crashQuietMax)
+	return true
 }
 
 // fatal reports whether a signal the process is about to take is a crash
@@ -1306,7 +1343,7 @@ func (s *session) crash(t *thread, sig int) error {
 	// the handler had time to run undisturbed (crashQuiet).
 	s.state = stateStarting
 	if s.crashCaught {
-		s.quietUntil = time.Now().Add(crashQuiet)
+		s.quietUntil, s.quietLong = time.Now().Add(crashQuiet), false
 		s.yield.on()
 	}
 	s.ring.reset()

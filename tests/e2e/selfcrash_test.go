@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"bytes"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -129,6 +131,85 @@ work()
 			}
 		}
 		replay(t, ck)
+	})
+}
+
+// A crash handler that takes longer than tprec's quiet time (5 s) is left
+// alone until it ends: python3's faulthandler, whose report cannot be
+// written for 8 s (its stderr is a pipe the script filled and nobody reads
+// until then). It puts SIGSEGV back to its default as it starts, as
+// redis-server's crash log does, whose memory test takes seconds over a
+// large data set or on a machine others keep busy: stopped then to be
+// recorded afresh, redis was killed by the kernel out of that stop (its
+// rseq area held a test pattern), its report cut off, and tprec wrote a
+// second checkpoint of that. Here tprec must say it leaves the handler
+// alone and not record the process afresh; the report is whole once read,
+// the process dies of its SIGSEGV, and the one checkpoint verifies.
+func TestSlowCrashHandlerLeftAlone(t *testing.T) {
+	requireRoot(t)
+	forBackends(t, func(t *testing.T, backend string) {
+		dir := t.TempDir()
+		script := pythonScript(t, "slowreport.py", `
+import os, sys, time
+os.write(2, b"x" * 65500)  # the pipe holds 65,536: the report will wait
+open(os.path.join(sys.argv[1], "ready"), "w").write("1")
+n = 0
+while True:
+    n += 1
+    time.sleep(0.002)
+`)
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		target, _, done := startTargetErr(t, w, "/usr/bin/python3", "-X", "faulthandler", script, dir)
+		w.Close()
+		waitFile(t, filepath.Join(dir, "ready"), 1)
+		pid := target.Process.Pid
+		out := t.TempDir()
+		rec := startTprec(t, "--pid", fmt.Sprint(pid), "--output", out, "--backend", backend)
+		rec.waitRecording(t)
+		time.Sleep(time.Second)
+		if err := syscall.Kill(pid, syscall.SIGSEGV); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(8 * time.Second)
+		select {
+		case err := <-done:
+			t.Fatalf("python3 ended before its report could be written: %v\n%s", err, rec.stderr)
+		default:
+		}
+		report := make(chan []byte, 1)
+		go func() { b, _ := io.ReadAll(r); report <- b }()
+		select {
+		case err := <-done:
+			ee, ok := err.(*exec.ExitError)
+			if !ok || !ee.Sys().(syscall.WaitStatus).Signaled() || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGSEGV {
+				t.Fatalf("python3 did not die of SIGSEGV: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("python3 did not die once its report was read\n%s", rec.quit())
+		}
+		if err := rec.wait(t, 60*time.Second); err != nil {
+			t.Fatalf("tprec: %v\n%s", err, rec.stderr)
+		}
+		log := rec.stderr.String()
+		t.Logf("tprec:\n%s", log)
+		if !strings.Contains(log, "is still in the handler of its SIGSEGV after 5s: left alone until it ends") {
+			t.Error("tprec did not say it leaves the running handler alone")
+		}
+		if strings.Contains(log, "recording it afresh") {
+			t.Error("tprec stopped the process to record it afresh while its crash handler ran")
+		}
+		if b := string(<-report); !strings.Contains(b, "Fatal Python error: Segmentation fault") || !strings.Contains(b, "most recent call first") {
+			t.Errorf("python3's report is not whole: %q", b[max(0, len(b)-400):])
+		}
+		cks := checkpoints(t, out)
+		if len(cks) != 1 {
+			t.Fatalf("want one checkpoint, got %v", cks)
+		}
+		replay(t, cks[0])
 	})
 }
 
