@@ -560,9 +560,10 @@ const crashQuietMax = 60 * time.Second
 // runs). redis-server's memory test covers every anonymous mapping, and
 // takes seconds for a large data set, or on a machine other processes
 // keep busy: with four CPU hogs it ran past the 5 s, tprec stopped the
-// process to record it afresh, and the kernel killed redis out of that
-// stop (its rseq area held a test pattern) with a SIGSEGV of which tprec
-// wrote a second checkpoint, its crash report cut off. A process whose
+// process to record it afresh, and redis then died of a SIGSEGV it had not
+// raised (most likely the kernel's, its rseq area holding a test pattern:
+// crashQuiet), its crash report cut off, of which tprec wrote a second
+// checkpoint. A process whose
 // one-shot handler returned and that goes on is recorded again only
 // after crashQuietMax.
 func (s *session) handlerStillRuns() bool {
