@@ -275,6 +275,16 @@ func crashWith(t *testing.T, target *exec.Cmd, done chan error, after time.Durat
 	if err := send(pid); err != nil {
 		t.Fatalf("send SIGSEGV: %v (the program ended too early?)", err)
 	}
+	diesOfSIGSEGV(t, done, func() string {
+		return fmt.Sprintf("its threads:\n%s\ntprec stderr (with its goroutines):\n%s", threadStates(pid), rec.quit())
+	})
+	return rec.oneCheckpoint(t, dir), rec.stderr.String()
+}
+
+// diesOfSIGSEGV requires that the target whose end done reports die of
+// SIGSEGV within 30 s; hung says what to show if it does not end.
+func diesOfSIGSEGV(t *testing.T, done chan error, hung func() string) {
+	t.Helper()
 	select {
 	case err := <-done:
 		ee, ok := err.(*exec.ExitError)
@@ -282,17 +292,23 @@ func crashWith(t *testing.T, target *exec.Cmd, done chan error, after time.Durat
 			t.Fatalf("target did not die of SIGSEGV: %v", err)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatalf("target did not die; its threads:\n%s\ntprec stderr (with its goroutines):\n%s", threadStates(pid), rec.quit())
+		t.Fatalf("target did not die; %s", hung())
 	}
-	if err := rec.wait(t, 60*time.Second); err != nil {
-		t.Fatalf("tprec: %v\n%s", err, rec.stderr)
+}
+
+// oneCheckpoint waits for tprec to end and requires that it wrote one
+// checkpoint into dir, which it returns.
+func (r *recording) oneCheckpoint(t *testing.T, dir string) string {
+	t.Helper()
+	if err := r.wait(t, 60*time.Second); err != nil {
+		t.Fatalf("tprec: %v\n%s", err, r.stderr)
 	}
-	t.Logf("tprec:\n%s", rec.stderr)
+	t.Logf("tprec:\n%s", r.stderr)
 	cks := checkpoints(t, dir)
 	if len(cks) != 1 {
-		t.Fatalf("want one checkpoint, got %v\n%s", cks, rec.stderr)
+		t.Fatalf("want one checkpoint, got %v\n%s", cks, r.stderr)
 	}
-	return cks[0], rec.stderr.String()
+	return cks[0]
 }
 
 // pythonScript writes a python3 program into a temporary file and returns

@@ -182,20 +182,9 @@ while True:
 		}
 		report := make(chan []byte, 1)
 		go func() { b, _ := io.ReadAll(r); report <- b }()
-		select {
-		case err := <-done:
-			ee, ok := err.(*exec.ExitError)
-			if !ok || !ee.Sys().(syscall.WaitStatus).Signaled() || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGSEGV {
-				t.Fatalf("python3 did not die of SIGSEGV: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatalf("python3 did not die once its report was read\n%s", rec.quit())
-		}
-		if err := rec.wait(t, 60*time.Second); err != nil {
-			t.Fatalf("tprec: %v\n%s", err, rec.stderr)
-		}
+		diesOfSIGSEGV(t, done, func() string { return "its report was read\n" + rec.quit() })
+		ck := rec.oneCheckpoint(t, out)
 		log := rec.stderr.String()
-		t.Logf("tprec:\n%s", log)
 		if !strings.Contains(log, "is still in the handler of its SIGSEGV after 5s: left alone until it ends") {
 			t.Error("tprec did not say it leaves the running handler alone")
 		}
@@ -205,11 +194,7 @@ while True:
 		if b := string(<-report); !strings.Contains(b, "Fatal Python error: Segmentation fault") || !strings.Contains(b, "most recent call first") {
 			t.Errorf("python3's report is not whole: %q", b[max(0, len(b)-400):])
 		}
-		cks := checkpoints(t, out)
-		if len(cks) != 1 {
-			t.Fatalf("want one checkpoint, got %v", cks)
-		}
-		replay(t, cks[0])
+		replay(t, ck)
 	})
 }
 
