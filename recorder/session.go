@@ -697,7 +697,10 @@ func (s *session) threadExits(tid int) {
 	if s.crashDrop == nil || tid != s.crashTid {
 		return
 	}
-	msg, _ := proc.EventMsg(tid)
+	msg, err := proc.EventMsg(tid)
+	if err != nil {
+		return // killed out of the stop: no exit status to judge, the checkpoint stays
+	}
 	if ws := unix.WaitStatus(msg); ws.Exited() && ws.ExitStatus() == 0 && (!s.crashBlocked() || s.leftHandler(tid)) {
 		s.survivedCrash()
 	}
