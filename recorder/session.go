@@ -667,9 +667,16 @@ func (s *session) crashPending() bool {
 	if err != nil {
 		return true
 	}
+	pnd, ok := pendingSignals(st)
+	return !ok || pnd&(1<<(s.crashed-1)) != 0
+}
+
+// pendingSignals is the mask of the signals pending in a thread, its own
+// and its process's, from its /proc status.
+func pendingSignals(st map[string]string) (uint64, bool) {
 	pnd, ok1 := statusMask(st, "SigPnd")
 	shd, ok2 := statusMask(st, "ShdPnd")
-	return !ok1 || !ok2 || (pnd|shd)&(1<<(s.crashed-1)) != 0
+	return pnd | shd, ok1 && ok2
 }
 
 // crashBlocked reports whether the signal of the crash is blocked in the
@@ -1784,9 +1791,8 @@ func dying(pid int) bool {
 		return true
 	}
 	kill := uint64(1) << (unix.SIGKILL - 1)
-	pnd, _ := statusMask(st, "SigPnd")
-	shd, _ := statusMask(st, "ShdPnd")
-	return (pnd|shd)&kill != 0
+	pnd, _ := pendingSignals(st)
+	return pnd&kill != 0
 }
 
 // detach leaves the process running as if tprec had never been there.

@@ -140,9 +140,9 @@ work()
 // until then). It puts SIGSEGV back to its default as it starts, as
 // redis-server's crash log does, whose memory test takes seconds over a
 // large data set or on a machine others keep busy: stopped then to be
-// recorded afresh, redis was killed by the kernel out of that stop (its
-// rseq area held a test pattern), its report cut off, and tprec wrote a
-// second checkpoint of that. Here tprec must say it leaves the handler
+// recorded afresh, redis died of a SIGSEGV it had not raised (most likely
+// the kernel's, its rseq area holding a test pattern), its report cut off,
+// and tprec wrote a second checkpoint of that. Here tprec must say it leaves the handler
 // alone and not record the process afresh; the report is whole once read,
 // the process dies of its SIGSEGV, and the one checkpoint verifies.
 func TestSlowCrashHandlerLeftAlone(t *testing.T) {
