@@ -415,6 +415,9 @@ func (s *session) finish(path string, c *format.Checkpoint, src *liveSource, t0 
 	if c.Final, err = src.resolve(c.Final); err != nil {
 		return err
 	}
+	if err = src.fileNames(c); err != nil {
+		return err
+	}
 	clk.mark("final pages")
 	if drop.dropped() {
 		return nil

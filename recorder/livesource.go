@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/tprec/tprec/format"
+	"github.com/tprec/tprec/internal/parallel"
 	"github.com/tprec/tprec/proc"
 )
 
@@ -206,6 +207,54 @@ func (l *liveSource) Page(h format.Hash) ([]byte, error) {
 		return b.page()
 	}
 	return l.store.Page(h)
+}
+
+// fileNames renames the originals of the ring that c's intervals refer to
+// with the names a file gives pages (format.HashPage): the ring names them
+// by a cheaper hash of its own (ring.key). Only the pages a checkpoint
+// keeps are hashed this way, after the trial.
+func (l *liveSource) fileNames(c *format.Checkpoint) error {
+	var todo []format.Hash
+	seen := map[format.Hash]bool{}
+	for _, iv := range c.Intervals {
+		for _, p := range iv.Written {
+			if _, ok := l.saved[p.Hash]; ok && !seen[p.Hash] {
+				seen[p.Hash] = true
+				todo = append(todo, p.Hash)
+			}
+		}
+	}
+	names := make([]format.Hash, len(todo))
+	const chunk = 256
+	err := parallel.Each((len(todo)+chunk-1)/chunk, func(i int) error {
+		for k := i * chunk; k < min((i+1)*chunk, len(todo)); k++ {
+			data, err := l.saved[todo[k]].page()
+			if err != nil {
+				return fmt.Errorf("an original of the ring: %w", err)
+			}
+			names[k] = format.HashPage(data)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	rename := make(map[format.Hash]format.Hash, len(todo))
+	for k, h := range todo {
+		rename[h] = names[k]
+		l.saved[names[k]] = l.saved[h]
+	}
+	// New lists: without a trial, they are the ring's own.
+	for i := range c.Intervals {
+		w := slices.Clone(c.Intervals[i].Written)
+		for k, p := range w {
+			if n, ok := rename[p.Hash]; ok {
+				w[k].Hash = n
+			}
+		}
+		c.Intervals[i].Written = w
+	}
+	return nil
 }
 
 // resolve reads the content of every live reference, stores it and returns

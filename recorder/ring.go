@@ -1,8 +1,11 @@
 package recorder
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"slices"
 
 	"github.com/klauspost/compress/s2"
@@ -71,6 +74,8 @@ type ring struct {
 	intervals []*interval // oldest first
 	pages     map[format.Hash]*blob
 	bytes     int64
+	// seed makes the ring's names of pages (key).
+	seed maphash.Seed
 	// busy is the pack under way (startPack), done where it ends.
 	busy *packJob
 	done chan *packJob
@@ -93,8 +98,31 @@ type ring struct {
 }
 
 func newRing(keep int, maxBytes int64) *ring {
-	return &ring{keep: keep, maxBytes: maxBytes, pages: map[format.Hash]*blob{}, done: make(chan *packJob, 1)}
+	return &ring{keep: keep, maxBytes: maxBytes, pages: map[format.Hash]*blob{}, done: make(chan *packJob, 1),
+		seed: maphash.MakeSeed()}
 }
+
+// key names a page inside the ring: a 64-bit sum of hash/maphash under a
+// seed of the ring's own, in the first half of the name. A file names its
+// pages by SHA-256 (format.HashPage), which took 17% of the recorder's CPU
+// on a redis-server under load, hashing every original of every boundary
+// (about 9,000 pages a second) when a checkpoint keeps a few thousand of
+// them; maphash takes a third of that (BENCHMARKS.md). The dump renames the
+// pages it keeps (liveSource.fileNames). When a name comes up for another
+// content, the second half numbers the contents that share the sum
+// (addPage), so the ring never mistakes one page for another. No name
+// starts like a live reference (liveHash) or is format.ZeroHash.
+func (r *ring) key(data []byte) format.Hash {
+	var h format.Hash
+	binary.LittleEndian.PutUint64(h[:8], maphash.Bytes(r.seed, data))
+	if [8]byte(h[:8]) == liveMagic || [8]byte(h[:8]) == [8]byte(format.ZeroHash[:8]) {
+		h[0]++
+	}
+	return h
+}
+
+// zeroPage is a page of zeros, for comparisons.
+var zeroPage = make([]byte, format.PageSize)
 
 // addPage stores one original page for iv and returns its reference.
 // lastWritten returns the pages the interval before the one of the given
@@ -122,12 +150,18 @@ const maxDeltaSources = 4096
 // addPage stores one original page for iv. data must not change until the
 // next boundary's originals (it may be a delta source).
 func (r *ring) addPage(iv *interval, addr uint64, data []byte) {
-	h := format.HashPage(data)
-	iv.meta.Written = append(iv.meta.Written, format.PageRef{Addr: addr, Hash: h})
-	if h == format.ZeroHash {
+	if bytes.Equal(data, zeroPage) {
+		iv.meta.Written = append(iv.meta.Written, format.PageRef{Addr: addr, Hash: format.ZeroHash})
 		return
 	}
+	h := r.key(data)
 	b, ok := r.pages[h]
+	for ok && !b.holds(data) {
+		// Two contents with one sum: this one takes the next number.
+		binary.LittleEndian.PutUint64(h[8:], binary.LittleEndian.Uint64(h[8:])+1)
+		b, ok = r.pages[h]
+	}
+	iv.meta.Written = append(iv.meta.Written, format.PageRef{Addr: addr, Hash: h})
 	if ok {
 		b.refs++
 	} else {
@@ -188,6 +222,12 @@ func (r *ring) page(h format.Hash) ([]byte, error) {
 		return nil, fmt.Errorf("page %x not in the ring", h)
 	}
 	return b.page()
+}
+
+// holds reports whether the blob's content is data.
+func (b *blob) holds(data []byte) bool {
+	p, err := b.page()
+	return err == nil && bytes.Equal(p, data)
 }
 
 // page returns the blob's content. Blobs never change once stored, so a

@@ -22,6 +22,34 @@ func noise(seed int64) []byte {
 
 func page(b byte) []byte { return bytes.Repeat([]byte{b}, format.PageSize) }
 
+// ringName is the name the ring gives a page's content.
+func ringName(r *ring, data []byte) format.Hash {
+	if bytes.Equal(data, zeroPage) {
+		return format.ZeroHash
+	}
+	return r.key(data)
+}
+
+// Two contents the ring's hash gives one name (forced here by storing one
+// under the other's name) are both kept, each under a name of its own.
+func TestRingNamesCollisionKeepsBoth(t *testing.T) {
+	r := newRing(4, 1<<30)
+	a, b := noise(1), noise(2)
+	r.pages[r.key(b)] = r.store(r.key(b), 0x1000, a) // a under b's name
+	iv := &interval{meta: format.Interval{Index: 0}}
+	r.addPage(iv, 0x2000, b)
+	r.addPage(iv, 0x3000, a)
+	w := iv.meta.Written
+	if w[0].Hash == r.key(b) || w[0].Hash == w[1].Hash {
+		t.Fatalf("b was named %x, a %x; the name held by a's content is %x", w[0].Hash, w[1].Hash, r.key(b))
+	}
+	for i, want := range [][]byte{b, a} {
+		if got, err := r.page(w[i].Hash); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("page %d reads back wrong: %v", i, err)
+		}
+	}
+}
+
 func TestRingKeepsNewestAndSharesPages(t *testing.T) {
 	r := newRing(3, 1<<30)
 	for i := 0; i < 5; i++ {
@@ -40,12 +68,12 @@ func TestRingKeepsNewestAndSharesPages(t *testing.T) {
 	for _, iv := range r.intervals {
 		for _, p := range iv.meta.Written {
 			got, err := r.page(p.Hash)
-			if err != nil || format.HashPage(got) != p.Hash {
+			if err != nil || ringName(r, got) != p.Hash {
 				t.Fatalf("page %x: %v", p.Hash, err)
 			}
 		}
 	}
-	if _, err := r.page(format.HashPage(page(99))); err == nil {
+	if _, err := r.page(r.key(page(99))); err == nil {
 		t.Fatal("a page that was never stored is found")
 	}
 }
@@ -487,14 +515,14 @@ func TestRingDeltaOriginals(t *testing.T) {
 		iv := &interval{meta: format.Interval{Index: i}}
 		orig := slices.Clone(cur)
 		r.addPage(iv, 0x1000, orig)
-		held[format.HashPage(orig)] = orig
+		held[r.key(orig)] = orig
 		if i%5 != 0 {
 			// An original the previous boundary did not save: no base.
 			r.addPage(iv, 0x9000, noise(int64(100+i)))
 		}
 		b := slices.Clone(big)
 		r.addPage(iv, 0x2000, b)
-		held[format.HashPage(b)] = b
+		held[r.key(b)] = b
 		r.push(iv, true)
 		// The interval's writes: a few words of one page, all of the other.
 		for k := 0; k < 3; k++ {
@@ -506,7 +534,7 @@ func TestRingDeltaOriginals(t *testing.T) {
 	for _, iv := range r.intervals {
 		for _, p := range iv.meta.Written {
 			got, err := r.page(p.Hash)
-			if err != nil || !bytes.Equal(got, held[p.Hash]) && held[p.Hash] != nil || format.HashPage(got) != p.Hash {
+			if err != nil || !bytes.Equal(got, held[p.Hash]) && held[p.Hash] != nil || ringName(r, got) != p.Hash {
 				t.Fatalf("interval %d page %#x: %v", iv.meta.Index, p.Addr, err)
 			}
 			if b := r.pages[p.Hash]; b.base != nil {
@@ -549,4 +577,39 @@ func (r *ring) logBytes() int64 {
 		n += iv.logBytes
 	}
 	return n
+}
+
+// A dump renames the originals it keeps with the file's names
+// (format.HashPage), in lists of its own: the ring, which goes on recording
+// after a dump request, keeps its names.
+func TestFileNamesLeaveTheRingAlone(t *testing.T) {
+	r := newRing(4, 1<<30)
+	iv := &interval{meta: format.Interval{Index: 0}}
+	pages := [][]byte{noise(1), page(0), noise(2)}
+	for i, p := range pages {
+		r.addPage(iv, uint64(i+1)<<12, p)
+	}
+	r.push(iv, true)
+	saved := map[format.Hash]*blob{}
+	for _, p := range iv.meta.Written {
+		if b := r.pages[p.Hash]; b != nil {
+			saved[p.Hash] = b
+		}
+	}
+	c := &format.Checkpoint{Intervals: []format.Interval{iv.meta}} // shares the ring's list
+	src := &liveSource{saved: saved, store: format.NewMemStore()}
+	if err := src.fileNames(c); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range pages {
+		if got := c.Intervals[0].Written[i].Hash; got != format.HashPage(p) {
+			t.Fatalf("page %d named %x in the checkpoint, want %x", i, got, format.HashPage(p))
+		}
+		if got := iv.meta.Written[i].Hash; got != ringName(r, p) {
+			t.Fatalf("page %d renamed in the ring too: %x", i, got)
+		}
+		if got, err := src.Page(format.HashPage(p)); err != nil || !bytes.Equal(got, p) {
+			t.Fatalf("page %d not served under its file name: %v", i, err)
+		}
+	}
 }
