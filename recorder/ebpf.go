@@ -75,6 +75,7 @@ type ebpfSource struct {
 	profile *os.File  // CPU profile of the recorder, with TPREC_CPUPROFILE
 
 	flushReq chan struct{} // a drain asks the reader to empty the ring
+	low      lowered       // the reader's thread
 	flushed  chan error    // one value per request, from the reader
 	stop     atomic.Bool   // the reader returns at its next look
 	done     chan struct{} // closed when the reader returns
@@ -352,6 +353,11 @@ func (e *ebpfSource) resumeRequest() int { return unix.PTRACE_CONT }
 // waits for at most one batch.
 func (e *ebpfSource) read() {
 	defer close(e.done)
+	// The reader's thread runs at SCHED_IDLE, raised when the target waits
+	// for it (lowered). Locked and never unlocked: the thread ends with
+	// the goroutine, its policy with it.
+	runtime.LockOSThread()
+	e.low.lower()
 	const batch = 1024
 	period := pollPeriod
 	for !e.stop.Load() {
@@ -367,6 +373,8 @@ func (e *ebpfSource) read() {
 		} else {
 			period = min(2*period, idlePollPeriod)
 		}
+		// Raised for a drain, or by the watchdog: the ring is empty again.
+		e.low.lower()
 		if asked {
 			e.flushed <- err
 		}
@@ -513,6 +521,8 @@ func (e *ebpfSource) complete(seq uint64, c *pendingCall) {
 // drain returns once the reader has consumed every record committed before
 // the call. The target is stopped, so nothing new of it can arrive.
 func (e *ebpfSource) drain() error {
+	e.low.hold()
+	defer e.low.unhold()
 	select {
 	case e.flushReq <- struct{}{}:
 	default: // a request is already waiting
@@ -818,6 +828,8 @@ func (e *ebpfSource) catchUp() {
 		return
 	}
 	t0 := time.Now()
+	e.low.hold()
+	defer e.low.unhold()
 	e.ring.poke()
 	for e.ring.pending() > size/4 && time.Since(t0) < catchUpLimit {
 		select {
@@ -828,6 +840,16 @@ func (e *ebpfSource) catchUp() {
 	}
 	e.held.times++
 	e.held.total += time.Since(t0)
+}
+
+// watch raises the reader when the ring buffer is more than 1/16th
+// full: lowered on a machine other work keeps busy, it could fall behind
+// until the programs hold the target for it (catchUp). It then stays
+// raised for starvedHold.
+func (e *ebpfSource) watch() {
+	if e.ring.pending() > (e.ring.mask+1)/16 {
+		e.low.rescue()
+	}
 }
 
 // heldFor reports the stops catchUp held and for how long in all.
@@ -897,10 +919,14 @@ func (e *ebpfSource) close() {
 		e.objs.Traced.Delete(uint32(e.pid))
 		e.markTraced(e.pid, false)
 		e.stop.Store(true)
+		e.low.raise()
 		e.ring.poke()
 		<-e.done
 		e.ring.close()
 		e.ring = nil
+	}
+	if n := e.low.rescued(); n > 0 && debugStops {
+		e.logf("ring buffer reader raised %d times after waiting for a CPU", n)
 	}
 	if e.held.times > 0 {
 		e.logf("held the process %d times, %v in all, for the ring buffer reader to catch up", e.held.times, e.held.total.Round(time.Millisecond))

@@ -115,6 +115,9 @@ type session struct {
 	quietUntil time.Time
 	quietLong  bool // quietUntil was extended for a handler still running (handlerStillRuns)
 	yield      cpuYield
+	// deferLow is the tracer thread while it saves a boundary's originals
+	// after the target resumed (drain, watchdog).
+	deferLow lowered
 	// heldSignal is the fatal signal s.ctl is stopped in the delivery of
 	// while its checkpoint is taken; 0 once the dump shadow's injection
 	// has queued it again (proc.Call.Signal).
@@ -281,6 +284,7 @@ func Record(ctx context.Context, o Options, requests <-chan struct{}) error {
 	}
 	ticker := time.NewTicker(o.Interval)
 	defer ticker.Stop()
+	defer s.watchdog()() // before the source closes
 	err = s.tr.Do(func() error { return s.loop(ctx, ticker.C, requests) })
 	s.yield.off() // the process is gone: the checkpoints are written at full speed
 	s.awaitDumps(ctx)
@@ -293,6 +297,34 @@ func Record(ctx context.Context, o Options, requests <-chan struct{}) error {
 		err = fmt.Errorf("%w: %d checkpoint(s) could not be written (see above)", ErrNotWritten, s.lostDumps)
 	}
 	return err
+}
+
+// watchdog starts the goroutine that raises lowered threads (lowered):
+// the saving of originals once it has waited lowWait, the ring buffer
+// reader when its source says so (recordSource.watch). The function it
+// returns stops it.
+func (s *session) watchdog() (stop func()) {
+	done, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		t := time.NewTicker(watchPeriod)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			s.src.watch()
+			if s.deferLow.lowFor() > lowWait {
+				s.deferLow.rescue()
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-ended
+	}
 }
 
 // awaitDumps waits for the checkpoints still being minimized and written.
@@ -908,7 +940,11 @@ func (s *session) drain(tid int) error {
 		if err := s.handle(st); err != nil {
 			return err
 		}
+		// The target runs again: the saving waits for a CPU nothing else
+		// wants (lowered), at most lowWait.
+		s.deferLow.lower()
 		s.runDeferred()
+		s.deferLow.raise()
 		if s.gone || s.state == stateStopped {
 			return nil
 		}

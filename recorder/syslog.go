@@ -32,6 +32,8 @@ type source interface {
 	// catchUp runs after the session handled an own signal: the source
 	// may hold the stopped thread until its reader has caught up.
 	catchUp()
+	// watch runs every watchPeriod while recording (session.watchdog).
+	watch()
 	// heldFor reports how many stops catchUp held, and for how long.
 	heldFor() (int, time.Duration)
 	// opened is called when an interval has started, the target still
@@ -60,6 +62,7 @@ func (ptraceSource) sync(s *session) error                             { return 
 func (ptraceSource) opened(s *session) error                           { return nil }
 func (ptraceSource) ownSignal(sig int) bool                            { return false }
 func (ptraceSource) catchUp()                                          {}
+func (ptraceSource) watch()                                            {}
 func (ptraceSource) heldFor() (int, time.Duration)                     { return 0, 0 }
 func (ptraceSource) close()                                            {}
 func (ptraceSource) checkWritten(*session, []format.Mapping, []uint64) {}

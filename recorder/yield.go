@@ -2,7 +2,11 @@ package recorder
 
 import (
 	"os"
+	"runtime"
 	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -32,6 +36,7 @@ func (y *cpuYield) on() {
 		return
 	}
 	y.saved = attr
+	yielding.Store(true)
 	applySched(&unix.SchedAttr{Policy: unix.SCHED_IDLE})
 }
 
@@ -41,10 +46,16 @@ func (y *cpuYield) off() {
 	}
 	a := *y.saved
 	y.saved = nil
+	yielding.Store(false)
 	applySched(&a)
 }
 
-// applySched sets the scheduling attributes of every thread of tprec.
+// yielding is true while a cpuYield is on: a lowered thread raised then
+// stays at SCHED_IDLE.
+var yielding atomic.Bool
+
+// applySched sets the scheduling attributes of every thread of tprec, but
+// those lowered (lowered.lower), which stay at SCHED_IDLE.
 func applySched(a *unix.SchedAttr) {
 	ents, err := os.ReadDir("/proc/self/task")
 	if err != nil {
@@ -52,8 +63,163 @@ func applySched(a *unix.SchedAttr) {
 	}
 	for _, e := range ents {
 		if tid, err := strconv.Atoi(e.Name()); err == nil {
+			if _, low := loweredTids.Load(tid); low && a.Policy != unix.SCHED_IDLE {
+				continue
+			}
 			attr := *a
 			unix.SchedSetAttr(tid, &attr, 0)
 		}
 	}
+}
+
+// lowered is a thread of tprec that does work nothing waits for at the
+// SCHED_IDLE policy, until something does: tprec's ring buffer reader and
+// the saving of a boundary's originals after the target resumed. At that
+// policy a thread of tprec runs only on a CPU nothing else wants, and a
+// CPU that runs only such threads counts as idle where the kernel places
+// a waking task. On a redis-server under redis-benchmark, which keep both
+// CPUs of a 2-CPU machine busy, tprec's threads at the normal policy took
+// the CPU the waking client or server would have had: the two ended on one
+// CPU, each waiting for it 15% of the time while the other CPU was idle
+// 39% of it (/proc/PID/task/*/schedstat, /proc/stat), and redis served 35%
+// fewer requests than unrecorded; with the reader and the saving lowered,
+// BENCHMARKS.md. The thread goes back to tprec's own policy (raise) when
+// the target waits for it (a boundary's drain of the ring buffer), or when
+// it has waited too long for a CPU: a machine that other work keeps busy
+// would otherwise starve it, and the ring buffer would fill and lose
+// records (watchdog).
+type lowered struct {
+	mu    sync.Mutex
+	tid   int
+	since time.Time // when it was lowered; zero while it is not
+	held  int       // holds (hold) under way: lower waits for them
+	// starved is when the watchdog last raised it (rescue): for
+	// starvedHold after, it stays raised.
+	starved time.Time
+	rescues int // how many times the watchdog raised it
+}
+
+// starvedHold is how long a thread the watchdog had to raise stays at
+// tprec's own policy: on a machine other programs keep busy, a reader
+// lowered again after every pass fell an eighth of its ring behind between
+// two looks of the watchdog, and each boundary then held the target while
+// it caught up (python3 reading files in a loop among four CPU hogs on two
+// CPUs: boundaries of 421 ms instead of a few).
+const starvedHold = time.Second
+
+// loweredTids are the threads lowered now.
+var loweredTids sync.Map
+
+// lower puts the calling thread, which the caller locked to its goroutine
+// (runtime.LockOSThread), at SCHED_IDLE.
+func (l *lowered) lower() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.since.IsZero() || l.held > 0 || time.Since(l.starved) < starvedHold || !raisable() {
+		return
+	}
+	l.tid = unix.Gettid()
+	if unix.SchedSetAttr(0, &unix.SchedAttr{Policy: unix.SCHED_IDLE}, 0) == nil {
+		l.since = time.Now()
+		loweredTids.Store(l.tid, true)
+	}
+}
+
+// raise puts the thread back at tprec's own policy (SCHED_IDLE still while
+// a cpuYield is on). Any goroutine may call it.
+func (l *lowered) raise() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.raiseLocked()
+}
+
+// rescue raises a thread that waited too long for a CPU, for at least
+// starvedHold.
+func (l *lowered) rescue() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.starved = time.Now()
+	if !l.since.IsZero() {
+		l.rescues++
+	}
+	l.raiseLocked()
+}
+
+// hold raises the thread and keeps it raised until unhold: the target
+// waits for it meanwhile.
+func (l *lowered) hold() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.held++
+	l.raiseLocked()
+}
+
+func (l *lowered) unhold() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.held--
+}
+
+func (l *lowered) raiseLocked() {
+	if l.since.IsZero() {
+		return
+	}
+	l.since = time.Time{}
+	loweredTids.Delete(l.tid)
+	if !yielding.Load() {
+		attr := ownSched
+		unix.SchedSetAttr(l.tid, &attr, 0)
+	}
+}
+
+// lowFor returns how long the thread has been lowered (0 if it is not).
+func (l *lowered) lowFor() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.since.IsZero() {
+		return 0
+	}
+	return time.Since(l.since)
+}
+
+// raisable reports whether a thread of tprec may go back from SCHED_IDLE
+// to its own policy: that takes CAP_SYS_NICE, or a RLIMIT_NICE that allows
+// the thread's nice value (sched(7)), which a tprec given only CAP_BPF,
+// CAP_PERFMON and CAP_SYS_PTRACE lacks. Without it, nothing is lowered. A
+// thread of its own tries it; it ends with its goroutine, whatever policy
+// the try left it at.
+var raisable = sync.OnceValue(func() bool {
+	ok := make(chan bool)
+	go func() {
+		runtime.LockOSThread() // never unlocked
+		if unix.SchedSetAttr(0, &unix.SchedAttr{Policy: unix.SCHED_IDLE}, 0) != nil {
+			ok <- false
+			return
+		}
+		attr := ownSched
+		ok <- unix.SchedSetAttr(0, &attr, 0) == nil
+	}()
+	return <-ok
+})
+
+// ownSched is the policy tprec was started with.
+var ownSched = func() unix.SchedAttr {
+	if a, err := unix.SchedGetAttr(0, 0); err == nil {
+		return *a
+	}
+	return unix.SchedAttr{Policy: unix.SCHED_NORMAL}
+}()
+
+// watchPeriod is how often the watchdog looks at the lowered threads, and
+// lowWait how long the saving may wait at SCHED_IDLE.
+const (
+	watchPeriod = 10 * time.Millisecond
+	lowWait     = 20 * time.Millisecond
+)
+
+// rescued returns how many times the watchdog raised the thread.
+func (l *lowered) rescued() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.rescues
 }

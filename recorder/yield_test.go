@@ -1,0 +1,137 @@
+package recorder
+
+import (
+	"os"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// onThread runs functions on one locked thread, and returns its tid.
+func onThread(t *testing.T) (tid int, run func(func())) {
+	t.Helper()
+	fns := make(chan func())
+	ready := make(chan int)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the test
+		ready <- unix.Gettid()
+		for fn := range fns {
+			fn()
+			ready <- 0
+		}
+	}()
+	t.Cleanup(func() { close(fns) })
+	tid = <-ready
+	return tid, func(fn func()) {
+		fns <- fn
+		<-ready
+	}
+}
+
+func policyOf(t *testing.T, tid int) uint32 {
+	t.Helper()
+	a, err := unix.SchedGetAttr(tid, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a.Policy
+}
+
+// A lowered thread runs at SCHED_IDLE until raised; held, it stays raised
+// whatever it asks; a cpuYield neither raises it nor lets a raise leave
+// SCHED_IDLE; a thread made before any of this keeps tprec's own policy.
+func TestLoweredThread(t *testing.T) {
+	if !raisable() {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI=true: this process may not go back from SCHED_IDLE (no CAP_SYS_NICE)")
+		}
+		t.Skip("skipped: without CAP_SYS_NICE nothing is lowered (run as root)")
+	}
+	own := ownSched.Policy
+	if own == unix.SCHED_IDLE {
+		t.Skip("skipped: the test itself runs at SCHED_IDLE")
+	}
+	var l lowered
+	tid, run := onThread(t)
+	run(l.lower)
+	if p := policyOf(t, tid); p != unix.SCHED_IDLE || l.lowFor() == 0 {
+		t.Fatalf("lowered thread at policy %d", p)
+	}
+	l.raise()
+	if p := policyOf(t, tid); p != own || l.lowFor() != 0 {
+		t.Fatalf("raised thread at policy %d, want %d", p, own)
+	}
+	l.hold()
+	run(l.lower)
+	if p := policyOf(t, tid); p != own {
+		t.Fatalf("held thread lowered itself: policy %d", p)
+	}
+	l.unhold()
+	run(l.lower)
+	if p := policyOf(t, tid); p != unix.SCHED_IDLE {
+		t.Fatalf("thread not lowered once unheld: policy %d", p)
+	}
+	var y cpuYield
+	y.on()
+	l.raise()
+	if p := policyOf(t, tid); p != unix.SCHED_IDLE {
+		t.Fatalf("thread raised during a yield: policy %d", p)
+	}
+	y.off()
+	if p := policyOf(t, tid); p != own {
+		t.Fatalf("thread raised during a yield is at policy %d after it, want %d", p, own)
+	}
+	run(l.lower)
+	y.on()
+	y.off()
+	if p := policyOf(t, tid); p != unix.SCHED_IDLE {
+		t.Fatalf("a yield's end raised a lowered thread: policy %d", p)
+	}
+	if p := policyOf(t, unix.Gettid()); p != own {
+		t.Fatalf("the test's own thread is at policy %d after a yield, want %d", p, own)
+	}
+}
+
+// The watchdog raises the saving once it has waited lowWait at SCHED_IDLE,
+// and the ring buffer reader once the ring is more than an eighth full.
+func TestWatchdogRaises(t *testing.T) {
+	if !raisable() {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI=true: this process may not go back from SCHED_IDLE (no CAP_SYS_NICE)")
+		}
+		t.Skip("skipped: without CAP_SYS_NICE nothing is lowered (run as root)")
+	}
+	const size = 1 << 20
+	var cons, prod uint64
+	e := &ebpfSource{ring: &ringReader{ringRing: ringRing{consPos: &cons, prodPos: &prod, mask: size - 1}}}
+	s := &session{src: e}
+	saver, runSaver := onThread(t)
+	reader, runReader := onThread(t)
+	runSaver(s.deferLow.lower)
+	runReader(e.low.lower)
+	stop := s.watchdog()
+	defer stop()
+	deadline := time.Now().Add(2 * time.Second)
+	for policyOf(t, saver) == unix.SCHED_IDLE && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if waited := 2*time.Second - time.Until(deadline); policyOf(t, saver) != ownSched.Policy || waited < lowWait {
+		t.Fatalf("saving at policy %d after %v", policyOf(t, saver), waited)
+	}
+	runSaver(s.deferLow.lower)
+	if p := policyOf(t, saver); p != ownSched.Policy {
+		t.Fatalf("saving lowered again right after the watchdog raised it: policy %d", p)
+	}
+	time.Sleep(3 * watchPeriod)
+	if p := policyOf(t, reader); p != unix.SCHED_IDLE {
+		t.Fatalf("reader raised with an empty ring: policy %d", p)
+	}
+	atomic.StoreUint64(&prod, size/4)
+	time.Sleep(3 * watchPeriod)
+	if p := policyOf(t, reader); p != ownSched.Policy {
+		t.Fatalf("reader not raised with a quarter-full ring: policy %d", p)
+	}
+}
