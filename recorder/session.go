@@ -940,11 +940,14 @@ func (s *session) drain(tid int) error {
 		if err := s.handle(st); err != nil {
 			return err
 		}
-		// The target runs again: the saving waits for a CPU nothing else
-		// wants (lowered), at most lowWait.
-		s.deferLow.lower()
-		s.runDeferred()
-		s.deferLow.raise()
+		if len(s.deferred) > 0 {
+			// The target runs again: the saving waits for a CPU nothing
+			// else wants (lowered), at most lowWait. Not for every stop:
+			// under ptrace, every call is one.
+			s.deferLow.lower()
+			s.runDeferred()
+			s.deferLow.raise()
+		}
 		if s.gone || s.state == stateStopped {
 			return nil
 		}
