@@ -72,6 +72,45 @@ func TestTrialPieces(t *testing.T) {
 	}
 }
 
+// A piece does not end where a thread is in a call (a join's futex wait)
+// after a thread that made calls in the interval before ended: the end
+// wakes the waiter without a call, which the log cannot order.
+func TestTrialPiecesNotAtAJoin(t *testing.T) {
+	c := &format.Checkpoint{}
+	seq := uint64(1)
+	for i := range 4 {
+		iv := format.Interval{Index: 10 + i, FirstSeq: seq, Replayable: true,
+			Threads: []format.Thread{{Tid: 100, InSyscall: i == 2}}}
+		c.Intervals = append(c.Intervals, iv)
+		for k := range 100000 {
+			tid := 100
+			if i == 1 && k%2 == 1 {
+				tid = 200 + k%7 // threads started and ended in interval 11
+			}
+			c.Syscalls = append(c.Syscalls, format.Syscall{Seq: seq, Tid: tid})
+			seq++
+		}
+	}
+	c.End.LastSeq = seq - 1
+	if got := fmt.Sprint(trialPieces(c, 2, false)); got != "[10 11]" {
+		t.Errorf("pieces %s, want [10 11] (as near the middle as 13): not at 12, where thread 100 waits after the threads of 11 ended", got)
+	}
+	c.Intervals[2].Threads[0].InSyscall = false
+	if got := fmt.Sprint(trialPieces(c, 2, false)); got != "[10 12]" {
+		t.Errorf("pieces %s, want [10 12] with no thread in a call there", got)
+	}
+	// Threads that go on (a server's idle workers) do not count.
+	c.Intervals[2].Threads[0].InSyscall = true
+	for i := range c.Intervals {
+		for k := range 7 {
+			c.Intervals[i].Threads = append(c.Intervals[i].Threads, format.Thread{Tid: 200 + k, InSyscall: true})
+		}
+	}
+	if got := fmt.Sprint(trialPieces(c, 2, false)); got != "[10 12]" {
+		t.Errorf("pieces %s, want [10 12] when every thread lives on", got)
+	}
+}
+
 // A divergence in the last interval (at the end, where memory differed)
 // halves the replayable window, again at each try, until one interval is
 // left; one in an earlier interval moves the start past it. So for one
