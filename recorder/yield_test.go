@@ -113,15 +113,16 @@ func TestWatchdogRaises(t *testing.T) {
 	s := &session{src: e}
 	saver, runSaver := onThread(t)
 	reader, runReader := onThread(t)
-	runSaver(s.deferLow.lower)
 	runReader(e.low.lower)
 	stop := s.watchdog()
 	defer stop()
-	deadline := time.Now().Add(2 * time.Second)
-	for policyOf(t, saver) == unix.SCHED_IDLE && time.Now().Before(deadline) {
+	t0 := time.Now()
+	runSaver(s.deferLow.lower)
+	for policyOf(t, saver) == unix.SCHED_IDLE && time.Since(t0) < 2*time.Second {
 		time.Sleep(time.Millisecond)
 	}
-	if waited := 2*time.Second - time.Until(deadline); policyOf(t, saver) != ownSched.Policy || waited < lowWait {
+	// Raised after lowWait, not before: t0 was taken before the lowering.
+	if waited := time.Since(t0); policyOf(t, saver) != ownSched.Policy || waited < lowWait {
 		t.Fatalf("saving at policy %d after %v", policyOf(t, saver), waited)
 	}
 	runSaver(s.deferLow.lower)
