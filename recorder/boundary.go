@@ -583,7 +583,9 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 			// Read one by one; a page the shadow cannot give (beyond the end of a
 			// file mapping, for instance) is left out and replay reports it if used.
 			for i, a := range part {
-				if _, err := proc.ReadBytes(sh.pid, a, dst[i*format.PageSize:(i+1)*format.PageSize]); err != nil {
+				// A page read short is left out too: the buffer
+				// holds an earlier boundary's page there.
+				if n, err := proc.ReadBytes(sh.pid, a, dst[i*format.PageSize:(i+1)*format.PageSize]); err != nil || n < format.PageSize {
 					part[i] = 0
 				}
 			}
@@ -599,7 +601,7 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 	var buf []byte
 	read := func() {
 		s.ring.beginOriginals(len(written) + len(sharedOrig))
-		buf = make([]byte, len(written)*format.PageSize)
+		buf = s.ring.originalsBuf(len(written))
 		readPart(written, buf)
 		// Nothing more is read from it: its copies go now, not after
 		// the hashing and compressing below, while the next shadow's
@@ -639,7 +641,7 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 	// part is read.
 	stream := func() {
 		s.ring.beginOriginals(len(written) + len(sharedOrig))
-		part := make([]byte, maxDeltaSources*format.PageSize)
+		part := s.ring.originalsBuf(maxDeltaSources)
 		for lo := 0; lo < len(written); lo += maxDeltaSources {
 			addrs := written[lo:min(lo+maxDeltaSources, len(written))]
 			readPart(addrs, part)

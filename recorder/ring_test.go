@@ -613,3 +613,54 @@ func TestFileNamesLeaveTheRingAlone(t *testing.T) {
 		}
 	}
 }
+
+// The buffers originals are read into are reused, but never one whose pages
+// a delta source still aliases: each boundary's buffer is overwritten whole
+// before its pages are stored, as a read does, and every page reads back
+// exactly. Two buffers take turns: the previous boundary's, which its delta
+// sources alias, and the one of the boundary before, which none does.
+func TestOriginalsBufReuse(t *testing.T) {
+	r := newRing(8, 1<<30)
+	rng := rand.New(rand.NewSource(3))
+	pages := [][]byte{noise(1), noise(2)}
+	held := map[format.Hash][]byte{}
+	seen := map[*byte]int{}
+	for i := 0; i < 12; i++ {
+		r.beginOriginals(len(pages))
+		buf := r.originalsBuf(len(pages))
+		for k := range buf {
+			buf[k] = 0xee
+		}
+		for k, p := range pages {
+			copy(buf[k*format.PageSize:], p)
+		}
+		seen[&buf[0]]++
+		iv := &interval{meta: format.Interval{Index: i}}
+		for k, p := range pages {
+			r.addPage(iv, uint64(k+1)<<12, buf[k*format.PageSize:(k+1)*format.PageSize])
+			held[r.key(p)] = slices.Clone(p)
+		}
+		r.push(iv, true)
+		for _, p := range pages { // a few words rewritten: stored as deltas
+			p[rng.Intn(format.PageSize)] ^= 0x5a
+		}
+	}
+	deltas := 0
+	for _, iv := range r.intervals {
+		for _, p := range iv.meta.Written {
+			got, err := r.page(p.Hash)
+			if err != nil || !bytes.Equal(got, held[p.Hash]) {
+				t.Fatalf("interval %d page %#x does not read back: %v", iv.meta.Index, p.Addr, err)
+			}
+			if r.pages[p.Hash].base != nil {
+				deltas++
+			}
+		}
+	}
+	if deltas == 0 {
+		t.Fatal("no page was stored as a delta: the test does not reach the buffers the deltas alias")
+	}
+	if len(seen) != 2 {
+		t.Fatalf("%d buffers used over 12 boundaries, want 2", len(seen))
+	}
+}

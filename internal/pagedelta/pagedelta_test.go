@@ -2,6 +2,7 @@ package pagedelta
 
 import (
 	"bytes"
+	"encoding/binary"
 	"math/rand/v2"
 	"testing"
 )
@@ -41,6 +42,68 @@ func TestAppendApply(t *testing.T) {
 	for _, bad := range [][]byte{{0x80}, {0}, {0x80, 0x04, 1, 2, 3, 4, 5, 6, 7, 8}} {
 		if err := Apply(bytes.Clone(base), bad); err == nil {
 			t.Fatalf("damaged delta %x applied", bad)
+		}
+	}
+}
+
+// A page rewritten in a few words, as a server's heap page between two
+// boundaries: the recorder's ring deltas thousands of them a second.
+func BenchmarkAppendFewWords(b *testing.B) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	base := make([]byte, 4096)
+	for i := range base {
+		base[i] = byte(rng.IntN(256))
+	}
+	page := bytes.Clone(base)
+	for range 6 {
+		page[rng.IntN(len(page))] ^= 0x5a
+	}
+	dst := make([]byte, 0, 1024)
+	b.SetBytes(4096)
+	for b.Loop() {
+		dst, _ = Append(dst[:0], page, base, 1024)
+	}
+}
+
+// Append gives the bytes of the plain word-by-word encoding, whatever the
+// length and wherever the changes are (at a block's edges, at the ends).
+func TestAppendSameAsWordByWord(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	plain := func(page, base []byte) []byte {
+		var d []byte
+		gap := uint64(0)
+		for i := 0; i+8 <= len(page); i += 8 {
+			x := binary.LittleEndian.Uint64(page[i:]) ^ binary.LittleEndian.Uint64(base[i:])
+			if x == 0 {
+				gap++
+				continue
+			}
+			d = binary.AppendUvarint(d, gap)
+			d = binary.LittleEndian.AppendUint64(d, x)
+			gap = 0
+		}
+		return d
+	}
+	for n := range 2000 {
+		size := 8 * (1 + rng.IntN(600))
+		base := make([]byte, size)
+		for i := range base {
+			base[i] = byte(rng.IntN(256))
+		}
+		page := bytes.Clone(base)
+		for range rng.IntN(8) {
+			at := rng.IntN(size)
+			switch rng.IntN(3) {
+			case 0:
+				at = size - 1
+			case 1:
+				at = (at / block) * block
+			}
+			page[at] ^= byte(1 + rng.IntN(255))
+		}
+		got, ok := Append(nil, page, base, 1<<20)
+		if want := plain(page, base); !ok || !bytes.Equal(got, want) {
+			t.Fatalf("case %d (%d bytes): delta %x, want %x", n, size, got, want)
 		}
 	}
 }
