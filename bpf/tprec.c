@@ -748,7 +748,14 @@ static __always_inline void on_fault(__u64 addr, __u64 ip, __u64 err, __u8 kerne
 	f->ip = ip;
 	f->epoch = epoch;
 	bpf_ringbuf_submit(f, wakeup_flags());
-	bpf_map_update_elem(&pages, &k, &mark, BPF_ANY);
+	/* A page faulted in an earlier interval (a server's heap pages, at
+	 * each boundary's copy-on-write) has its entry: written in place. An
+	 * update of an LRU map takes a new element and frees the old one:
+	 * 1.2 us a fault on a redis-server under load. */
+	if (last)
+		*last = mark;
+	else
+		bpf_map_update_elem(&pages, &k, &mark, BPF_ANY);
 }
 
 SEC("tp_btf/page_fault_user")

@@ -170,7 +170,9 @@ func (r *ring) originalsBuf(n int) []byte {
 	size := n * format.PageSize
 	b := r.spare
 	if cap(b) < size {
-		b = make([]byte, size)
+		// A quarter more: the next boundaries write about as many
+		// pages, a few more or less each time.
+		b = make([]byte, size, (n+n/4)*format.PageSize)
 	} else {
 		r.spare = nil
 	}

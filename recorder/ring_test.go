@@ -622,21 +622,25 @@ func TestFileNamesLeaveTheRingAlone(t *testing.T) {
 func TestOriginalsBufReuse(t *testing.T) {
 	r := newRing(8, 1<<30)
 	rng := rand.New(rand.NewSource(3))
-	pages := [][]byte{noise(1), noise(2)}
+	var pages [][]byte
+	for k := range 8 {
+		pages = append(pages, noise(int64(k+1)))
+	}
 	held := map[format.Hash][]byte{}
 	seen := map[*byte]int{}
 	for i := 0; i < 12; i++ {
-		r.beginOriginals(len(pages))
-		buf := r.originalsBuf(len(pages))
+		n := len(pages) - 1 + (i/2)%2 // a page more or less every other time
+		r.beginOriginals(n)
+		buf := r.originalsBuf(n)
 		for k := range buf {
 			buf[k] = 0xee
 		}
-		for k, p := range pages {
+		for k, p := range pages[:n] {
 			copy(buf[k*format.PageSize:], p)
 		}
 		seen[&buf[0]]++
 		iv := &interval{meta: format.Interval{Index: i}}
-		for k, p := range pages {
+		for k, p := range pages[:n] {
 			r.addPage(iv, uint64(k+1)<<12, buf[k*format.PageSize:(k+1)*format.PageSize])
 			held[r.key(p)] = slices.Clone(p)
 		}
