@@ -11,6 +11,10 @@
 #   tprec attached after 1 s; over 6 s from 2 s later prints the requests a
 #   second (redis-cli INFO stats) and tprec's own CPU in percent of one CPU
 #   (/proc/PID/stat), unrecorded: requests only. Needs redis-server.
+#   CLIENTS sets redis-benchmark's -c (default 10, which keeps both CPUs of
+#   a 2-CPU machine busy); CLIENTS=1 leaves CPU time free, as a server
+#   machine with cores to spare has: the slowdown is then each request's
+#   added latency.
 # Build an older commit with: git worktree add /tmp/old COMMIT && make -C /tmp/old build
 # Needs root.
 set -euo pipefail
@@ -55,7 +59,7 @@ run() { # run BIN|none: one measurement
 		redis-server --port $port --save "" --appendonly no >/dev/null 2>&1 &
 		local p=$!
 		until redis-cli -p $port ping >/dev/null 2>&1; do sleep 0.1; done
-		redis-benchmark -p $port -n 100000000 -c 10 -r 100000 -t set,get -q >/dev/null 2>&1 &
+		redis-benchmark -p $port -n 100000000 -c "${CLIENTS:-10}" -r 100000 -t set,get -q >/dev/null 2>&1 &
 		local load=$!
 		sleep 1
 		if [ "$1" != none ]; then "$1/tprec" -q --pid "$p" -o "$ck" 2>/dev/null & r=$!; fi
