@@ -119,3 +119,60 @@ func waitState(t *testing.T, pid int, state string) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestHandlerStillRunningUnblocked: a crash handler that unblocked its own
+// signal and still runs (a JVM's crash report) has not returned while the
+// other signals its sa_mask blocked are still blocked; once it returns,
+// the mask is what it was before, and it has.
+func TestHandlerStillRunningUnblocked(t *testing.T) {
+	bin := buildFixture(t, "handlerstays")
+	cmd := exec.Command(bin)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	line := make([]byte, 16)
+	if n, err := out.Read(line); err != nil || string(line[:n]) != "ready\n" {
+		t.Fatalf("fixture said %q: %v", line[:n], err)
+	}
+	pid := cmd.Process.Pid
+	if err := unix.Kill(pid, unix.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, pid, "T")
+	if err := unix.Kill(pid, unix.SIGSEGV); err != nil {
+		t.Fatal(err)
+	}
+	s := &session{pid: pid, crashed: int(unix.SIGSEGV), crashDrop: &crashDrop{}, o: Options{Log: io.Discard}}
+	s.letCrashGo(pid)
+	if err := unix.Kill(pid, unix.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := out.Read(line); err != nil || string(line[:n]) != "in\n" {
+		t.Fatalf("fixture said %q: %v", line[:n], err)
+	}
+	for range 20 {
+		if s.handlerReturned() {
+			t.Fatal("a handler that unblocked its signal and still runs counts as returned")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := in.Write([]byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !s.handlerReturned() {
+		if time.Now().After(deadline) {
+			t.Fatal("the handler returned and the process went on, and that is not seen")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
