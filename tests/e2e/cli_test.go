@@ -1000,6 +1000,88 @@ while os.path.exists("/proc/self/task/%d" % ids[0]):
 	})
 }
 
+// A JVM's crash: Debian's java computing in a loop, sent a SIGSEGV from
+// outside. Its handler writes the crash report (hs_err) with every signal
+// but the synchronous ones blocked, unblocking SIGSEGV itself, and ends in
+// abort(). tprec keeps the checkpoint of that SIGSEGV, the crash the user is
+// after (and may write one of the SIGABRT too): judged by the SIGSEGV bit
+// alone the handler had returned, the
+// checkpoint was dropped and the JVM died of SIGABRT with none written (2
+// of 3 runs by hand) or one of the report's own last moments.
+func TestJVMCrashReportKeepsTheCrash(t *testing.T) {
+	requireRoot(t)
+	java := needTool(t, "java")
+	dir := t.TempDir()
+	src := filepath.Join(dir, "Loop.java")
+	if err := os.WriteFile(src, []byte(`import java.util.*;
+public class Loop {
+  public static void main(String[] a) {
+    Map<Integer, String> m = new HashMap<>();
+    for (long i = 1; ; i++) {
+      m.put((int) (i % 10000), "v" + i);
+      if (i % 200000 == 0) System.out.println(i + " " + m.size());
+    }
+  }
+}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	report := filepath.Join(dir, "hs_err.log")
+	target, out, done := startTargetToFile(t, java, "-Xmx128m", "-XX:ErrorFile="+report, src)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if st, err := os.Stat(out); err == nil && st.Size() > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the JVM printed nothing in 60 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cks := t.TempDir()
+	pid := target.Process.Pid
+	rec := startTprec(t, "--pid", fmt.Sprint(pid), "--output", cks)
+	rec.waitRecording(t)
+	time.Sleep(time.Second)
+	if err := syscall.Kill(pid, syscall.SIGSEGV); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		ee, ok := err.(*exec.ExitError)
+		if !ok || !ee.Sys().(syscall.WaitStatus).Signaled() || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGABRT {
+			t.Fatalf("the JVM did not end in its crash report's abort: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the JVM did not end; tprec:\n%s", rec.quit())
+	}
+	if err := rec.wait(t, 120*time.Second); err != nil {
+		t.Fatalf("tprec: %v\n%s", err, rec.stderr)
+	}
+	t.Logf("tprec:\n%s", rec.stderr)
+	// The JVM may take SIGSEGVs of its own meanwhile (a safepoint poll
+	// in compiled code), which it survives, and the report's SIGABRT may
+	// have a checkpoint too: the one that counts ends in the SIGSEGV the
+	// test sent (si_code SI_USER, 0; the JVM's own are faults).
+	found := false
+	for _, ck := range checkpoints(t, cks) {
+		var v struct {
+			End struct {
+				Signal string `json:"signal"`
+				SiCode int    `json:"si_code"`
+			} `json:"end"`
+		}
+		inspectJSON(t, ck, &v)
+		found = found || v.End.Signal == "SIGSEGV" && v.End.SiCode == 0
+	}
+	if !found {
+		t.Fatalf("no checkpoint ends in the SIGSEGV sent to the JVM:\n%s", rec.stderr)
+	}
+	if st, err := os.Stat(report); err != nil || st.Size() == 0 {
+		t.Fatalf("the JVM's crash report was not written whole: %v", err)
+	}
+}
+
 // A checkpoint asked for (`tprec dump`) and not taken yet when tprec is
 // interrupted is said to be lost (an error line, kept by --quiet), not dropped in silence
 // (a sweep's script interrupted tprec right after its request and found no
