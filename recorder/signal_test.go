@@ -59,27 +59,12 @@ print("ready", flush=True)
 while True:
     time.sleep(0.01)
 `)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	out := startPiped(t, cmd)
 	if _, err := out.Read(make([]byte, 6)); err != nil {
 		t.Fatal(err)
 	}
 	pid := cmd.Process.Pid
-	if err := unix.Kill(pid, unix.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	waitState(t, pid, "T")
-	if err := unix.Kill(pid, unix.SIGUSR1); err != nil {
-		t.Fatal(err)
-	}
-	s := &session{pid: pid, crashed: int(unix.SIGUSR1), crashDrop: &crashDrop{}, o: Options{Log: io.Discard}}
-	s.letCrashGo(pid)
+	s := pendingCrash(t, pid, unix.SIGUSR1)
 	if s.handlerReturned() {
 		t.Fatal("the handler of a signal still pending in a stopped thread counts as returned")
 	}
@@ -99,6 +84,38 @@ while True:
 	if s.crashDrop != nil || !s.survived[int(unix.SIGUSR1)] {
 		t.Error("a returned handler did not drop the checkpoint")
 	}
+}
+
+// startPiped starts cmd with its stdout into the returned pipe, and kills
+// it at the end of the test.
+func startPiped(t *testing.T, cmd *exec.Cmd) io.Reader {
+	t.Helper()
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return out
+}
+
+// pendingCrash stops process pid, sends it sig, which then waits for its
+// delivery, and returns a session that let the process go with sig as its
+// crash: the process runs the handler once continued (SIGCONT).
+func pendingCrash(t *testing.T, pid int, sig unix.Signal) *session {
+	t.Helper()
+	if err := unix.Kill(pid, unix.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, pid, "T")
+	if err := unix.Kill(pid, sig); err != nil {
+		t.Fatal(err)
+	}
+	s := &session{pid: pid, crashed: int(sig), crashDrop: &crashDrop{}, o: Options{Log: io.Discard}}
+	s.letCrashGo(pid)
+	return s
 }
 
 // waitState waits until process pid's state (/proc/PID/stat) is state.
@@ -131,28 +148,13 @@ func TestHandlerStillRunningUnblocked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	out := startPiped(t, cmd)
 	line := make([]byte, 16)
 	if n, err := out.Read(line); err != nil || string(line[:n]) != "ready\n" {
 		t.Fatalf("fixture said %q: %v", line[:n], err)
 	}
 	pid := cmd.Process.Pid
-	if err := unix.Kill(pid, unix.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	waitState(t, pid, "T")
-	if err := unix.Kill(pid, unix.SIGSEGV); err != nil {
-		t.Fatal(err)
-	}
-	s := &session{pid: pid, crashed: int(unix.SIGSEGV), crashDrop: &crashDrop{}, o: Options{Log: io.Discard}}
-	s.letCrashGo(pid)
+	s := pendingCrash(t, pid, unix.SIGSEGV)
 	if err := unix.Kill(pid, unix.SIGCONT); err != nil {
 		t.Fatal(err)
 	}

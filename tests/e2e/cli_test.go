@@ -1046,15 +1046,8 @@ public class Loop {
 	if err := syscall.Kill(pid, syscall.SIGSEGV); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-done:
-		ee, ok := err.(*exec.ExitError)
-		if !ok || !ee.Sys().(syscall.WaitStatus).Signaled() || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGABRT {
-			t.Fatalf("the JVM did not end in its crash report's abort: %v", err)
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatalf("the JVM did not end; tprec:\n%s", rec.quit())
-	}
+	// The crash report ends in abort().
+	diesOf(t, done, syscall.SIGABRT, 60*time.Second, func() string { return "tprec:\n" + rec.quit() })
 	if err := rec.wait(t, 120*time.Second); err != nil {
 		t.Fatalf("tprec: %v\n%s", err, rec.stderr)
 	}

@@ -285,13 +285,20 @@ func crashWith(t *testing.T, target *exec.Cmd, done chan error, after time.Durat
 // SIGSEGV within 30 s; hung says what to show if it does not end.
 func diesOfSIGSEGV(t *testing.T, done chan error, hung func() string) {
 	t.Helper()
+	diesOf(t, done, syscall.SIGSEGV, 30*time.Second, hung)
+}
+
+// diesOf requires that the target whose end done reports die of sig within
+// limit; hung says what to show if it does not end.
+func diesOf(t *testing.T, done chan error, sig syscall.Signal, limit time.Duration, hung func() string) {
+	t.Helper()
 	select {
 	case err := <-done:
 		ee, ok := err.(*exec.ExitError)
-		if !ok || !ee.Sys().(syscall.WaitStatus).Signaled() || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGSEGV {
-			t.Fatalf("target did not die of SIGSEGV: %v", err)
+		if !ok || !ee.Sys().(syscall.WaitStatus).Signaled() || ee.Sys().(syscall.WaitStatus).Signal() != sig {
+			t.Fatalf("target did not die of %v: %v", sig, err)
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(limit):
 		t.Fatalf("target did not die; %s", hung())
 	}
 }
