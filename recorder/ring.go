@@ -150,11 +150,12 @@ func (r *ring) beginOriginals(n int) {
 	// The previous boundary's delta sources go, and with them their
 	// buffer; this one's become the previous ones, and keep theirs.
 	free := r.prevBuf
-	if r.cur == nil {
-		free, r.curBuf = larger(free, r.curBuf), nil
+	if r.cur != nil {
+		r.prevBuf = r.curBuf
+	} else { // no delta source aliases this one's buffer
+		r.prevBuf, free = nil, larger(free, r.curBuf)
 	}
-	r.prevBuf, r.curBuf = r.curBuf, nil
-	r.spare = larger(r.spare, free)
+	r.curBuf, r.spare = nil, larger(r.spare, free)
 	r.prev, r.cur = r.cur, nil
 	if n <= maxDeltaSources && int64(n)*format.PageSize <= r.maxBytes/4 {
 		r.cur = make(map[uint64]deltaSource, n)

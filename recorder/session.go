@@ -656,15 +656,19 @@ func (s *session) handlerReturned() bool {
 	if s.crashTid == 0 || s.crashed == 0 || s.requeuedTid != 0 || s.crashPending() || !s.crashRan() {
 		return false
 	}
-	if _, caught := disposition(s.pid, s.crashed); !caught || s.crashBlocked() || s.inHandlerMask() {
+	if _, caught := disposition(s.pid, s.crashed); !caught {
+		return false
+	}
+	if blocked, ok := s.crashSigBlk(); !ok || blocked&(1<<(s.crashed-1)) != 0 || s.inHandlerMask(blocked) {
 		return false
 	}
 	s.survivedCrash()
 	return true
 }
 
-// inHandlerMask reports whether the thread that took the crash still has
-// other signals blocked than before its handler ran: the kernel blocks the
+// inHandlerMask reports whether the thread that took the crash, whose
+// blocked signals are now blocked, still has other signals blocked than
+// before its handler ran: the kernel blocks the
 // handler's sa_mask while it runs, and its return (sigreturn) puts back
 // the mask it interrupted. A JVM's SIGSEGV handler blocks every signal but
 // the synchronous ones, and its crash report then unblocks SIGSEGV itself
@@ -672,16 +676,8 @@ func (s *session) handlerReturned() bool {
 // handler had returned, the checkpoint of the crash was dropped, and the
 // process died of the report's abort() a moment later (2 of 3 runs by hand,
 // and in the third tprec kept only the report's own last moments).
-func (s *session) inHandlerMask() bool {
-	if !s.crashMaskOK {
-		return false
-	}
-	st, err := procStatus(s.crashTid)
-	if err != nil {
-		return false
-	}
-	blocked, ok := statusMask(st, "SigBlk")
-	return ok && blocked != s.crashMask
+func (s *session) inHandlerMask(blocked uint64) bool {
+	return s.crashMaskOK && blocked != s.crashMask
 }
 
 // letCrashGo notes that thread tid, stopped in the delivery of the crash's
@@ -743,12 +739,17 @@ func pendingSignals(st map[string]string) (uint64, bool) {
 // crashBlocked reports whether the signal of the crash is blocked in the
 // thread that took it (its handler runs), or that cannot be told.
 func (s *session) crashBlocked() bool {
+	blocked, ok := s.crashSigBlk()
+	return !ok || blocked&(1<<(s.crashed-1)) != 0
+}
+
+// crashSigBlk reads the signals blocked in the thread that took the crash.
+func (s *session) crashSigBlk() (uint64, bool) {
 	st, err := procStatus(s.crashTid)
 	if err != nil {
-		return true
+		return 0, false
 	}
-	blocked, ok := statusMask(st, "SigBlk")
-	return !ok || blocked&(1<<(s.crashed-1)) != 0
+	return statusMask(st, "SigBlk")
 }
 
 // threadExits is called at the PTRACE_EVENT_EXIT stop of thread tid,
