@@ -102,9 +102,13 @@ func changeFirstArg(t *testing.T, ck string, nr int) (string, uint64) {
 	return bad, seq
 }
 
-// Four threads of a test program read the clock between calls of their own,
-// their runs interleaved in the log: the replay completes each thread's
-// runs in the process while the others wait, and verifies.
+// Four threads of a test program take turns reading the clock between calls
+// of their own (a read from a pipe, a sleep, a write to the next thread's
+// pipe), their runs alternating in the log: the replay completes each
+// thread's runs in the process while the others wait, and verifies. The
+// turns make the log's shape the same on both backends and under any load;
+// a run is six calls, of which at least the three time calls and the ones
+// before them of the same thread can be completed in the process.
 func TestCallsInProcessThreads(t *testing.T) {
 	requireRoot(t)
 	prog := cc(t, "testdata/clockthreads.c", t.TempDir())
@@ -122,8 +126,9 @@ func TestCallsInProcessThreads(t *testing.T) {
 		if m == nil {
 			t.Fatalf("tpreplay --time did not report calls completed in the process:\n%s", res)
 		}
-		if n, _ := strconv.Atoi(m[2]); n == 0 {
-			t.Fatalf("no call completed in the process:\n%s", res)
+		calls, _ := strconv.Atoi(m[1])
+		if n, _ := strconv.Atoi(m[2]); n < calls/2 {
+			t.Fatalf("%d of %d calls completed in the process, want at least half:\n%s", n, calls, res)
 		}
 	})
 }
