@@ -1,0 +1,147 @@
+package recorder
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/tprec/tprec/proc"
+
+	"golang.org/x/sys/unix"
+)
+
+// The clock log installed in a C program at its start: every clock read
+// of its two threads is an entry, in each thread's order, with the value
+// the program got and the thread's fs base; an error is an entry with
+// nothing written; a gettimeofday with a timezone and the reads of a
+// forked child are not entries.
+func TestClockLogEntries(t *testing.T) {
+	requireKernel(t)
+	const n = 3000
+	prog := buildFixture(t, "clockloop")
+	var out bytes.Buffer
+	cmd := exec.Command(prog, strconv.Itoa(n))
+	cmd.Stdout = &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Ptrace: true}
+	var l *clockLog
+	tracer := proc.NewTracer()
+	defer tracer.Close()
+	err := tracer.Do(func() error {
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		pid := cmd.Process.Pid
+		if _, err := proc.Wait(pid); err != nil { // the exec stop
+			return err
+		}
+		mem, err := proc.OpenMem(pid)
+		if err != nil {
+			return err
+		}
+		defer mem.Close()
+		maps, err := proc.ReadMaps(pid)
+		if err != nil {
+			return err
+		}
+		lo, hi, img, err := targetVDSO(pid)
+		if err != nil {
+			return err
+		}
+		p, err := patchVDSO(mem, maps, nil)
+		if err != nil || p == nil {
+			return fmt.Errorf("patch the vDSO: %v", err)
+		}
+		var fns []clockFunc
+		for _, s := range p.sites {
+			nr := int(binary.LittleEndian.Uint32(s.stub[1:]))
+			if _, ok := clockLoggable[nr]; ok && s.stub[0] == 0xb8 {
+				orig := append(append([]byte(nil), s.orig...), img[s.addr-lo+uint64(len(s.orig)):][:32]...)
+				fns = append(fns, clockFunc{nr: nr, entry: s.addr, orig: orig})
+			}
+		}
+		if len(fns) != 2 {
+			return fmt.Errorf("%d functions to log in the vDSO, want clock_gettime and gettimeofday", len(fns))
+		}
+		if l, err = installClockLog(pid, mem, p.insn, lo, hi, lo+9, fns); err != nil {
+			return err
+		}
+		if len(l.sites) != 2 {
+			return fmt.Errorf("%d entries pointed at stubs, want 2", len(l.sites))
+		}
+		return proc.Detach(pid, 0)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the program failed with the clock log: %v", err)
+	}
+	defer unix.Munmap(l.view)
+
+	// What each thread got, in order: "nr ret value".
+	want := map[uint64][]string{}
+	sc := bufio.NewScanner(&out)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		fs, _ := strconv.ParseUint(f[1], 16, 64)
+		switch f[0] {
+		case "C":
+			want[fs] = append(want[fs], fmt.Sprintf("%d %s %s %s %s", unix.SYS_CLOCK_GETTIME, f[2], f[3], f[4], f[5]))
+		case "G":
+			want[fs] = append(want[fs], fmt.Sprintf("%d x %s %s %s", unix.SYS_GETTIMEOFDAY, f[2], f[3], f[4]))
+		case "E":
+			want[fs] = append(want[fs], fmt.Sprintf("%d error %s", unix.SYS_CLOCK_GETTIME, f[2]))
+		}
+	}
+	if len(want) != 2 {
+		t.Fatalf("output of %d threads, want 2:\n%.500s", len(want), out.String())
+	}
+	got := map[uint64][]string{}
+	total := l.counter()
+	for i := range total {
+		e, ok := l.entry(i)
+		if !ok {
+			t.Fatalf("entry %d of %d has no stamp", i, total)
+		}
+		le := binary.LittleEndian
+		a, b := int64(le.Uint64(e.out[:])), int64(le.Uint64(e.out[8:]))
+		var s string
+		switch {
+		case e.ret != 0:
+			s = fmt.Sprintf("%d error %d", e.nr, e.ret)
+			if e.outAddr != 0 {
+				t.Errorf("entry %d: an error with output at %#x", i, e.outAddr)
+			}
+		case e.nr == unix.SYS_CLOCK_GETTIME:
+			s = fmt.Sprintf("%d %d 0 %d %d", e.nr, e.arg0, a, b)
+		default:
+			s = fmt.Sprintf("%d x 0 %d %d", e.nr, a, b)
+		}
+		got[e.fs] = append(got[e.fs], s)
+	}
+	for fs, w := range want {
+		g := got[fs]
+		if len(g) != len(w) {
+			t.Errorf("thread %#x: %d entries, want %d", fs, len(g), len(w))
+		}
+		for i := range min(len(g), len(w)) {
+			// clock_gettime's error is -EINVAL as the vDSO returns it;
+			// the program saw -1 with errno set by glibc.
+			if strings.Contains(w[i], "error") && strings.Contains(g[i], "error") {
+				continue
+			}
+			if g[i] != w[i] {
+				t.Fatalf("thread %#x, call %d: entry %q, the program got %q", fs, i, g[i], w[i])
+			}
+		}
+	}
+	if want := uint64(2 * (2*n + 1)); total != want {
+		t.Errorf("%d entries, want %d (the child's reads and the timezone call are not logged)", total, want)
+	}
+}
