@@ -85,6 +85,13 @@ type clockFunc struct {
 	orig []byte
 }
 
+// vdsoClocks are the clocks the vDSO's clock_gettime reads without a
+// syscall (when the kernel's clocksource allows it at all): REALTIME,
+// MONOTONIC, MONOTONIC_RAW, REALTIME_COARSE, MONOTONIC_COARSE, BOOTTIME
+// and TAI.
+const vdsoClocks = 1<<unix.CLOCK_REALTIME | 1<<unix.CLOCK_MONOTONIC | 1<<unix.CLOCK_MONOTONIC_RAW |
+	1<<unix.CLOCK_REALTIME_COARSE | 1<<unix.CLOCK_MONOTONIC_COARSE | 1<<unix.CLOCK_BOOTTIME | 1<<unix.CLOCK_TAI
+
 // clockLoggable lists the functions the stubs log, by syscall number, with
 // the register holding the pointer to the 16 bytes they write: rsi for
 // clock_gettime(clockid, ts), rdi for gettimeofday(tv, tz).
@@ -203,6 +210,16 @@ func clockCode(base uint64, fns []clockFunc) ([]byte, map[uint64]uint64, error) 
 		start, rels := len(a.b), len(a.rel)
 		a.to("", abs(clkSwitch), []byte{0x80, 0x3d}, 0x00) // cmp byte [switch], 0
 		a.to(fallback, 0, []byte{0x0f, 0x84})              // je fallback
+		if f.nr == unix.SYS_CLOCK_GETTIME {
+			// Only the clocks the vDSO reads itself: for the others it
+			// makes the syscall, which the syscall log would hold too.
+			a.emit(0x83, 0xff, 0x1f)              // cmp edi, 31
+			a.to(fallback, 0, []byte{0x0f, 0x87}) // ja fallback (a CPU clock's id is negative)
+			a.emit(0xb8)                          // mov eax, imm32
+			a.emit(binary.LittleEndian.AppendUint32(nil, vdsoClocks)...)
+			a.emit(0x0f, 0xa3, 0xf8)              // bt eax, edi
+			a.to(fallback, 0, []byte{0x0f, 0x83}) // jnc fallback
+		}
 		if f.nr == unix.SYS_GETTIMEOFDAY {
 			a.emit(0x48, 0x85, 0xf6)              // test rsi, rsi: a timezone
 			a.to(fallback, 0, []byte{0x0f, 0x85}) // jne fallback
