@@ -298,6 +298,7 @@ struct call_ctx {
 	__s64 nr;
 	__u64 args[6];
 	__s64 ret;
+	__u64 clock, fs; /* tp_syscall's */
 };
 
 static __always_inline __u64 arg_of(struct call_ctx *c, __u8 i)
@@ -494,6 +495,8 @@ static __always_inline void fill_header(struct tp_syscall *h, struct call_ctx *c
 	__builtin_memcpy(h->args, c->args, sizeof(h->args));
 	h->ret = c->ret;
 	h->rip = rip;
+	h->clock = c->clock;
+	h->fs = c->fs;
 }
 
 /* send_small sends a call with one output of n <= cap bytes as one record
@@ -643,6 +646,14 @@ int BPF_PROG(tp_sys_exit, struct pt_regs *regs, long ret)
 			bpf_map_update_elem(&restarts, &tid, (struct tp_entry *)&call, BPF_ANY);
 		return 0;
 	}
+	/* The clock log's counter before the number: an entry it logged
+	 * below the value read came before this call (recorder/clocklog.go). */
+	call.clock = TP_CLOCK_NONE;
+	if (p->clock) {
+		__u64 v;
+		call.clock = bpf_probe_read_user(&v, sizeof(v), (void *)p->clock) ? TP_CLOCK_UNREAD : v;
+	}
+	call.fs = bpf_get_current_task_btf()->thread.fsbase;
 	__u64 seq = __sync_fetch_and_add(&p->seq, 1) + 1;
 	urge(p, &call);
 
@@ -683,6 +694,8 @@ int BPF_PROG(tp_sys_exit, struct pt_regs *regs, long ret)
 	__builtin_memcpy(h->args, call.args, sizeof(h->args));
 	h->ret = ret;
 	h->rip = regs->ip;
+	h->clock = call.clock;
+	h->fs = call.fs;
 	s->off = sizeof(*h);
 	s->budget = max_capture;
 	s->tid = tid;

@@ -38,7 +38,15 @@ struct tp_syscall {
 	__u64 args[6];
 	__s64 ret;
 	__u64 rip; /* user ip after the syscall instruction */
+	/* The process's clock log counter, read before seq was taken: the
+	 * clock reads logged below it came before this call. TP_CLOCK_NONE
+	 * without a clock log, TP_CLOCK_UNREAD when it could not be read. */
+	__u64 clock;
+	__u64 fs; /* the thread's fs base */
 };
+
+#define TP_CLOCK_NONE (~0ULL)
+#define TP_CLOCK_UNREAD (~0ULL - 1)
 
 struct tp_part {
 	__u8 type;
@@ -80,6 +88,7 @@ struct tp_proc {
 	__u64 epoch; /* interval number, set by the recorder at each boundary */
 	__u32 flags; /* TP_PROC_* */
 	__u32 marks; /* SIGURGs sent to the recorder (urge in tprec.c) */
+	__u64 clock; /* address of the clock log's counter in the process, or 0 */
 };
 
 enum tp_proc_flags {

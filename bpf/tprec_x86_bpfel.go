@@ -97,6 +97,7 @@ type TprecTpProc struct {
 	Epoch uint64
 	Flags uint32
 	Marks uint32
+	Clock uint64
 }
 
 type TprecTpProcFlags uint32
@@ -125,6 +126,8 @@ type TprecTpSyscall struct {
 	Args  [6]uint64
 	Ret   int64
 	Rip   uint64
+	Clock uint64
+	Fs    uint64
 }
 
 // Names of all BPF objects in the ELF.

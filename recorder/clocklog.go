@@ -355,6 +355,12 @@ func installClockLog(tid int, mem *proc.Mem, insn, lo, hi, zero uint64, fns []cl
 		undo()
 		return nil, err
 	}
+	// The syscall program reads the counter at every call, where it cannot
+	// fault a page in: the header page stays in memory.
+	if _, err := call("mlock", unix.SYS_MLOCK, base+clkHead, format.PageSize); err != nil {
+		undo()
+		return nil, err
+	}
 	if _, err := call("mmap", unix.SYS_MMAP, base+clkSwitch, format.PageSize, unix.PROT_READ|unix.PROT_WRITE,
 		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED, ^uint64(0), 0); err != nil {
 		undo()
@@ -453,3 +459,28 @@ func (l *clockLog) entry(i uint64) (clockEntry, bool) {
 // consumed tells the stubs that the entries below i are read: their
 // slots may take new ones.
 func (l *clockLog) consumed(i uint64) { atomic.StoreUint64(l.word(clkConsumed), i) }
+
+// effectiveClocks returns, for the counters that calls read in sequence
+// order, the counter each is placed at: the largest read so far. A call
+// reads the counter just before it takes its number, so two calls can
+// read it out of their numbers' order (one delayed between the two);
+// the running maximum is never more than what the counter held when the
+// call took its number, and the clock reads a thread made after a call
+// took their indexes later still. An entry of index i goes after every
+// call placed at i or below, and before the others.
+func effectiveClocks(clocks []uint64) []uint64 {
+	out := make([]uint64, len(clocks))
+	var g uint64
+	for i, c := range clocks {
+		g = max(g, c)
+		out[i] = g
+	}
+	return out
+}
+
+// What the syscall program sends as a call's counter without one
+// (tprec.h: TP_CLOCK_NONE, TP_CLOCK_UNREAD).
+const (
+	clockNone   = ^uint64(0)
+	clockUnread = ^uint64(0) - 1
+)

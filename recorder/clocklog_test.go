@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/cilium/ebpf"
+	"github.com/tprec/tprec/bpf"
 	"github.com/tprec/tprec/proc"
 
 	"golang.org/x/sys/unix"
@@ -33,65 +35,11 @@ func TestClockLogEntries(t *testing.T) {
 }
 
 func clockLogEntries(t *testing.T, n int) {
-	prog := buildFixture(t, "clockloop")
 	var out bytes.Buffer
-	cmd := exec.Command(prog, strconv.Itoa(n))
-	cmd.Stdout = &out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Ptrace: true}
-	var l *clockLog
-	tracer := proc.NewTracer()
-	defer tracer.Close()
-	err := tracer.Do(func() error {
-		if err := cmd.Start(); err != nil {
-			return err
-		}
-		pid := cmd.Process.Pid
-		if _, err := proc.Wait(pid); err != nil { // the exec stop
-			return err
-		}
-		mem, err := proc.OpenMem(pid)
-		if err != nil {
-			return err
-		}
-		defer mem.Close()
-		maps, err := proc.ReadMaps(pid)
-		if err != nil {
-			return err
-		}
-		lo, hi, img, err := targetVDSO(pid)
-		if err != nil {
-			return err
-		}
-		p, err := patchVDSO(mem, maps, nil)
-		if err != nil || p == nil {
-			return fmt.Errorf("patch the vDSO: %v", err)
-		}
-		var fns []clockFunc
-		for _, s := range p.sites {
-			nr := int(binary.LittleEndian.Uint32(s.stub[1:]))
-			if _, ok := clockLoggable[nr]; ok && s.stub[0] == 0xb8 {
-				orig := append(append([]byte(nil), s.orig...), img[s.addr-lo+uint64(len(s.orig)):][:32]...)
-				fns = append(fns, clockFunc{nr: nr, entry: s.addr, orig: orig})
-			}
-		}
-		if len(fns) != 2 {
-			return fmt.Errorf("%d functions to log in the vDSO, want clock_gettime and gettimeofday", len(fns))
-		}
-		if l, err = installClockLog(pid, mem, p.insn, lo, hi, lo+9, fns); err != nil {
-			return err
-		}
-		if len(l.sites) != 2 {
-			return fmt.Errorf("%d entries pointed at stubs, want 2", len(l.sites))
-		}
-		return proc.Detach(pid, 0)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cmd, l := startWithClockLog(t, &out, nil, buildFixture(t, "clockloop"), strconv.Itoa(n))
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("the program failed with the clock log: %v", err)
 	}
-	defer unix.Munmap(l.view)
 
 	// What each thread got, in order: "nr ret value".
 	want := map[uint64][]string{}
@@ -155,4 +103,213 @@ func clockLogEntries(t *testing.T, n int) {
 	} else if want := uint64(2 * 2 * n); total != want {
 		t.Errorf("%d entries, want %d (the child's reads, the invalid clock and the timezone call are not logged)", total, want)
 	}
+}
+
+// startWithClockLog starts prog with args stopped at its exec, patches its
+// vDSO, installs the clock log, runs before (if not nil) with the process
+// still stopped, and lets it run. The view stays mapped until the test
+// ends.
+func startWithClockLog(t *testing.T, stdout *bytes.Buffer, before func(pid int, l *clockLog) error, prog string, args ...string) (*exec.Cmd, *clockLog) {
+	t.Helper()
+	cmd := exec.Command(prog, args...)
+	if stdout != nil {
+		cmd.Stdout = stdout
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Ptrace: true}
+	var l *clockLog
+	tracer := proc.NewTracer()
+	defer tracer.Close()
+	err := tracer.Do(func() error {
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		pid := cmd.Process.Pid
+		if _, err := proc.Wait(pid); err != nil { // the exec stop
+			return err
+		}
+		mem, err := proc.OpenMem(pid)
+		if err != nil {
+			return err
+		}
+		defer mem.Close()
+		maps, err := proc.ReadMaps(pid)
+		if err != nil {
+			return err
+		}
+		lo, hi, img, err := targetVDSO(pid)
+		if err != nil {
+			return err
+		}
+		p, err := patchVDSO(mem, maps, nil)
+		if err != nil || p == nil {
+			return fmt.Errorf("patch the vDSO: %v", err)
+		}
+		var fns []clockFunc
+		for _, s := range p.sites {
+			nr := int(binary.LittleEndian.Uint32(s.stub[1:]))
+			if _, ok := clockLoggable[nr]; ok && s.stub[0] == 0xb8 {
+				orig := append(append([]byte(nil), s.orig...), img[s.addr-lo+uint64(len(s.orig)):][:32]...)
+				fns = append(fns, clockFunc{nr: nr, entry: s.addr, orig: orig})
+			}
+		}
+		if len(fns) != 2 {
+			return fmt.Errorf("%d functions to log in the vDSO, want clock_gettime and gettimeofday", len(fns))
+		}
+		if l, err = installClockLog(pid, mem, p.insn, lo, hi, lo+9, fns); err != nil {
+			return err
+		}
+		if len(l.sites) != 2 {
+			return fmt.Errorf("%d entries pointed at stubs, want 2", len(l.sites))
+		}
+		if before != nil {
+			if err := before(pid, l); err != nil {
+				return err
+			}
+		}
+		return proc.Detach(pid, 0)
+	})
+	if err != nil {
+		if cmd.Process != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Munmap(l.view) })
+	return cmd, l
+}
+
+// The syscall program reads the clock log's counter at every call: merged
+// by it, each thread's clock reads and calls of the order fixture
+// alternate as the program made them, a call comes after the read whose
+// value it passes on (another thread's, often), and the fs base the
+// program reads for an entry is the one the syscall program sees for that
+// thread.
+func TestClockLogOrder(t *testing.T) {
+	requireKernel(t)
+	const n = 5000
+	type call struct {
+		tid        int
+		nr         int
+		arg, clock uint64
+	}
+	bySeq := map[uint64]call{} // two threads' records can come out of order
+	fsTid := map[uint64]int{}
+	var bad error
+	testHookSyscall = func(h *bpf.TprecTpSyscall) {
+		switch {
+		case bad != nil:
+		case h.Clock == clockNone || h.Clock == clockUnread:
+			bad = fmt.Errorf("call %d (%d) read no counter: %#x", h.Seq, h.Nr, h.Clock)
+		default:
+			bySeq[h.Seq] = call{int(h.Tid), int(h.Nr), h.Args[0], h.Clock}
+			fsTid[h.Fs] = int(h.Tid)
+		}
+	}
+	defer func() { testHookSyscall = nil }()
+	var e *ebpfSource
+	cmd, l := startWithClockLog(t, nil, func(pid int, l *clockLog) error {
+		var err error
+		if e, err = newEBPFSource(pid, 64<<20, t.Logf); err != nil {
+			return err
+		}
+		var p bpf.TprecTpProc
+		if err := e.objs.Traced.Lookup(uint32(pid), &p); err != nil {
+			return err
+		}
+		p.Clock = l.base + clkCounter
+		return e.objs.Traced.Update(uint32(pid), p, ebpf.UpdateExist)
+	}, buildFixture(t, "clockorder"), strconv.Itoa(n))
+	defer e.close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the program failed with the clock log: %v", err)
+	}
+	if err := e.drain(); err != nil {
+		t.Fatal(err)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if bad != nil {
+		t.Fatal(bad)
+	}
+	calls := make([]call, len(bySeq))
+	for seq, c := range bySeq {
+		if seq < 1 || seq > uint64(len(calls)) {
+			t.Fatalf("call %d of %d", seq, len(calls))
+		}
+		calls[seq-1] = c
+	}
+	clocks := make([]uint64, len(calls))
+	for i, c := range calls {
+		clocks[i] = c.clock
+	}
+	eff := effectiveClocks(clocks)
+	// The merged order: "C<tid>:<value>" for a read, the call otherwise.
+	type ev struct {
+		read  bool
+		tid   int
+		value uint64
+		call  call
+	}
+	var merged []ev
+	total, next := l.counter(), uint64(0)
+	entry := func() {
+		en, ok := l.entry(next)
+		if !ok {
+			t.Fatalf("entry %d has no stamp", next)
+		}
+		tid, ok := fsTid[en.fs]
+		if !ok {
+			t.Fatalf("entry %d: fs base %#x of no thread the syscall program saw", next, en.fs)
+		}
+		v := binary.LittleEndian.Uint64(en.out[:])*1e9 + binary.LittleEndian.Uint64(en.out[8:])
+		merged = append(merged, ev{read: true, tid: tid, value: v})
+		next++
+	}
+	for i, c := range calls {
+		for next < total && next < eff[i] {
+			entry()
+		}
+		merged = append(merged, ev{tid: c.tid, call: c})
+	}
+	for next < total {
+		entry()
+	}
+	if total != 4*n {
+		t.Fatalf("%d entries, want %d", total, 4*n)
+	}
+	readAt := map[uint64]int{}
+	for i, m := range merged {
+		if m.read {
+			readAt[m.value] = i
+		}
+	}
+	lastRead := map[int]bool{}
+	checked := 0
+	for i, m := range merged {
+		if m.read {
+			if lastRead[m.tid] {
+				t.Fatalf("thread %d: two reads with no call between them (event %d)", m.tid, i)
+			}
+			lastRead[m.tid] = true
+			continue
+		}
+		if m.call.nr != unix.SYS_GETPPID {
+			continue
+		}
+		if !lastRead[m.tid] {
+			t.Fatalf("thread %d: a call with no read before it (event %d)", m.tid, i)
+		}
+		lastRead[m.tid] = false
+		if at, ok := readAt[m.call.arg]; ok {
+			checked++
+			if at > i {
+				t.Fatalf("thread %d's call (event %d) passes on the value of a read placed after it (event %d)", m.tid, i, at)
+			}
+		}
+	}
+	if checked < n {
+		t.Fatalf("only %d calls passed on a value a read logged", checked)
+	}
+	t.Logf("%d calls, %d reads, %d threads; %d calls after the read whose value they passed on", len(calls), total, len(fsTid), checked)
 }

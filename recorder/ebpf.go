@@ -452,6 +452,9 @@ func (e *ebpfSource) consume(b []byte) {
 		if int(r.syscall.Tgid) != e.pid {
 			return
 		}
+		if testHookSyscall != nil {
+			testHookSyscall(r.syscall)
+		}
 		seq := r.syscall.Seq
 		if err == nil && r.syscall.Flags&uint8(bpf.TprecTpRecFlagsTP_F_END) != 0 && e.calls[seq] == nil {
 			// The whole call in one record: its items alias b, and
@@ -883,6 +886,10 @@ func (e *ebpfSource) checkWritten(s *session, maps []format.Mapping, written []u
 		testHookWritten(maps, written, e.faultSet)
 	}
 }
+
+// testHookSyscall, set by tests, sees the header of every call of the
+// recorded process, with the reader's lock held.
+var testHookSyscall func(*bpf.TprecTpSyscall)
 
 // testHookWritten, set by tests, sees every interval's two written sets.
 var testHookWritten func(maps []format.Mapping, pagemap []uint64, faults map[uint64]uint8)
