@@ -201,7 +201,7 @@ func (s *session) openIntervalFrom(now time.Time, snap *pageSnapshot) error {
 	}
 	clk.mark("regs")
 	if snap == nil {
-		maps, err := proc.ReadMaps(s.pid)
+		maps, err := s.readMaps()
 		if err != nil {
 			return err
 		}
@@ -506,6 +506,7 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 	}
 	s.runDeferred() // the previous interval is in the ring before this one
 	clk := newStepClock()
+	s.clockStepOut()
 	if err := s.src.sync(s); err != nil {
 		s.notReplayable("syscall log incomplete: " + err.Error())
 	}
@@ -540,7 +541,7 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 		return nil, nil
 	}
 	s.oomStreak = 0
-	maps, err := proc.ReadMaps(s.pid)
+	maps, err := s.readMaps()
 	if err != nil {
 		return nil, fail(err)
 	}

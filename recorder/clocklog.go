@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"slices"
 	"sync/atomic"
 	"unsafe"
 
@@ -54,27 +55,39 @@ const (
 	clkCode      = 0
 	clkHead      = format.PageSize
 	clkRing      = 2 * format.PageSize
-	clkEntries   = 1 << 15
-	clkEntrySize = 64
+	clkEntries   = 1 << 13
+	clkEntrySize = 512
 	clkSize      = clkRing + clkEntries*clkEntrySize // the shared part
 	clkSwitch    = clkSize                           // one private page
 	// clkSlack entries stay free between the collector and the stubs:
 	// threads that passed the check for room before one of them took
 	// the last index (one each at most).
-	clkSlack = 4096
+	clkSlack = 1024
 
 	// the header
-	clkCounter  = clkHead      // next index
-	clkConsumed = clkHead + 64 // indexes below it read by the collector
+	clkCounter  = clkHead       // next index
+	clkConsumed = clkHead + 64  // indexes below it read by the collector
+	clkRingAddr = clkHead + 128 // the ring's address in the process
 
 	// an entry
-	ceStamp   = 0 // index + 1, written last
+	ceStamp   = 0 // index + 1, written once the fields are
 	ceFS      = 8 // the thread's fs base
 	ceNr      = 16
 	ceRet     = 24
 	ceArg0    = 32
 	ceOutAddr = 40 // where the call wrote its 16 bytes (0: nothing written)
 	ceOut     = 48 // those bytes
+	ceDone    = 64 // 1 once the stub is done with the slot (a byte)
+	// what the stub keeps there while the function runs
+	ceRegs  = 72  // rdi, rsi, rdx, r8, r9, r10, rbx
+	ceFlags = 128 // the flags at the entry (lahf; seto al)
+	ceNext  = 136 // the stamp to write
+	// ceStack keeps the clkStackSaved bytes below the caller's stack
+	// pointer: the stub and the function write there, where a replay's
+	// call (the vDSO patch's stub: a syscall) writes nothing, and the
+	// checkpoint's digests of the stack page would differ.
+	ceStack       = 256
+	clkStackSaved = clkEntrySize - ceStack
 )
 
 // clockFunc is a vDSO function the clock log takes over.
@@ -192,13 +205,29 @@ func movable(inst x86asm.Inst) bool {
 	return true
 }
 
-// clockCode returns the code page of a region at base for fns, and the
-// address of each function's stub (by entry). A function whose prologue
-// cannot be moved gets no stub: the caller leaves it on the syscall.
-func clockCode(base uint64, fns []clockFunc) ([]byte, map[uint64]uint64, error) {
+// clockCode returns the code page of a region at base for fns, the
+// address of each function's stub (by entry) and, for the rip after each
+// stub's own `syscall` (its fallback), the rip after the entry's in the
+// vDSO patch's stub. A function whose prologue cannot be moved gets no
+// stub: the caller leaves it on the syscall.
+//
+// A stub leaves the thread as the vDSO patch's stub (`mov eax, NR;
+// syscall; ret`) would, which a replay runs: rax the result, rcx the rip
+// after that stub's `syscall`, r11 the flags, every other register, the
+// flags and the stack below the caller's stack pointer as they were. It
+// uses rax, rcx and r11 (which that stub changes too) until it has its
+// slot, then keeps what it must give back there.
+func clockCode(base uint64, fns []clockFunc) (code []byte, stubs, fallbacks map[uint64]uint64, err error) {
 	a := &casm{base: base + clkCode, labels: map[string]int{}}
 	abs := func(off int) uint64 { return base + uint64(off) }
-	stubs := map[uint64]uint64{}
+	le32 := func(v uint32) []byte { return binary.LittleEndian.AppendUint32(nil, v) }
+	stubs, fallbacks = map[uint64]uint64{}, map[uint64]uint64{}
+	// rbx-relative accesses to the slot: REX.W (+R for r8-r15), op, modrm
+	// [rbx+disp32], disp32.
+	slot := func(rex, op byte, reg byte, off int) {
+		a.emit(rex, op, 0x83|(reg&7)<<3)
+		a.emit(le32(uint32(off))...)
+	}
 	for k, f := range fns {
 		ptr, ok := clockLoggable[f.nr]
 		if !ok {
@@ -208,6 +237,8 @@ func clockCode(base uint64, fns []clockFunc) ([]byte, map[uint64]uint64, error) 
 		fallback := fmt.Sprintf("fallback%d", k)
 		skip := fmt.Sprintf("skip%d", k)
 		start, rels := len(a.b), len(a.rel)
+		a.emit(0x9f)                                       // lahf
+		a.emit(0x0f, 0x90, 0xc0)                           // seto al: rax holds the flags
 		a.to("", abs(clkSwitch), []byte{0x80, 0x3d}, 0x00) // cmp byte [switch], 0
 		a.to(fallback, 0, []byte{0x0f, 0x84})              // je fallback
 		if f.nr == unix.SYS_CLOCK_GETTIME {
@@ -215,60 +246,103 @@ func clockCode(base uint64, fns []clockFunc) ([]byte, map[uint64]uint64, error) 
 			// makes the syscall, which the syscall log would hold too.
 			a.emit(0x83, 0xff, 0x1f)              // cmp edi, 31
 			a.to(fallback, 0, []byte{0x0f, 0x87}) // ja fallback (a CPU clock's id is negative)
-			a.emit(0xb8)                          // mov eax, imm32
-			a.emit(binary.LittleEndian.AppendUint32(nil, vdsoClocks)...)
-			a.emit(0x0f, 0xa3, 0xf8)              // bt eax, edi
+			a.emit(0x41, 0xbb)                    // mov r11d, imm32
+			a.emit(le32(vdsoClocks)...)
+			a.emit(0x41, 0x0f, 0xa3, 0xfb)        // bt r11d, edi
 			a.to(fallback, 0, []byte{0x0f, 0x83}) // jnc fallback
 		}
 		if f.nr == unix.SYS_GETTIMEOFDAY {
 			a.emit(0x48, 0x85, 0xf6)              // test rsi, rsi: a timezone
 			a.to(fallback, 0, []byte{0x0f, 0x85}) // jne fallback
 		}
-		a.to("", abs(clkCounter), []byte{0x48, 0x8b, 0x05})  // mov rax, [counter]
-		a.to("", abs(clkConsumed), []byte{0x48, 0x2b, 0x05}) // sub rax, [consumed]
-		a.emit(0x48, 0x3d)                                   // cmp rax, imm32
-		a.emit(binary.LittleEndian.AppendUint32(nil, clkEntries-clkSlack)...)
+		a.to("", abs(clkCounter), []byte{0x48, 0x8b, 0x0d})  // mov rcx, [counter]
+		a.to("", abs(clkConsumed), []byte{0x48, 0x2b, 0x0d}) // sub rcx, [consumed]
+		a.emit(0x48, 0x81, 0xf9)                             // cmp rcx, imm32
+		a.emit(le32(clkEntries - clkSlack)...)
 		a.to(fallback, 0, []byte{0x0f, 0x83})                           // jae fallback
-		a.emit(0x57, 0x56)                                              // push rdi; push rsi
-		a.emit(0x48, 0x83, 0xec, 0x08)                                  // sub rsp, 8: aligned as at the entry
-		a.to(detour, 0, []byte{0xe8})                                   // call detour
-		a.emit(0x48, 0x83, 0xc4, 0x08)                                  // add rsp, 8
-		a.emit(0x5e, 0x5f)                                              // pop rsi; pop rdi
-		a.emit(0x48, 0x63, 0xc0)                                        // movsxd rax, eax: an int
 		a.emit(0xb9, 1, 0, 0, 0)                                        // mov ecx, 1
 		a.to("", abs(clkCounter), []byte{0xf0, 0x48, 0x0f, 0xc1, 0x0d}) // lock xadd [counter], rcx
-		a.emit(0x89, 0xca)                                              // mov edx, ecx
-		a.emit(0x81, 0xe2)                                              // and edx, imm32
-		a.emit(binary.LittleEndian.AppendUint32(nil, clkEntries-1)...)
-		a.emit(0x48, 0xc1, 0xe2, 0x06)                   // shl rdx, 6
-		a.to("", abs(clkRing), []byte{0x4c, 0x8d, 0x05}) // lea r8, [ring]
-		a.emit(0x4c, 0x01, 0xc2)                         // add rdx, r8
-		a.emit(0xf3, 0x49, 0x0f, 0xae, 0xc0)             // rdfsbase r8
-		a.emit(0x4c, 0x89, 0x42, ceFS)                   // mov [rdx+fs], r8
-		a.emit(0x48, 0xc7, 0x42, ceNr)                   // mov qword [rdx+nr], imm32
-		a.emit(binary.LittleEndian.AppendUint32(nil, uint32(f.nr))...)
-		a.emit(0x48, 0x89, 0x42, ceRet)  // mov [rdx+ret], rax
-		a.emit(0x48, 0x89, 0x7a, ceArg0) // mov [rdx+arg0], rdi
-		// r8 = the pointer the call wrote through, or 0.
+		a.emit(0x41, 0x89, 0xcb)                                        // mov r11d, ecx
+		a.emit(0x41, 0x81, 0xe3)                                        // and r11d, imm32
+		a.emit(le32(clkEntries - 1)...)
+		a.emit(0x49, 0xc1, 0xe3, 0x09)                       // shl r11, 9
+		a.to("", abs(clkRingAddr), []byte{0x4c, 0x03, 0x1d}) // add r11, [ring]: the slot
+		a.emit(0x49, 0x89, 0x43, ceFlags)                    // mov [r11+flags], rax
+		a.emit(0x48, 0x8d, 0x41, 0x01)                       // lea rax, [rcx+1]
+		a.emit(0x49, 0x89, 0x83)                             // mov [r11+next], rax
+		a.emit(le32(ceNext)...)
+		a.emit(0x41, 0xc6, 0x43, ceDone, 0) // mov byte [r11+done], 0
+		// rdi, rsi, rdx, r8, r9, r10, rbx into the slot (mov [r11+d8], reg)
+		for i, r := range []byte{7, 6, 2, 8, 9, 10, 3} {
+			rex := byte(0x49)
+			if r >= 8 {
+				rex |= 0x04
+			}
+			a.emit(rex, 0x89, 0x43|(r&7)<<3, byte(ceRegs+8*i))
+		}
+		a.emit(0x4c, 0x89, 0xdb) // mov rbx, r11
+		// The bytes below the caller's stack pointer, before anything
+		// is written there.
+		for off := 8; off <= clkStackSaved; off += 8 {
+			a.emit(0x48, 0x8b, 0x84, 0x24) // mov rax, [rsp-off]
+			a.emit(le32(uint32(-off))...)
+			slot(0x48, 0x89, 0, ceStack+clkStackSaved-off) // mov [rbx+..], rax
+		}
+		a.emit(0x48, 0x83, 0xec, 0x08) // sub rsp, 8: aligned as at an entry
+		a.to(detour, 0, []byte{0xe8})  // call detour
+		a.emit(0x48, 0x83, 0xc4, 0x08) // add rsp, 8
+		a.emit(0x48, 0x63, 0xc0)       // movsxd rax, eax: an int
+		a.emit(0x48, 0x89, 0x43, ceRet)
+		a.emit(0xf3, 0x48, 0x0f, 0xae, 0xc1) // rdfsbase rcx
+		a.emit(0x48, 0x89, 0x4b, ceFS)       // mov [rbx+fs], rcx
+		a.emit(0x48, 0xc7, 0x43, ceNr)       // mov qword [rbx+nr], imm32
+		a.emit(le32(uint32(f.nr))...)
+		a.emit(0x48, 0x8b, 0x4b, ceRegs) // mov rcx, [saved rdi]
+		a.emit(0x48, 0x89, 0x4b, ceArg0) // mov [rbx+arg0], rcx
 		if ptr == 6 {
-			a.emit(0x49, 0x89, 0xf0) // mov r8, rsi
+			a.emit(0x4c, 0x8b, 0x5b, ceRegs+8) // mov r11, [saved rsi]
 		} else {
-			a.emit(0x49, 0x89, 0xf8) // mov r8, rdi
+			a.emit(0x4c, 0x8b, 0x5b, ceRegs) // mov r11, [saved rdi]
 		}
 		a.emit(0x48, 0x85, 0xc0)            // test rax, rax
 		a.emit(0x74, 0x03)                  // je +3
-		a.emit(0x45, 0x31, 0xc0)            // xor r8d, r8d: an error wrote nothing
-		a.emit(0x4c, 0x89, 0x42, ceOutAddr) // mov [rdx+outaddr], r8
-		a.emit(0x4d, 0x85, 0xc0)            // test r8, r8
+		a.emit(0x45, 0x31, 0xdb)            // xor r11d, r11d: an error wrote nothing
+		a.emit(0x4c, 0x89, 0x5b, ceOutAddr) // mov [rbx+outaddr], r11
+		a.emit(0x4d, 0x85, 0xdb)            // test r11, r11
 		a.to(skip, 0, []byte{0x0f, 0x84})   // je skip
-		a.emit(0x4d, 0x8b, 0x08)            // mov r9, [r8]
-		a.emit(0x4c, 0x89, 0x4a, ceOut)     // mov [rdx+out], r9
-		a.emit(0x4d, 0x8b, 0x48, 0x08)      // mov r9, [r8+8]
-		a.emit(0x4c, 0x89, 0x4a, ceOut+8)   // mov [rdx+out+8], r9
+		a.emit(0x49, 0x8b, 0x0b)            // mov rcx, [r11]
+		a.emit(0x48, 0x89, 0x4b, ceOut)     // mov [rbx+out], rcx
+		a.emit(0x49, 0x8b, 0x4b, 0x08)      // mov rcx, [r11+8]
+		a.emit(0x48, 0x89, 0x4b, ceOut+8)   // mov [rbx+out+8], rcx
 		a.label(skip)
-		a.emit(0x4c, 0x8d, 0x41, 0x01) // lea r8, [rcx+1]
-		a.emit(0x4c, 0x89, 0x02)       // mov [rdx], r8: the stamp
-		a.emit(0xc3)                   // ret
+		// Back as they were: the registers, the flags (then r11 as the
+		// syscall sets it, through the stack), the stack's bytes.
+		for i, r := range []byte{7, 6, 2, 8, 9, 10} {
+			rex := byte(0x48)
+			if r >= 8 {
+				rex |= 0x04
+			}
+			a.emit(rex, 0x8b, 0x43|(r&7)<<3, byte(ceRegs+8*i)) // mov reg, [rbx+..]
+		}
+		a.emit(0x48, 0x8b, 0x43, ceFlags) // mov rax, [rbx+flags]
+		a.emit(0x04, 0x7f)                // add al, 0x7f: OF as seto found it
+		a.emit(0x9e)                      // sahf
+		a.emit(0x9c)                      // pushfq
+		a.emit(0x41, 0x5b)                // pop r11
+		for off := 8; off <= clkStackSaved; off += 8 {
+			slot(0x48, 0x8b, 1, ceStack+clkStackSaved-off) // mov rcx, [rbx+..]
+			a.emit(0x48, 0x89, 0x8c, 0x24)                 // mov [rsp-off], rcx
+			a.emit(le32(uint32(-off))...)
+		}
+		a.emit(0x48, 0x8b, 0x43, ceRet) // mov rax, [rbx+ret]
+		a.emit(0x48, 0x8b, 0x8b)        // mov rcx, [rbx+next]
+		a.emit(le32(ceNext)...)
+		a.emit(0x48, 0x89, 0x0b)                      // mov [rbx], rcx: the stamp
+		a.emit(0x48, 0x89, 0xd9)                      // mov rcx, rbx
+		a.emit(0x48, 0x8b, 0x59, ceRegs+6*8)          // mov rbx, [rcx+saved rbx]
+		a.emit(0xc6, 0x41, ceDone, 1)                 // mov byte [rcx+done], 1: the slot is free
+		a.to("", f.entry+7, []byte{0x48, 0x8d, 0x0d}) // lea rcx, [entry+7]
+		a.emit(0xc3)                                  // ret
 		a.label(detour)
 		moved, n, ok := displaced(f.orig, f.entry, a.base+uint64(len(a.b)))
 		if !ok {
@@ -278,18 +352,23 @@ func clockCode(base uint64, fns []clockFunc) ([]byte, map[uint64]uint64, error) 
 		a.emit(moved...)
 		a.to("", f.entry+uint64(n), []byte{0xe9}) // jmp past them
 		a.label(fallback)
-		a.emit(0xb8) // mov eax, NR; syscall; ret
-		a.emit(binary.LittleEndian.AppendUint32(nil, uint32(f.nr))...)
-		a.emit(0x0f, 0x05, 0xc3)
+		a.emit(0x04, 0x7f) // add al, 0x7f
+		a.emit(0x9e)       // sahf: the flags back
+		a.emit(0xb8)       // mov eax, NR; syscall
+		a.emit(le32(uint32(f.nr))...)
+		a.emit(0x0f, 0x05)
+		fallbacks[a.base+uint64(len(a.b))] = f.entry + 7
+		a.to("", f.entry+7, []byte{0x48, 0x8d, 0x0d}) // lea rcx, [entry+7]
+		a.emit(0xc3)                                  // ret
 		stubs[f.entry] = a.base + uint64(start)
 	}
 	if len(a.b) > format.PageSize {
-		return nil, nil, fmt.Errorf("clock log: %d bytes of code", len(a.b))
+		return nil, nil, nil, fmt.Errorf("clock log: %d bytes of code", len(a.b))
 	}
 	if err := a.resolve(); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return a.b, stubs, nil
+	return a.b, stubs, fallbacks, nil
 }
 
 // clockLog is a clock log installed in a process.
@@ -297,33 +376,118 @@ type clockLog struct {
 	base  uint64 // the region in the process
 	view  []byte // its shared part, mapped here
 	sites []clockSite
+	// fallbacks: for the rip after each stub's own `syscall`, the rip
+	// after the entry's in the vDSO patch's stub (entry + 7), which is
+	// what a replay runs: the checkpoint's vDSO holds that stub again
+	// (clockLog.unpatch).
+	fallbacks map[uint64]uint64
+	lo, hi    uint64 // the vDSO
+}
+
+// region is the range the clock log takes in the process, hidden from
+// the recording: its code page, its shared part and its switch page.
+func (l *clockLog) region() (lo, hi uint64) { return l.base, l.base + clkSize + format.PageSize }
+
+// inside reports whether a thread at rip is inside the clock log's code
+// or the vDSO (which a stub calls): a boundary steps it out first.
+func (l *clockLog) inside(rip uint64) bool {
+	return rip >= l.base && rip < l.base+format.PageSize || rip >= l.lo && rip < l.hi
+}
+
+// unpatch gives, in page (at addr), each entry the bytes it held before
+// the clock log (the vDSO patch's stub): the checkpoint holds them, so
+// that a replay makes every clock read a call at the entry, which the
+// log's records name.
+func (l *clockLog) unpatch(addr uint64, page []byte) {
+	for _, s := range l.sites {
+		if s.entry >= addr && s.entry+uint64(len(s.orig)) <= addr+uint64(len(page)) {
+			copy(page[s.entry-addr:], s.orig)
+		}
+	}
+}
+
+// clockMerge is the state of merging a clock log's entries into the
+// syscall log, across intervals.
+type clockMerge struct {
+	l     *clockLog
+	next  uint64         // the next index to merge
+	g     uint64         // the largest counter a merged call read
+	fsTid map[uint64]int // threads by fs base
+}
+
+// call looks at a call before it is logged: it learns the thread's fs
+// base, gives a stub's own fallback call the rip a replay has for it, and
+// reports a call to drop: a logged function's own syscall inside the vDSO
+// (the kernel's clock not readable in user space), whose result the entry
+// holds.
+func (cm *clockMerge) call(rec *format.Syscall, fs uint64) bool {
+	if fs != 0 {
+		cm.fsTid[fs] = rec.Tid
+	}
+	if rip, ok := cm.l.fallbacks[rec.Rip]; ok {
+		rec.Rip = rip
+		return false
+	}
+	if _, logged := clockLoggable[rec.Nr]; logged && rec.Rip >= cm.l.lo && rec.Rip < cm.l.hi {
+		for _, s := range cm.l.sites {
+			if rec.Rip == s.entry+7 {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// record makes the log's record of an entry, or says why there is none.
+func (cm *clockMerge) record(en clockEntry) (format.Syscall, string) {
+	tid, ok := cm.fsTid[en.fs]
+	if !ok {
+		return format.Syscall{}, fmt.Sprintf("clock read %d was made by a thread the recorder does not know (fs base %#x)", en.index, en.fs)
+	}
+	var rip uint64
+	for _, s := range cm.l.sites {
+		if s.nr == en.nr {
+			rip = s.entry + 7
+		}
+	}
+	rec := format.Syscall{Tid: tid, Nr: en.nr, Ret: en.ret, Rip: rip}
+	rec.Args[0] = en.arg0
+	if en.nr == unix.SYS_CLOCK_GETTIME {
+		rec.Args[1] = en.outAddr
+	}
+	if en.outAddr != 0 {
+		rec.Out = []format.OutBuf{{Addr: en.outAddr, Data: append([]byte(nil), en.out[:]...)}}
+	}
+	return rec, ""
 }
 
 // clockSite is an entry point pointed at its stub: the bytes written, and
 // those they replaced.
 type clockSite struct {
 	entry         uint64
+	nr            int
 	orig, patched []byte
 }
 
-// installClockLog maps a clock log into a stopped process through thread
-// tid's syscalls at insn (a `syscall` instruction the process has), near
+// installClockLog maps a clock log into stopped process pid through the
+// calls inject makes it make (returning the call's result), near
 // its vDSO [lo, hi) (a rel32 reaches the stubs from the entries, and the
 // vDSO's data from the moved instructions), writes its code for fns and
 // points their entries at it. zero is the address of a zero byte in the
 // process (the memfd's name). Every thread must be stopped outside the
 // entries' first 8 bytes. fns whose prologue cannot be moved stay as they
 // are.
-func installClockLog(tid int, mem *proc.Mem, insn, lo, hi, zero uint64, fns []clockFunc) (*clockLog, error) {
+func installClockLog(pid int, mem *proc.Mem, inject func(nr int, args ...uint64) (int64, error), lo, hi, zero uint64, fns []clockFunc) (*clockLog, error) {
 	call := func(what string, nr int, args ...uint64) (uint64, error) {
-		res, err := proc.Inject(tid, insn, nr, args...)
-		if err == nil && res.Ret < 0 && res.Ret > -4096 {
-			err = unix.Errno(-res.Ret)
+		ret, err := inject(nr, args...)
+		if err == nil && ret < 0 && ret > -4096 {
+			err = unix.Errno(-ret)
 		}
 		if err != nil {
 			return 0, fmt.Errorf("clock log: %s: %w", what, err)
 		}
-		return uint64(res.Ret), nil
+		return uint64(ret), nil
 	}
 	fd, err := call("memfd_create", unix.SYS_MEMFD_CREATE, zero, unix.MFD_CLOEXEC)
 	if err != nil {
@@ -370,7 +534,7 @@ func installClockLog(tid int, mem *proc.Mem, insn, lo, hi, zero uint64, fns []cl
 		undo()
 		return nil, err
 	}
-	f, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/%d", tid, fd), os.O_RDWR, 0)
+	f, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/%d", pid, fd), os.O_RDWR, 0)
 	if err != nil {
 		undo()
 		return nil, fmt.Errorf("clock log: %w", err)
@@ -381,10 +545,12 @@ func installClockLog(tid int, mem *proc.Mem, insn, lo, hi, zero uint64, fns []cl
 		undo()
 		return nil, fmt.Errorf("clock log: map the region: %w", err)
 	}
-	l := &clockLog{base: base, view: view}
-	code, stubs, err := clockCode(base, fns)
+	l := &clockLog{base: base, view: view, lo: lo, hi: hi}
+	code, stubs, fallbacks, err := clockCode(base, fns)
+	l.fallbacks = fallbacks
 	if err == nil {
 		copy(view[clkCode:], code)
+		binary.LittleEndian.PutUint64(view[clkRingAddr:], base+clkRing)
 		err = mem.WriteAt([]byte{1}, base+clkSwitch)
 	}
 	for _, fn := range fns {
@@ -400,7 +566,7 @@ func installClockLog(tid int, mem *proc.Mem, insn, lo, hi, zero uint64, fns []cl
 		if err = mem.ReadAt(cur, fn.entry); err == nil {
 			err = mem.WriteAt(patched, fn.entry)
 		}
-		l.sites = append(l.sites, clockSite{entry: fn.entry, orig: cur, patched: patched})
+		l.sites = append(l.sites, clockSite{entry: fn.entry, nr: fn.nr, orig: cur, patched: patched})
 	}
 	if err != nil {
 		l.remove(mem)
@@ -446,7 +612,7 @@ func (l *clockLog) counter() uint64 { return atomic.LoadUint64(l.word(clkCounter
 // entry returns the entry of index i once its stamp is there.
 func (l *clockLog) entry(i uint64) (clockEntry, bool) {
 	off := clkRing + int(i%clkEntries)*clkEntrySize
-	if atomic.LoadUint64(l.word(off+ceStamp)) != i+1 {
+	if atomic.LoadUint64(l.word(off+ceStamp)) != i+1 || atomic.LoadUint32((*uint32)(unsafe.Pointer(&l.view[off+ceDone]))) != 1 {
 		return clockEntry{}, false
 	}
 	le := binary.LittleEndian
@@ -484,3 +650,165 @@ const (
 	clockNone   = ^uint64(0)
 	clockUnread = ^uint64(0) - 1
 )
+
+// clockFuncs lists the patched functions the clock log takes over.
+func (p *vdsoPatch) clockFuncs() []clockFunc {
+	var fns []clockFunc
+	for _, s := range p.sites {
+		if _, ok := clockLoggable[s.nr]; ok && len(s.body) >= 16 {
+			fns = append(fns, clockFunc{nr: s.nr, entry: s.addr, orig: s.body})
+		}
+	}
+	return fns
+}
+
+// clockLogOff says why a recording goes without a clock log, "" when it
+// uses one: the eBPF backend (the ptrace backend's syscall stops would
+// need the counter read at each of them, not built), a CPU that lets user
+// code read its fs base (the stubs' rdfsbase: FSGSBASE, Linux 5.9 and
+// later), and TPREC_NO_CLOCK_LOG unset.
+func clockLogOff(backend string) string {
+	switch {
+	case os.Getenv("TPREC_NO_CLOCK_LOG") != "":
+		return "TPREC_NO_CLOCK_LOG is set"
+	case backend != "ebpf":
+		return "the " + backend + " backend"
+	case !fsgsbase():
+		return "the CPU or the kernel does not let programs read their fs base (FSGSBASE)"
+	}
+	return ""
+}
+
+// fsgsbase reports whether the kernel lets user code use rdfsbase: bit 1 of
+// AT_HWCAP2 (HWCAP2_FSGSBASE).
+func fsgsbase() bool {
+	b, err := os.ReadFile("/proc/self/auxv")
+	if err != nil {
+		return false
+	}
+	for i := 0; i+16 <= len(b); i += 16 {
+		if binary.LittleEndian.Uint64(b[i:]) == 26 { // AT_HWCAP2
+			return binary.LittleEndian.Uint64(b[i+8:])&2 != 0
+		}
+	}
+	return false
+}
+
+// installClock installs the clock log in the target, stopped with its
+// vDSO patched, when the recording uses one. A failure leaves the clock
+// reads to the vDSO patch's syscalls, and says so.
+func (s *session) installClock(maps []format.Mapping) {
+	if why := clockLogOff(s.src.name()); why != "" {
+		if debugStops {
+			s.logf("no clock log: %s", why)
+		}
+		return
+	}
+	e, ok := s.src.(*ebpfSource)
+	if !ok {
+		return
+	}
+	var lo, hi uint64
+	for _, m := range maps {
+		if m.Path == "[vdso]" {
+			lo, hi = m.Start, m.End
+		}
+	}
+	inject := func(nr int, args ...uint64) (int64, error) {
+		res, err := s.inject(proc.Call{Nr: nr, Args: args})
+		return res.Ret, err
+	}
+	l, err := installClockLog(s.pid, s.mem, inject, lo, hi, lo+9, s.vdso.clockFuncs())
+	if err == nil {
+		if err = e.useClock(l); err != nil {
+			l.remove(s.mem)
+		}
+	}
+	if err != nil {
+		s.logf("clock reads stay syscalls: %v", err)
+		return
+	}
+	s.clk = l
+}
+
+// clockStepOut steps every stopped thread out of the clock log's code and
+// of the vDSO, before a boundary takes the log: a thread between the index
+// it took and the entry's stamp would hold the log back, and one inside a
+// clock read would start a replay in code the replay does not have.
+func (s *session) clockStepOut() {
+	if s.clk == nil {
+		return
+	}
+	for tid, t := range s.threads {
+		if t.listen || t.exiting || t.fatal {
+			continue
+		}
+		for range 4 {
+			r, err := proc.GetRegs(tid)
+			if err != nil || !s.clk.inside(r.Rip) {
+				break
+			}
+			if si, err := proc.GetSyscallInfo(tid); err != nil || si.Op == proc.SyscallEntry {
+				break
+			}
+			lo, hi := s.clk.lo, s.clk.hi
+			if r.Rip >= s.clk.base && r.Rip < s.clk.base+format.PageSize {
+				lo, hi = s.clk.base, s.clk.base+format.PageSize
+			}
+			if out, err := proc.StepOut(tid, lo, hi, vdsoStepMax); err != nil || !out {
+				s.logf("thread %d stays in a clock read at %#x: %v", tid, r.Rip, err)
+				break
+			}
+		}
+	}
+}
+
+// hideClock leaves the clock log's region out of maps: the recording
+// neither saves nor replays it.
+func (s *session) hideClock(maps []format.Mapping) []format.Mapping {
+	if s.clk == nil {
+		return maps
+	}
+	lo, hi := s.clk.region()
+	return slices.DeleteFunc(maps, func(m format.Mapping) bool { return m.Start >= lo && m.End <= hi })
+}
+
+// readMaps reads the target's memory map, without the clock log.
+func (s *session) readMaps() ([]format.Mapping, error) {
+	maps, err := proc.ReadMaps(s.pid)
+	return s.hideClock(maps), err
+}
+
+// removeClock points the entries back at the vDSO patch's stubs and
+// unmaps the region, at a detach, the threads stepped out of it.
+func (s *session) removeClock() {
+	if s.clk == nil {
+		return
+	}
+	if e, ok := s.src.(*ebpfSource); ok {
+		e.dropClock() // before the view goes
+	}
+	if err := s.clk.remove(s.mem); err != nil {
+		s.logf("clock log: restore the vDSO's entries: %v", err)
+	}
+	lo, hi := s.clk.region()
+	if _, err := s.inject(proc.Call{Nr: unix.SYS_MUNMAP, Args: []uint64{lo, hi - lo}}); err != nil {
+		s.logf("clock log: unmap it: %v", err)
+	}
+	s.dropClock()
+}
+
+// dropClock forgets the clock log (an exec took the memory it was in).
+func (s *session) dropClock() {
+	if s.clk == nil {
+		return
+	}
+	if e, ok := s.src.(*ebpfSource); ok {
+		e.dropClock()
+	}
+	if s.clk.view != nil {
+		unix.Munmap(s.clk.view)
+		s.clk.view = nil
+	}
+	s.clk = nil
+}

@@ -29,7 +29,7 @@ import (
 // are the first of its reads, the rest is as the vDSO patch makes it.
 func TestClockLogEntries(t *testing.T) {
 	requireKernel(t)
-	for _, n := range []int{3000, 20000} {
+	for _, n := range []int{1500, 20000} {
 		t.Run(strconv.Itoa(n), func(t *testing.T) { clockLogEntries(t, n) })
 	}
 }
@@ -110,6 +110,12 @@ func clockLogEntries(t *testing.T, n int) {
 // still stopped, and lets it run. The view stays mapped until the test
 // ends.
 func startWithClockLog(t *testing.T, stdout *bytes.Buffer, before func(pid int, l *clockLog) error, prog string, args ...string) (*exec.Cmd, *clockLog) {
+	return startPatched(t, true, stdout, before, prog, args...)
+}
+
+// startPatched is startWithClockLog, or with the vDSO patch alone when
+// install is false (the clock log then nil).
+func startPatched(t *testing.T, install bool, stdout *bytes.Buffer, before func(pid int, l *clockLog) error, prog string, args ...string) (*exec.Cmd, *clockLog) {
 	t.Helper()
 	cmd := exec.Command(prog, args...)
 	if stdout != nil {
@@ -136,7 +142,7 @@ func startWithClockLog(t *testing.T, stdout *bytes.Buffer, before func(pid int, 
 		if err != nil {
 			return err
 		}
-		lo, hi, img, err := targetVDSO(pid)
+		lo, hi, _, err := targetVDSO(pid)
 		if err != nil {
 			return err
 		}
@@ -144,18 +150,18 @@ func startWithClockLog(t *testing.T, stdout *bytes.Buffer, before func(pid int, 
 		if err != nil || p == nil {
 			return fmt.Errorf("patch the vDSO: %v", err)
 		}
-		var fns []clockFunc
-		for _, s := range p.sites {
-			nr := int(binary.LittleEndian.Uint32(s.stub[1:]))
-			if _, ok := clockLoggable[nr]; ok && s.stub[0] == 0xb8 {
-				orig := append(append([]byte(nil), s.orig...), img[s.addr-lo+uint64(len(s.orig)):][:32]...)
-				fns = append(fns, clockFunc{nr: nr, entry: s.addr, orig: orig})
-			}
+		if !install {
+			return proc.Detach(pid, 0)
 		}
+		fns := p.clockFuncs()
 		if len(fns) != 2 {
 			return fmt.Errorf("%d functions to log in the vDSO, want clock_gettime and gettimeofday", len(fns))
 		}
-		if l, err = installClockLog(pid, mem, p.insn, lo, hi, lo+9, fns); err != nil {
+		inject := func(nr int, args ...uint64) (int64, error) {
+			res, err := proc.Inject(pid, p.insn, nr, args...)
+			return res.Ret, err
+		}
+		if l, err = installClockLog(pid, mem, inject, lo, hi, lo+9, fns); err != nil {
 			return err
 		}
 		if len(l.sites) != 2 {
@@ -175,7 +181,9 @@ func startWithClockLog(t *testing.T, stdout *bytes.Buffer, before func(pid int, 
 		}
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { unix.Munmap(l.view) })
+	if l != nil {
+		t.Cleanup(func() { unix.Munmap(l.view) })
+	}
 	return cmd, l
 }
 
@@ -187,7 +195,7 @@ func startWithClockLog(t *testing.T, stdout *bytes.Buffer, before func(pid int, 
 // thread.
 func TestClockLogOrder(t *testing.T) {
 	requireKernel(t)
-	const n = 5000
+	const n = 1500
 	type call struct {
 		tid        int
 		nr         int
@@ -312,4 +320,22 @@ func TestClockLogOrder(t *testing.T) {
 		t.Fatalf("only %d calls passed on a value a read logged", checked)
 	}
 	t.Logf("%d calls, %d reads, %d threads; %d calls after the read whose value they passed on", len(calls), total, len(fsTid), checked)
+}
+
+// A clock read through the clock log leaves the registers, the flags and
+// the stack below the caller as the vDSO patch's stub does, which is what
+// a replay runs: the fixture checks every register after each call, on
+// the logged path and on the fallback one (a clock the vDSO does not read
+// itself). The same fixture under the vDSO patch alone says what it
+// checks holds there.
+func TestClockLogLeavesWhatASyscallLeaves(t *testing.T) {
+	requireKernel(t)
+	prog := buildFixture(t, "clockregs")
+	for _, install := range []bool{false, true} {
+		var out bytes.Buffer
+		cmd, _ := startPatched(t, install, &out, nil, prog)
+		if err := cmd.Wait(); err != nil || !strings.Contains(out.String(), "ok") {
+			t.Errorf("clock log %v: %v\n%s", install, err, out.String())
+		}
+	}
 }

@@ -30,6 +30,11 @@ func (s *session) deliver(t *thread, sig int) error {
 	if err != nil {
 		return err
 	}
+	if s.clk != nil && s.clk.inside(regs.Rip) {
+		// The frame would return into the clock log's code or the
+		// vDSO's own, which a replay does not run.
+		s.notReplayable(fmt.Sprintf("signal %s came inside a clock read (rip %#x)", name, regs.Rip))
+	}
 	if restartedCall(t.tid, regs) {
 		// The call had been interrupted without a handler (a boundary's
 		// stop, or an ignored signal) and the kernel had set it up to run

@@ -193,7 +193,7 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 
 	if snap == nil {
 		// The close read nothing (no interval open, or its shadow lost).
-		maps, err := proc.ReadMaps(s.pid)
+		maps, err := s.readMaps()
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -320,7 +320,11 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 	// while it was written: at 200 bytes a call the limit stood there and
 	// the collector ran 20 times back to back (write 2.8-3.6 s).
 	heap := int64(len(saved))*format.PageSize + int64(n)*400
-	return c, &liveSource{store: store, saved: saved, shared: shared, heapBytes: heap, big: big}, assemble, nil
+	src := &liveSource{store: store, saved: saved, shared: shared, heapBytes: heap, big: big}
+	if s.clk != nil {
+		src.clockSites = slices.Clone(s.clk.sites)
+	}
+	return c, src, assemble, nil
 }
 
 // crashDrop is the fate of the checkpoint of a crash whose signal the

@@ -73,6 +73,7 @@ type ebpfSource struct {
 
 	stats   io.Closer // run-time statistics, with TPREC_DEBUG=bpfstats
 	profile *os.File  // CPU profile of the recorder, with TPREC_CPUPROFILE
+	cm      *clockMerge // the clock log's merge, nil without one
 
 	flushReq chan struct{} // a drain asks the reader to empty the ring
 	low      lowered       // the reader's thread
@@ -139,6 +140,11 @@ type openLog struct {
 	restarts map[int]*proc.SyscallInfo
 	early    map[uint64]earlyCall // calls that came before their turn (add)
 	vforks   *vforkCaptures       // the session's, for calls that made a vfork child
+	// cm merges the clock log's entries into the log (clocklog.go), nil
+	// without one. seqOff is what the log's numbering has moved from the
+	// calls' own: clock reads merged, less the calls dropped.
+	cm     *clockMerge
+	seqOff uint64
 }
 
 func (l *openLog) fail(why string) {
@@ -152,32 +158,88 @@ func (l *openLog) fail(why string) {
 // of order (each takes its number at its exit, then reserves its record): a
 // call that comes before its turn waits in early until the calls before it
 // are in.
-func (l *openLog) add(q uint64, rec format.Syscall, problem string) {
+//
+// With a clock log, clock is the counter the call read (clocklog.go): the
+// entries below it are merged before the call, which waits in early until
+// they are all there; fs is the calling thread's fs base.
+func (l *openLog) add(q uint64, rec format.Syscall, problem string, clock, fs uint64) {
 	if q < l.nextQ {
 		return // from before the interval, or the recorder's own injected call
 	}
+	drop := false
+	if l.cm != nil {
+		drop = l.cm.call(&rec, fs)
+	}
 	// What belongs to the thread (a restarted call, what its vfork child
 	// wrote) is taken now: a thread's records arrive in its own order.
-	rec.Seq = q - l.delta
+	// (With a clock log the number is final only once pushed.)
+	rec.Seq = q - l.delta + l.seqOff
 	restarted(&rec, l.restarts)
 	problem = l.vforks.replayProblem(&rec, problem)
-	if q > l.nextQ {
+	c := earlyCall{rec, problem, clock, drop}
+	if q > l.nextQ || !l.ready(clock) {
 		if l.early == nil {
 			l.early = map[uint64]earlyCall{}
 		}
-		rec.Out = ownOutputs(rec.Out) // they alias the builder's buffers
-		l.early[q] = earlyCall{rec, problem}
+		c.rec.Out = ownOutputs(rec.Out) // they alias the builder's buffers
+		l.early[q] = c
 		return
 	}
-	l.push(rec, problem)
+	l.push(c)
+	l.flush()
+}
+
+// flush pushes the calls waiting in early that can go now.
+func (l *openLog) flush() {
 	for len(l.early) > 0 {
 		c, ok := l.early[l.nextQ]
-		if !ok {
+		if !ok || !l.ready(c.clock) {
 			break
 		}
 		delete(l.early, l.nextQ)
-		l.push(c.rec, c.problem)
+		l.push(c)
 	}
+}
+
+// ready merges the clock log's entries below the counter a call read, and
+// reports whether they all were there (an entry is stamped once written:
+// a thread between the index it took and the stamp holds back the calls
+// after it).
+func (l *openLog) ready(clock uint64) bool {
+	cm := l.cm
+	if cm == nil || clock == clockNone {
+		return true
+	}
+	if clock == clockUnread {
+		l.fail("a call could not read the clock log's counter: where the clock reads around it go is unknown")
+		return true
+	}
+	cm.g = max(cm.g, clock)
+	return l.mergeClock(cm.g)
+}
+
+// mergeClock appends the clock log's entries up to index upTo (not
+// included), and reports whether they all were there.
+func (l *openLog) mergeClock(upTo uint64) bool {
+	cm := l.cm
+	for cm.next < upTo {
+		en, ok := cm.l.entry(cm.next)
+		if !ok {
+			cm.l.consumed(cm.next)
+			return false
+		}
+		rec, why := cm.record(en)
+		cm.next++
+		if why != "" {
+			l.fail(why)
+			continue
+		}
+		rec.Seq = l.nextQ - l.delta + l.seqOff
+		l.seqOff++
+		l.calls.append(rec)
+	}
+	cm.l.consumed(cm.next)
+	return true
 }
 
 // ownOutputs returns a copy of outs and of their bytes.
@@ -196,12 +258,20 @@ func ownOutputs(outs []format.OutBuf) []format.OutBuf {
 type earlyCall struct {
 	rec     format.Syscall
 	problem string
+	clock   uint64 // the clock log's counter it read
+	drop    bool   // a clock read's own syscall inside the vDSO (clockMerge.call)
 }
 
 // push appends the call numbered nextQ; why is what makes its interval
 // not replayable, if anything (replayProblem).
-func (l *openLog) push(rec format.Syscall, why string) {
+func (l *openLog) push(c earlyCall) {
+	rec, why := c.rec, c.problem
+	rec.Seq = l.nextQ - l.delta + l.seqOff
 	l.nextQ++
+	if c.drop {
+		l.seqOff--
+		return
+	}
 	if why != "" {
 		l.fail(why)
 	}
@@ -225,9 +295,15 @@ func (l *openLog) closeGaps() {
 			l.nextQ = q
 		}
 		c := l.early[q]
-		l.push(c.rec, c.problem)
+		if !l.ready(c.clock) {
+			l.fail("clock reads logged before a call never got their entries")
+		}
+		l.push(c)
 	}
 	l.early = nil
+	if l.cm != nil && !l.mergeClock(l.cm.l.counter()) {
+		l.fail("clock reads logged before the boundary never got their entries")
+	}
 }
 
 // newEBPFSource loads and attaches the programs and starts recording the
@@ -462,7 +538,7 @@ func (e *ebpfSource) consume(b []byte) {
 			c := pendingCall{hdr: *r.syscall, have: true, end: true, last: true, parts: 1, items: r.items}
 			rec, problem := e.bld.build(&c)
 			if e.log != nil {
-				e.log.add(seq, rec, problem)
+				e.log.add(seq, rec, problem, c.hdr.Clock, c.hdr.Fs)
 			}
 			return
 		}
@@ -517,7 +593,7 @@ func (e *ebpfSource) complete(seq uint64, c *pendingCall) {
 	delete(e.calls, seq)
 	rec, problem := e.bld.build(c)
 	if e.log != nil {
-		e.log.add(seq, rec, problem)
+		e.log.add(seq, rec, problem, c.hdr.Clock, c.hdr.Fs)
 	}
 }
 
@@ -547,17 +623,78 @@ func (e *ebpfSource) drain() error {
 // completed: the programs' counter (the process's traced entry), which the
 // sys_exit program bumps before the call returns, in the log's numbering.
 // The records themselves may still be in the ring buffer.
+//
+// With a clock log the clock reads logged before the stop come before it
+// too, and the log's numbering is known only once the calls before them
+// are in: the records are read first.
 func (e *ebpfSource) lastSeq(s *session) (uint64, error) {
 	var p bpf.TprecTpProc
 	if err := e.objs.Traced.Lookup(uint32(e.pid), &p); err != nil {
 		return 0, fmt.Errorf("read the process's eBPF state: %w", err)
 	}
+	if e.cm != nil {
+		if _, err := e.drainRing(256, true); err != nil {
+			return 0, err
+		}
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if l := e.log; l != nil {
-		return p.Seq - l.delta, nil
+	l := e.log
+	if l == nil {
+		return s.seq, nil
 	}
-	return s.seq, nil
+	if e.cm != nil {
+		upTo := e.cm.l.counter()
+		l.flush()
+		if l.nextQ <= p.Seq {
+			l.fail("a signal came while calls before it waited for clock reads")
+		} else {
+			for try := 0; !l.mergeClock(max(e.cm.g, upTo)); try++ {
+				if try == 1000 {
+					l.fail("a signal came while a clock read before it was being logged")
+					break
+				}
+				e.mu.Unlock()
+				time.Sleep(10 * time.Microsecond)
+				e.mu.Lock()
+			}
+			e.cm.g = max(e.cm.g, upTo)
+		}
+	}
+	return p.Seq - l.delta + l.seqOff, nil
+}
+
+// dropClock stops merging a clock log: the process exec'd, or tprec
+// detaches.
+func (e *ebpfSource) dropClock() {
+	var p bpf.TprecTpProc
+	if err := e.objs.Traced.Lookup(uint32(e.pid), &p); err == nil && p.Clock != 0 {
+		p.Clock = 0
+		e.objs.Traced.Update(uint32(e.pid), p, ebpf.UpdateExist)
+	}
+	e.mu.Lock()
+	e.cm = nil
+	if e.log != nil {
+		e.log.cm = nil
+	}
+	e.mu.Unlock()
+}
+
+// useClock merges the clock log l into the syscall log from the next
+// interval on, and has the syscall program read its counter.
+func (e *ebpfSource) useClock(l *clockLog) error {
+	var p bpf.TprecTpProc
+	if err := e.objs.Traced.Lookup(uint32(e.pid), &p); err != nil {
+		return fmt.Errorf("read the process's eBPF state: %w", err)
+	}
+	p.Clock = l.base + clkCounter
+	if err := e.objs.Traced.Update(uint32(e.pid), p, ebpf.UpdateExist); err != nil {
+		return fmt.Errorf("give the syscall program the clock log: %w", err)
+	}
+	e.mu.Lock()
+	e.cm = &clockMerge{l: l, next: l.counter(), fsTid: map[uint64]int{}}
+	e.mu.Unlock()
+	return nil
 }
 
 // counters sums the per-CPU loss counters.
@@ -681,8 +818,8 @@ func (e *ebpfSource) sync(s *session) error {
 		if l.reason != "" {
 			s.notReplayable(l.reason)
 		}
-		if l.nextQ > l.firstQ {
-			s.seq = l.nextQ - 1 - l.delta
+		if l.nextQ > l.firstQ || l.seqOff > 0 {
+			s.seq = l.nextQ - 1 - l.delta + l.seqOff
 		}
 	}
 	if debugStops {
@@ -785,10 +922,21 @@ func (e *ebpfSource) opened(s *session) error {
 			return fmt.Errorf("note the call thread %d resumes: %w", tid, err)
 		}
 	}
-	l := &openLog{firstQ: p.Seq + 1, nextQ: p.Seq + 1, restarts: s.restarts, vforks: &s.vforks}
+	l := &openLog{firstQ: p.Seq + 1, nextQ: p.Seq + 1, restarts: s.restarts, vforks: &s.vforks, cm: e.cm}
 	s.restarts = map[int]*proc.SyscallInfo{}
 	if s.cur != nil {
 		l.delta = l.firstQ - s.cur.meta.FirstSeq
+		if e.cm != nil {
+			// The threads as they stand: one may read the clock
+			// before its first call of the interval.
+			e.mu.Lock()
+			for _, t := range s.cur.meta.Threads {
+				if t.Regs.FsBase != 0 {
+					e.cm.fsTid[t.Regs.FsBase] = t.Tid
+				}
+			}
+			e.mu.Unlock()
+		}
 	}
 	e.mu.Lock()
 	e.calls = map[uint64]*pendingCall{}

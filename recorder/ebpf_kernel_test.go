@@ -142,7 +142,7 @@ func buildFixture(t *testing.T, name string) string {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, name)
-	if b, err := exec.Command("gcc", "-O1", "-o", out, filepath.Join("testdata", name+".c")).CombinedOutput(); err != nil {
+	if b, err := exec.Command("gcc", "-O1", "-o", out, filepath.Join("testdata", name+".c"), "-ldl", "-pthread").CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, b)
 	}
 	fixtures.Store(name, out)

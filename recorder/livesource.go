@@ -1,6 +1,7 @@
 package recorder
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/binary"
 	"fmt"
@@ -60,6 +61,22 @@ type liveSource struct {
 	// at a crash whose handler runs (freeze), by address: read serves
 	// them, and nothing else, the process being gone or running on.
 	frozen map[uint64][]byte
+	// clockSites are the vDSO entries the clock log points at its stubs:
+	// the file holds their bytes from before it (clockLog.unpatch).
+	clockSites []clockSite
+}
+
+// unpatched returns page, read at addr, with the clock log's entries as a
+// replay runs them (a copy when one is in it).
+func (l *liveSource) unpatched(addr uint64, page []byte) []byte {
+	for _, s := range l.clockSites {
+		if s.entry >= addr && s.entry < addr+uint64(len(page)) {
+			page = bytes.Clone(page)
+			(&clockLog{sites: l.clockSites}).unpatch(addr, page)
+			return page
+		}
+	}
+	return page
 }
 
 // frozenMax bounds the pages an exit dump copies to let the process go on
@@ -186,7 +203,7 @@ func (l *liveSource) read(addr uint64) ([]byte, error) {
 	}
 	if l.frozen != nil {
 		if b, ok := l.frozen[addr]; ok {
-			return b, nil
+			return l.unpatched(addr, b), nil
 		}
 		return nil, fmt.Errorf("read page %#x of %d: not among the pages copied when it was let go", addr, l.pid)
 	}
@@ -195,7 +212,7 @@ func (l *liveSource) read(addr uint64) ([]byte, error) {
 	if err != nil || n != len(b) {
 		return nil, fmt.Errorf("read page %#x of %d: %v", addr, l.pid, err)
 	}
-	return b, nil
+	return l.unpatched(addr, b), nil
 }
 
 // Page implements format.PageSource.
@@ -277,6 +294,7 @@ func (l *liveSource) resolve(refs []format.PageRef) ([]format.PageRef, error) {
 				if k := l.shared.find(addrs[j]); k >= 0 {
 					data = l.shared.page(k)
 				}
+				data = l.unpatched(addrs[j], data)
 				out = append(out, format.PageRef{Addr: r.Addr, Hash: l.store.Put(data)})
 			}
 			continue

@@ -60,6 +60,7 @@ type session struct {
 	mem   *proc.Mem
 	pm    *proc.Pagemap
 	vdso  *vdsoPatch
+	clk   *clockLog // the clock log (clocklog.go), nil without one
 	entry uint64 // the entry point breakpoint after an exec (entry.go), 0 when none
 	// dropNote: how many of the ring's memory drops were told, and when.
 	dropNoted int
@@ -1050,6 +1051,7 @@ func (s *session) handle(st proc.Stop) error {
 		s.mu.Unlock()
 		s.abandonIntervals()
 		s.vdso = nil
+		s.dropClock()
 		s.state = stateStarting
 		s.entry, s.entryInt3, s.ownWrites = 0, false, nil // exec dropped the breakpoint, if any
 		s.armEntry()
@@ -1774,6 +1776,7 @@ func (s *session) start() error {
 			s.logf("a thread is stopped inside the vDSO: recording starts at the next stop")
 			return nil
 		}
+		s.installClock(maps)
 	}
 	s.fillHeader()
 	s.shadowCgroup = shadowPidsCgroup(s.pid)
@@ -1882,6 +1885,8 @@ func (s *session) detach(why string) error {
 	s.reapZombie(true)
 	s.disarmEntry()
 	if s.vdso != nil && s.mem != nil {
+		s.clockStepOut()
+		s.removeClock()
 		s.leaveVDSO()
 		if err := s.vdso.undo(s.mem); err != nil {
 			s.logf("restore vdso: %v", err)

@@ -37,6 +37,10 @@ type vdsoSite struct {
 	orig []byte
 	stub []byte
 	rets []uint64 // offsets of the stub's `ret` instructions
+	nr   int
+	// body: the function's first original bytes (up to 40), for the
+	// clock log's stubs (clocklog.go), which run the function itself.
+	body []byte
 }
 
 var vdsoRedirects = []struct {
@@ -176,10 +180,25 @@ func planVDSO(mem *proc.Mem, maps []format.Mapping) (*vdsoPatch, error) {
 			return nil, fmt.Errorf("patch vdso: %s is %d bytes, its stub %d", r.sym, sizeOf[r.sym], len(stub))
 		}
 		orig := append([]byte(nil), img[a-vm.Start:a-vm.Start+uint64(len(stub))]...)
-		p.sites = append(p.sites, vdsoSite{addr: a, orig: orig, stub: stub, rets: c.rets})
+		body := append([]byte(nil), img[a-vm.Start:min(a-vm.Start+40, uint64(len(img)))]...)
+		p.sites = append(p.sites, vdsoSite{addr: a, orig: orig, stub: stub, rets: c.rets, nr: r.nr, body: body})
+		if _, logged := clockLoggable[r.nr]; logged {
+			// The clock log runs the function's body: neither the
+			// trampoline nor the recorder's injections may use it.
+			continue
+		}
 		bodies = append(bodies, vdsoRange{a + uint64(len(stub)), a + sizeOf[r.sym]})
 		if p.insn == 0 {
 			p.insn = a + c.sys
+		}
+	}
+	if p.insn == 0 {
+		// A vDSO with only the logged functions: their stubs serve
+		// until the clock log is installed, which then leaves the
+		// recorder its own (clockLog.insn).
+		for _, s := range p.sites {
+			p.insn = s.addr + 5
+			break
 		}
 	}
 	if p.insn == 0 {

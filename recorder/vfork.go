@@ -294,7 +294,7 @@ func (s *session) onVforkDone(t *thread) {
 // shadow, and their content (in a buffer from s.vforks, returned even with
 // an error so that it goes back).
 func (s *session) writtenNow(clk *stepClock) (maps []format.Mapping, written []uint64, content []byte, err error) {
-	if maps, err = proc.ReadMaps(s.pid); err != nil {
+	if maps, err = s.readMaps(); err != nil {
 		return nil, nil, nil, err
 	}
 	clk.mark("maps")
