@@ -56,7 +56,7 @@ const (
 	clkHead      = format.PageSize
 	clkRing      = 2 * format.PageSize
 	clkEntries   = 1 << 13
-	clkEntrySize = 512
+	clkEntrySize = 256                               // a power of two (the stub shifts)
 	clkSize      = clkRing + clkEntries*clkEntrySize // the shared part
 	clkSwitch    = clkSize                           // one private page
 	// clkSlack entries stay free between the collector and the stubs:
@@ -69,15 +69,15 @@ const (
 	clkConsumed = clkHead + 64  // indexes below it read by the collector
 	clkRingAddr = clkHead + 128 // the ring's address in the process
 
-	// an entry
-	ceStamp   = 0 // index + 1, written once the fields are
-	ceFS      = 8 // the thread's fs base
-	ceNr      = 16
-	ceRet     = 24
-	ceArg0    = 32
-	ceOutAddr = 40 // where the call wrote its 16 bytes (0: nothing written)
-	ceOut     = 48 // those bytes
-	ceDone    = 64 // 1 once the stub is done with the slot (a byte)
+	// an entry: what the collector reads is in its first 72 bytes
+	ceStamp   = 0  // index + 1, written once the fields are
+	ceDone    = 8  // 1 once the stub is done with the slot
+	ceFS      = 16 // the thread's fs base
+	ceNr      = 24
+	ceRet     = 32
+	ceArg0    = 40
+	ceOutAddr = 48 // where the call wrote its 16 bytes (0: nothing written)
+	ceOut     = 56 // those bytes
 	// what the stub keeps there while the function runs
 	ceRegs  = 72  // rdi, rsi, rdx, r8, r9, r10, rbx
 	ceFlags = 128 // the flags at the entry (lahf; seto al)
@@ -86,8 +86,8 @@ const (
 	// pointer: the stub and the function write there, where a replay's
 	// call (the vDSO patch's stub: a syscall) writes nothing, and the
 	// checkpoint's digests of the stack page would differ.
-	ceStack       = 256
-	clkStackSaved = clkEntrySize - ceStack
+	ceStack       = 144
+	clkStackSaved = clkEntrySize - ceStack // the stub's 16, the function's (48 on Linux 6.18)
 )
 
 // clockFunc is a vDSO function the clock log takes over.
@@ -265,13 +265,14 @@ func clockCode(base uint64, fns []clockFunc) (code []byte, stubs, fallbacks map[
 		a.emit(0x41, 0x89, 0xcb)                                        // mov r11d, ecx
 		a.emit(0x41, 0x81, 0xe3)                                        // and r11d, imm32
 		a.emit(le32(clkEntries - 1)...)
-		a.emit(0x49, 0xc1, 0xe3, 0x09)                       // shl r11, 9
+		a.emit(0x49, 0xc1, 0xe3, 0x08)                       // shl r11, 8
 		a.to("", abs(clkRingAddr), []byte{0x4c, 0x03, 0x1d}) // add r11, [ring]: the slot
-		a.emit(0x49, 0x89, 0x43, ceFlags)                    // mov [r11+flags], rax
-		a.emit(0x48, 0x8d, 0x41, 0x01)                       // lea rax, [rcx+1]
-		a.emit(0x49, 0x89, 0x83)                             // mov [r11+next], rax
+		a.emit(0x49, 0x89, 0x83)                             // mov [r11+flags], rax
+		a.emit(le32(ceFlags)...)
+		a.emit(0x48, 0x8d, 0x41, 0x01) // lea rax, [rcx+1]
+		a.emit(0x49, 0x89, 0x83)       // mov [r11+next], rax
 		a.emit(le32(ceNext)...)
-		a.emit(0x41, 0xc6, 0x43, ceDone, 0) // mov byte [r11+done], 0
+		a.emit(0x49, 0xc7, 0x43, ceDone, 0, 0, 0, 0) // mov qword [r11+done], 0
 		// rdi, rsi, rdx, r8, r9, r10, rbx into the slot (mov [r11+d8], reg)
 		for i, r := range []byte{7, 6, 2, 8, 9, 10, 3} {
 			rex := byte(0x49)
@@ -324,11 +325,12 @@ func clockCode(base uint64, fns []clockFunc) (code []byte, stubs, fallbacks map[
 			}
 			a.emit(rex, 0x8b, 0x43|(r&7)<<3, byte(ceRegs+8*i)) // mov reg, [rbx+..]
 		}
-		a.emit(0x48, 0x8b, 0x43, ceFlags) // mov rax, [rbx+flags]
-		a.emit(0x04, 0x7f)                // add al, 0x7f: OF as seto found it
-		a.emit(0x9e)                      // sahf
-		a.emit(0x9c)                      // pushfq
-		a.emit(0x41, 0x5b)                // pop r11
+		a.emit(0x48, 0x8b, 0x83) // mov rax, [rbx+flags]
+		a.emit(le32(ceFlags)...)
+		a.emit(0x04, 0x7f) // add al, 0x7f: OF as seto found it
+		a.emit(0x9e)       // sahf
+		a.emit(0x9c)       // pushfq
+		a.emit(0x41, 0x5b) // pop r11
 		for off := 8; off <= clkStackSaved; off += 8 {
 			slot(0x48, 0x8b, 1, ceStack+clkStackSaved-off) // mov rcx, [rbx+..]
 			a.emit(0x48, 0x89, 0x8c, 0x24)                 // mov [rsp-off], rcx
@@ -340,7 +342,7 @@ func clockCode(base uint64, fns []clockFunc) (code []byte, stubs, fallbacks map[
 		a.emit(0x48, 0x89, 0x0b)                      // mov [rbx], rcx: the stamp
 		a.emit(0x48, 0x89, 0xd9)                      // mov rcx, rbx
 		a.emit(0x48, 0x8b, 0x59, ceRegs+6*8)          // mov rbx, [rcx+saved rbx]
-		a.emit(0xc6, 0x41, ceDone, 1)                 // mov byte [rcx+done], 1: the slot is free
+		a.emit(0x48, 0xc7, 0x41, ceDone, 1, 0, 0, 0)  // mov qword [rcx+done], 1: the slot is free
 		a.to("", f.entry+7, []byte{0x48, 0x8d, 0x0d}) // lea rcx, [entry+7]
 		a.emit(0xc3)                                  // ret
 		a.label(detour)
@@ -413,17 +415,32 @@ type clockMerge struct {
 	next  uint64         // the next index to merge
 	g     uint64         // the largest counter a merged call read
 	fsTid map[uint64]int // threads by fs base
+	// the last thread looked up, and a record's output: the log copies
+	// what it is given
+	lastFS  uint64
+	lastTid int
+	out     [1]format.OutBuf
+	buf     [16]byte
 }
 
-// call looks at a call before it is logged: it learns the thread's fs
-// base, gives a stub's own fallback call the rip a replay has for it, and
+// thread notes the fs base of a call's thread, as the call goes into the
+// log: in the log's order, because a new thread may get the thread block
+// (and fs base) of one that ended, whose last clock reads are merged after
+// the new one's first calls came in. A thread makes calls of its own
+// (glibc's start_thread: rseq, set_robust_list) before it can read the
+// clock.
+func (cm *clockMerge) thread(fs uint64, tid int) {
+	if fs != 0 && (fs != cm.lastFS || tid != cm.lastTid) {
+		cm.fsTid[fs] = tid
+		cm.lastFS, cm.lastTid = fs, tid
+	}
+}
+
+// call looks at a call before it is logged: it gives a stub's own fallback call the rip a replay has for it, and
 // reports a call to drop: a logged function's own syscall inside the vDSO
 // (the kernel's clock not readable in user space), whose result the entry
 // holds.
-func (cm *clockMerge) call(rec *format.Syscall, fs uint64) bool {
-	if fs != 0 {
-		cm.fsTid[fs] = rec.Tid
-	}
+func (cm *clockMerge) call(rec *format.Syscall) bool {
 	if rip, ok := cm.l.fallbacks[rec.Rip]; ok {
 		rec.Rip = rip
 		return false
@@ -440,10 +457,14 @@ func (cm *clockMerge) call(rec *format.Syscall, fs uint64) bool {
 }
 
 // record makes the log's record of an entry, or says why there is none.
-func (cm *clockMerge) record(en clockEntry) (format.Syscall, string) {
-	tid, ok := cm.fsTid[en.fs]
-	if !ok {
-		return format.Syscall{}, fmt.Sprintf("clock read %d was made by a thread the recorder does not know (fs base %#x)", en.index, en.fs)
+func (cm *clockMerge) record(en *clockEntry) (format.Syscall, string) {
+	tid := cm.lastTid
+	if en.fs != cm.lastFS || tid == 0 {
+		var ok bool
+		if tid, ok = cm.fsTid[en.fs]; !ok {
+			return format.Syscall{}, fmt.Sprintf("clock read %d was made by a thread the recorder does not know (fs base %#x)", en.index, en.fs)
+		}
+		cm.lastFS, cm.lastTid = en.fs, tid
 	}
 	var rip uint64
 	for _, s := range cm.l.sites {
@@ -457,7 +478,9 @@ func (cm *clockMerge) record(en clockEntry) (format.Syscall, string) {
 		rec.Args[1] = en.outAddr
 	}
 	if en.outAddr != 0 {
-		rec.Out = []format.OutBuf{{Addr: en.outAddr, Data: append([]byte(nil), en.out[:]...)}}
+		cm.buf = en.out
+		cm.out[0] = format.OutBuf{Addr: en.outAddr, Data: cm.buf[:]}
+		rec.Out = cm.out[:]
 	}
 	return rec, ""
 }
@@ -612,7 +635,7 @@ func (l *clockLog) counter() uint64 { return atomic.LoadUint64(l.word(clkCounter
 // entry returns the entry of index i once its stamp is there.
 func (l *clockLog) entry(i uint64) (clockEntry, bool) {
 	off := clkRing + int(i%clkEntries)*clkEntrySize
-	if atomic.LoadUint64(l.word(off+ceStamp)) != i+1 || atomic.LoadUint32((*uint32)(unsafe.Pointer(&l.view[off+ceDone]))) != 1 {
+	if atomic.LoadUint64(l.word(off+ceStamp)) != i+1 || atomic.LoadUint64(l.word(off+ceDone)) != 1 {
 		return clockEntry{}, false
 	}
 	le := binary.LittleEndian

@@ -168,7 +168,7 @@ func (l *openLog) add(q uint64, rec format.Syscall, problem string, clock, fs ui
 	}
 	drop := false
 	if l.cm != nil {
-		drop = l.cm.call(&rec, fs)
+		drop = l.cm.call(&rec)
 	}
 	// What belongs to the thread (a restarted call, what its vfork child
 	// wrote) is taken now: a thread's records arrive in its own order.
@@ -176,7 +176,7 @@ func (l *openLog) add(q uint64, rec format.Syscall, problem string, clock, fs ui
 	rec.Seq = q - l.delta + l.seqOff
 	restarted(&rec, l.restarts)
 	problem = l.vforks.replayProblem(&rec, problem)
-	c := earlyCall{rec, problem, clock, drop}
+	c := earlyCall{rec, problem, clock, fs, drop}
 	if q > l.nextQ || !l.ready(clock) {
 		if l.early == nil {
 			l.early = map[uint64]earlyCall{}
@@ -228,7 +228,7 @@ func (l *openLog) mergeClock(upTo uint64) bool {
 			cm.l.consumed(cm.next)
 			return false
 		}
-		rec, why := cm.record(en)
+		rec, why := cm.record(&en)
 		cm.next++
 		if why != "" {
 			l.fail(why)
@@ -259,6 +259,7 @@ type earlyCall struct {
 	rec     format.Syscall
 	problem string
 	clock   uint64 // the clock log's counter it read
+	fs      uint64 // its thread's fs base
 	drop    bool   // a clock read's own syscall inside the vDSO (clockMerge.call)
 }
 
@@ -268,6 +269,9 @@ func (l *openLog) push(c earlyCall) {
 	rec, why := c.rec, c.problem
 	rec.Seq = l.nextQ - l.delta + l.seqOff
 	l.nextQ++
+	if l.cm != nil {
+		l.cm.thread(c.fs, rec.Tid)
+	}
 	if c.drop {
 		l.seqOff--
 		return
@@ -828,6 +832,9 @@ func (e *ebpfSource) sync(s *session) error {
 			n = l.calls.len()
 		}
 		s.logf("ebpf sync: drain %v (%d bytes behind), %d calls taken over in %v", t1.Sub(t0).Round(time.Microsecond), backlog, n, time.Since(t1).Round(time.Microsecond))
+		if l != nil && l.cm != nil {
+			s.logf("clock log: %d reads merged so far, counter %d", l.cm.next, l.cm.l.counter())
+		}
 	}
 	return nil
 }
@@ -931,9 +938,7 @@ func (e *ebpfSource) opened(s *session) error {
 			// before its first call of the interval.
 			e.mu.Lock()
 			for _, t := range s.cur.meta.Threads {
-				if t.Regs.FsBase != 0 {
-					e.cm.fsTid[t.Regs.FsBase] = t.Tid
-				}
+				e.cm.thread(t.Regs.FsBase, t.Tid)
 			}
 			e.mu.Unlock()
 		}
