@@ -136,6 +136,15 @@ func GetSiginfo(tid int) ([]byte, error) {
 	return buf, err
 }
 
+// SetSiginfo sets the siginfo of the signal a tracee stopped in a
+// signal-delivery stop gets when resumed with one (128 bytes).
+func SetSiginfo(tid int, info []byte) error {
+	if len(info) < 128 {
+		return fmt.Errorf("set siginfo: %d bytes", len(info))
+	}
+	return ptrace(unix.PTRACE_SETSIGINFO, tid, 0, uintptr(unsafe.Pointer(&info[0])))
+}
+
 // Resume restarts a stopped tracee with one of PTRACE_CONT, PTRACE_SYSCALL,
 // PTRACE_SINGLESTEP, PTRACE_SYSEMU, delivering sig (0 for none).
 func Resume(req int, tid int, sig int) error {

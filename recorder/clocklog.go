@@ -331,6 +331,15 @@ func clockCode(base uint64, fns []clockFunc) (code []byte, stubs, fallbacks map[
 		a.emit(0x9e)       // sahf
 		a.emit(0x9c)       // pushfq
 		a.emit(0x41, 0x5b) // pop r11
+		// Without the trap flag, set while a boundary single-steps the
+		// thread out (clockStepOut), which a replay's call does not see;
+		// the and changes the flags: set them again.
+		a.emit(0x49, 0x81, 0xe3) // and r11, imm32
+		a.emit(le32(^uint32(0x100))...)
+		a.emit(0x48, 0x8b, 0x83) // mov rax, [rbx+flags]
+		a.emit(le32(ceFlags)...)
+		a.emit(0x04, 0x7f) // add al, 0x7f
+		a.emit(0x9e)       // sahf
 		for off := 8; off <= clkStackSaved; off += 8 {
 			slot(0x48, 0x8b, 1, ceStack+clkStackSaved-off) // mov rcx, [rbx+..]
 			a.emit(0x48, 0x89, 0x8c, 0x24)                 // mov [rsp-off], rcx
@@ -413,6 +422,7 @@ func (l *clockLog) unpatch(addr uint64, page []byte) {
 type clockMerge struct {
 	l     *clockLog
 	next  uint64         // the next index to merge
+	first uint64         // the first index merged
 	g     uint64         // the largest counter a merged call read
 	fsTid map[uint64]int // threads by fs base
 	// the last thread looked up, and a record's output: the log copies
@@ -763,27 +773,45 @@ func (s *session) clockStepOut() {
 		return
 	}
 	for tid, t := range s.threads {
+		if debugStops {
+			r, _ := proc.GetRegs(tid)
+			si, _ := proc.GetSyscallInfo(tid)
+			if s.clk.inside(r.Rip) {
+				s.logf("clock log: thread %d at %#x (listen %v exiting %v fatal %v op %d)", tid, r.Rip, t.listen, t.exiting, t.fatal, si.Op)
+			}
+		}
 		if t.listen || t.exiting || t.fatal {
 			continue
 		}
-		for range 4 {
-			r, err := proc.GetRegs(tid)
-			if err != nil || !s.clk.inside(r.Rip) {
-				break
-			}
-			if si, err := proc.GetSyscallInfo(tid); err != nil || si.Op == proc.SyscallEntry {
-				break
-			}
-			lo, hi := s.clk.lo, s.clk.hi
-			if r.Rip >= s.clk.base && r.Rip < s.clk.base+format.PageSize {
-				lo, hi = s.clk.base, s.clk.base+format.PageSize
-			}
-			if out, err := proc.StepOut(tid, lo, hi, vdsoStepMax); err != nil || !out {
-				s.logf("thread %d stays in a clock read at %#x: %v", tid, r.Rip, err)
-				break
-			}
+		if si, err := proc.GetSyscallInfo(tid); err != nil || si.Op == proc.SyscallEntry {
+			continue
+		}
+		if _, err := s.clk.stepOut(tid); err != nil {
+			s.logf("%v", err)
 		}
 	}
+}
+
+// stepOut single-steps a stopped thread out of the clock log's code and
+// the vDSO (a stub calls the function, which returns to the stub), and
+// reports whether it moved it.
+func (l *clockLog) stepOut(tid int) (bool, error) {
+	moved := false
+	for range 4 {
+		r, err := proc.GetRegs(tid)
+		if err != nil || !l.inside(r.Rip) {
+			return moved, nil
+		}
+		lo, hi := l.lo, l.hi
+		if r.Rip >= l.base && r.Rip < l.base+format.PageSize {
+			lo, hi = l.base, l.base+format.PageSize
+		}
+		if out, err := proc.StepOut(tid, lo, hi, vdsoStepMax); err != nil || !out {
+			return moved, fmt.Errorf("thread %d stays in a clock read at %#x: %v", tid, r.Rip, err)
+		}
+		moved = true
+	}
+	return moved, nil
 }
 
 // hideClock leaves the clock log's region out of maps: the recording
@@ -834,4 +862,30 @@ func (s *session) dropClock() {
 		s.clk.view = nil
 	}
 	s.clk = nil
+}
+
+// clockCrashStep moves a thread a fatal signal found inside a clock read
+// out of it before the checkpoint takes its state: a replay has neither the
+// clock log's code nor the vDSO's, only the call the vDSO patch's stub
+// makes, and could not stop where the thread stood. Only for a signal sent
+// to the process (si_code 0 or less: kill, tgkill, sigqueue), which comes
+// a few hundred instructions later as well; the thread then gets it where
+// the read returns, with its siginfo. One the read itself raised (a bad
+// pointer) stays where it is. It reports whether it moved the thread.
+func (s *session) clockCrashStep(tid int, info []byte) (bool, error) {
+	if s.clk == nil || len(info) < 16 || int32(binary.LittleEndian.Uint32(info[8:])) > 0 {
+		return false, nil
+	}
+	moved, err := s.clk.stepOut(tid)
+	if err != nil {
+		return moved, err
+	}
+	if moved {
+		// Resumed from the last step's stop, the thread gets the signal
+		// with the siginfo it was sent with.
+		if err := proc.SetSiginfo(tid, info); err != nil {
+			return true, fmt.Errorf("clock log: give the signal its siginfo back: %w", err)
+		}
+	}
+	return moved, nil
 }

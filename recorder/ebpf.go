@@ -74,6 +74,9 @@ type ebpfSource struct {
 	stats   io.Closer // run-time statistics, with TPREC_DEBUG=bpfstats
 	profile *os.File  // CPU profile of the recorder, with TPREC_CPUPROFILE
 	cm      *clockMerge // the clock log's merge, nil without one
+	// clockReads counts the entries of the clock logs merged, for the
+	// summary at the end.
+	clockReads uint64
 
 	flushReq chan struct{} // a drain asks the reader to empty the ring
 	low      lowered       // the reader's thread
@@ -677,6 +680,9 @@ func (e *ebpfSource) dropClock() {
 		e.objs.Traced.Update(uint32(e.pid), p, ebpf.UpdateExist)
 	}
 	e.mu.Lock()
+	if e.cm != nil {
+		e.clockReads += e.cm.next - e.cm.first
+	}
 	e.cm = nil
 	if e.log != nil {
 		e.log.cm = nil
@@ -696,7 +702,7 @@ func (e *ebpfSource) useClock(l *clockLog) error {
 		return fmt.Errorf("give the syscall program the clock log: %w", err)
 	}
 	e.mu.Lock()
-	e.cm = &clockMerge{l: l, next: l.counter(), fsTid: map[uint64]int{}}
+	e.cm = &clockMerge{l: l, next: l.counter(), first: l.counter(), fsTid: map[uint64]int{}}
 	e.mu.Unlock()
 	return nil
 }
@@ -1090,6 +1096,13 @@ func (e *ebpfSource) close() {
 	}
 	if e.held.times > 0 {
 		e.logf("held the process %d times, %v in all, for the ring buffer reader to catch up", e.held.times, e.held.total.Round(time.Millisecond))
+	}
+	if e.cm != nil {
+		e.clockReads += e.cm.next - e.cm.first
+		e.cm = nil
+	}
+	if e.clockReads > 0 {
+		e.logf("%d clock reads recorded in the process without a syscall (clock log)", e.clockReads)
 	}
 	if e.check.intervals > 0 {
 		e.logf("fault stream vs pagemap over %d intervals: %d written pages agree, %d only in pagemap (writes without a fault), %d only in faults",

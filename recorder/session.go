@@ -1414,6 +1414,11 @@ func (s *session) crash(t *thread, sig int) error {
 		}
 		return err
 	}
+	if moved, err := s.clockCrashStep(t.tid, info); err != nil {
+		s.logf("%v", err)
+	} else if moved {
+		regs, _ = proc.GetRegs(t.tid)
+	}
 	s.ctl, s.heldSignal = t.tid, sig
 	end := format.EndState{Kind: format.EndSignal, Tid: t.tid, Signo: sig, Siginfo: info, Regs: regs}
 	if err := s.dump(end, format.EndSignal); err != nil {

@@ -1,0 +1,71 @@
+package e2e
+
+import (
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var clockReadsRe = regexp.MustCompile(`(\d+) clock reads recorded in the process without a syscall`)
+
+// clockLoopScript reads the clock through every function of the time
+// module a server uses, in a loop, and now and then makes a syscall.
+const clockLoopScript = `
+import os, time
+print("ready", flush=True)
+n = 0
+while True:
+    t = time.time() + time.monotonic() + time.perf_counter()
+    n += 1
+    if n % 100 == 0:
+        os.getppid()
+`
+
+// On the eBPF backend the vDSO's clock reads of Debian's python3 are
+// recorded in the process (recorder/clocklog.go), not as syscalls: tprec
+// says how many, the checkpoint holds them as clock_gettime records a
+// replay feeds back, and the replay verifies. With TPREC_NO_CLOCK_LOG they
+// are syscalls again, and the replay verifies as well.
+func TestClockLogPython(t *testing.T) {
+	requireRoot(t)
+	prog := pythonScript(t, "clockloop.py", clockLoopScript)
+	for _, off := range []bool{false, true} {
+		t.Run(map[bool]string{false: "clock log", true: "TPREC_NO_CLOCK_LOG"}[off], func(t *testing.T) {
+			if off {
+				t.Setenv("TPREC_NO_CLOCK_LOG", "1")
+			}
+			target, out, done := startTarget(t, "/usr/bin/python3", "-S", prog)
+			for i := 0; i < 200 && !strings.Contains(out.String(), "ready"); i++ {
+				time.Sleep(10 * time.Millisecond)
+			}
+			ck, log := crashWith(t, target, done, 1200*time.Millisecond, func(pid int) error { return syscall.Kill(pid, syscall.SIGSEGV) }, "--backend", "ebpf")
+			m := clockReadsRe.FindStringSubmatch(log)
+			switch {
+			case off && m != nil:
+				t.Fatalf("TPREC_NO_CLOCK_LOG set, and tprec says %q", m[0])
+			case !off && m == nil:
+				t.Fatalf("tprec did not say it recorded clock reads in the process:\n%s", log)
+			case !off:
+				if n, _ := strconv.Atoi(m[1]); n < 10000 {
+					t.Fatalf("only %d clock reads recorded in the process", n)
+				}
+			}
+			res := replay(t, ck)
+			if !verifiedRe.MatchString(res) {
+				t.Fatalf("replay did not verify:\n%s", res)
+			}
+			calls, err := exec.Command(filepath.Join(tools(t), "tpinspect"), "--syscalls", ck).Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := strings.Count(string(calls), " clock_gettime("); n < 1000 {
+				t.Fatalf("the checkpoint holds %d clock_gettime records", n)
+			}
+		})
+	}
+}
