@@ -71,8 +71,8 @@ type ebpfSource struct {
 	ring  *ringReader
 	logf  func(string, ...any)
 
-	stats   io.Closer // run-time statistics, with TPREC_DEBUG=bpfstats
-	profile *os.File  // CPU profile of the recorder, with TPREC_CPUPROFILE
+	stats   io.Closer   // run-time statistics, with TPREC_DEBUG=bpfstats
+	profile *os.File    // CPU profile of the recorder, with TPREC_CPUPROFILE
 	cm      *clockMerge // the clock log's merge, nil without one
 	// clockReads counts the entries of the clock logs merged, for the
 	// summary at the end.

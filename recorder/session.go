@@ -61,7 +61,7 @@ type session struct {
 	pm    *proc.Pagemap
 	vdso  *vdsoPatch
 	clk   *clockLog // the clock log (clocklog.go), nil without one
-	entry uint64 // the entry point breakpoint after an exec (entry.go), 0 when none
+	entry uint64    // the entry point breakpoint after an exec (entry.go), 0 when none
 	// dropNote: how many of the ring's memory drops were told, and when.
 	dropNoted int
 	dropNote  time.Time
