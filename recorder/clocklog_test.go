@@ -13,6 +13,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/tprec/tprec/bpf"
+	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/proc"
 
 	"golang.org/x/sys/unix"
@@ -337,5 +338,94 @@ func TestClockLogLeavesWhatASyscallLeaves(t *testing.T) {
 		if err := cmd.Wait(); err != nil || !strings.Contains(out.String(), "ok") {
 			t.Errorf("clock log %v: %v\n%s", install, err, out.String())
 		}
+	}
+}
+
+// fakeClockLog is a clock log whose region is a buffer here: put writes an
+// entry as a stub does.
+func fakeClockLog() *clockLog {
+	l := &clockLog{view: make([]byte, clkSize), lo: 0x7000, hi: 0x9000,
+		sites:     []clockSite{{entry: 0x7af0, nr: unix.SYS_CLOCK_GETTIME}, {entry: 0x7810, nr: unix.SYS_GETTIMEOFDAY}},
+		fallbacks: map[uint64]uint64{0x100000 + 0x40: 0x7af0 + 7}}
+	return l
+}
+
+func (l *clockLog) put(i, fs uint64, nr int, ns uint64, done bool) {
+	le := binary.LittleEndian
+	off := clkRing + int(i%clkEntries)*clkEntrySize
+	le.PutUint64(l.view[off+ceFS:], fs)
+	le.PutUint64(l.view[off+ceNr:], uint64(nr))
+	le.PutUint64(l.view[off+ceRet:], 0)
+	le.PutUint64(l.view[off+ceArg0:], 1)
+	le.PutUint64(l.view[off+ceOutAddr:], 0x5000)
+	le.PutUint64(l.view[off+ceOut:], ns)
+	le.PutUint64(l.view[off+ceStamp:], i+1)
+	if done {
+		le.PutUint64(l.view[off+ceDone:], 1)
+	}
+	le.PutUint64(l.view[clkCounter:], max(le.Uint64(l.view[clkCounter:]), i+1))
+}
+
+// The open log merges the clock log's entries by the counter each call
+// read: an entry goes before the first call that read more than its index
+// (the largest counter so far, when one call read less than the one
+// before it), numbered in that order; a call waits for an entry not done
+// yet; the closing boundary takes the entries up to the counter; a
+// stub's fallback syscall gets the rip of the vDSO patch's stub, and a
+// logged function's own syscall inside the vDSO is dropped.
+func TestOpenLogMergesClockReads(t *testing.T) {
+	cl := fakeClockLog()
+	cm := &clockMerge{l: cl, fsTid: map[uint64]int{}}
+	cm.thread(0xa000, 10)
+	cm.thread(0xb000, 11)
+	l := &openLog{firstQ: 50, nextQ: 50, delta: 50 - 7, cm: cm}
+	get := func(tid int) format.Syscall { return format.Syscall{Nr: unix.SYS_GETPID, Tid: tid} }
+	cl.put(0, 0xa000, unix.SYS_CLOCK_GETTIME, 111, true)
+	cl.put(1, 0xb000, unix.SYS_GETTIMEOFDAY, 222, true)
+	l.add(50, get(10), "", 1, 0xa000) // after entry 0
+	l.add(51, get(11), "", 0, 0xb000) // read the counter late: placed at 1, after entry 0
+	l.add(52, get(11), "", 2, 0xb000) // after entry 1
+	cl.put(2, 0xa000, unix.SYS_CLOCK_GETTIME, 333, false)
+	l.add(53, get(10), "", 3, 0xa000) // waits: entry 2 is not done
+	if n := l.calls.len(); n != 5 {
+		t.Fatalf("%d records before entry 2 is done, want 5", n)
+	}
+	cl.put(2, 0xa000, unix.SYS_CLOCK_GETTIME, 333, true)
+	// A fallback syscall of a stub, and a syscall of the vDSO's own code.
+	l.add(54, format.Syscall{Nr: unix.SYS_CLOCK_GETTIME, Tid: 10, Rip: 0x100000 + 0x40}, "", 3, 0xa000)
+	l.add(55, format.Syscall{Nr: unix.SYS_CLOCK_GETTIME, Tid: 10, Rip: 0x7b40}, "", 3, 0xa000)
+	cl.put(3, 0xa000, unix.SYS_GETTIMEOFDAY, 444, true)
+	l.closeGaps()
+	want := []struct {
+		nr, tid int
+		rip     uint64
+	}{
+		{unix.SYS_CLOCK_GETTIME, 10, 0x7af7}, {unix.SYS_GETPID, 10, 0}, {unix.SYS_GETPID, 11, 0},
+		{unix.SYS_GETTIMEOFDAY, 11, 0x7817}, {unix.SYS_GETPID, 11, 0},
+		{unix.SYS_CLOCK_GETTIME, 10, 0x7af7}, {unix.SYS_GETPID, 10, 0},
+		{unix.SYS_CLOCK_GETTIME, 10, 0x7af7}, // the fallback
+		{unix.SYS_GETTIMEOFDAY, 10, 0x7817},  // at the close
+	}
+	if l.calls.len() != len(want) || l.reason != "" {
+		t.Fatalf("%d records, want %d; reason %q", l.calls.len(), len(want), l.reason)
+	}
+	for i, w := range want {
+		r := l.calls.at(i)
+		if r.Seq != uint64(7+i) || r.Nr != w.nr || r.Tid != w.tid || r.Rip != w.rip {
+			t.Errorf("record %d: seq %d nr %d tid %d rip %#x; want seq %d nr %d tid %d rip %#x", i, r.Seq, r.Nr, r.Tid, r.Rip, 7+i, w.nr, w.tid, w.rip)
+		}
+		if r.Nr == unix.SYS_CLOCK_GETTIME && r.Rip == 0x7af7 && i != 7 && (len(r.Out) != 1 || r.Out[0].Addr != 0x5000) {
+			t.Errorf("record %d: outputs %+v", i, r.Out)
+		}
+	}
+	if got := binary.LittleEndian.Uint64(cl.view[clkConsumed:]); got != 4 {
+		t.Errorf("consumed %d, want 4", got)
+	}
+	// An entry of a thread the log never saw is a reason, not a record.
+	l2 := &openLog{firstQ: 1, nextQ: 1, cm: &clockMerge{l: cl, next: 4, fsTid: map[uint64]int{}}}
+	cl.put(4, 0xc000, unix.SYS_CLOCK_GETTIME, 555, true)
+	l2.add(1, get(12), "", 5, 0xd000)
+	if l2.calls.len() != 1 || !strings.Contains(l2.reason, "thread the recorder does not know") {
+		t.Errorf("unknown thread: %d records, reason %q", l2.calls.len(), l2.reason)
 	}
 }
