@@ -652,7 +652,16 @@ func (e *ebpfSource) lastSeq(s *session) (uint64, error) {
 	}
 	if e.cm != nil {
 		upTo := e.cm.l.counter()
-		l.flush()
+		// A call before the signal may wait for a clock read another
+		// thread is still writing: a few microseconds.
+		for try := 0; try < 1000; try++ {
+			if l.flush(); l.nextQ > p.Seq {
+				break
+			}
+			e.mu.Unlock()
+			time.Sleep(10 * time.Microsecond)
+			e.mu.Lock()
+		}
 		if l.nextQ <= p.Seq {
 			l.fail("a signal came while calls before it waited for clock reads")
 		} else {
