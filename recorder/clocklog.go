@@ -24,14 +24,16 @@ import (
 // stops on the ptrace backend), where unrecorded the vDSO answers in 20 ns.
 //
 // With the clock log, each patched entry point jumps to a stub in a region
-// the recorder maps into the process. The stub calls the vDSO's own code
-// (the instructions the jump displaced, moved into the stub, then a jump
-// back past them), takes the next index of a counter in the region with
-// `lock xadd`, and writes the call and its result into the region's ring
-// at that index: the thread (its fs base, read with rdfsbase), the number,
+// the recorder maps into the process. The stub takes the next index of a
+// counter in the region with `lock xadd`, calls the vDSO's own code (the
+// instructions the jump displaced, moved into the stub, then a jump back
+// past them) and writes the call and its result into the region's ring at
+// that index: the thread (its fs base, read with rdfsbase), the number,
 // the arguments, the return value and the bytes written. The entry's stamp
-// (index + 1) is written last; the collector reads entries in index order
-// as their stamps appear.
+// (index + 1) is written once they are, and a done mark once the stub no
+// longer needs the slot; the collector reads entries in index order as
+// they are done. The stub leaves the thread as the vDSO patch's stub would
+// (clockCode), which is what a replay runs.
 //
 // The counter orders the entries against the syscall log: the syscall
 // program reads it at each call's exit before it takes the call's sequence
@@ -44,10 +46,13 @@ import (
 // the region's code) when the ring is nearly full (the collector behind:
 // a loop that reads the clock and nothing else), in a process forked from
 // the recorded one (the region is shared memory, and a private page
-// wiped on fork holds the switch), and for calls it does not log
-// (gettimeofday with a timezone).
+// wiped on fork holds the switch), and for calls it does not log (a clock
+// the vDSO does not read itself, gettimeofday with a timezone).
 //
-// This file builds the region's code and installs it in a stopped process.
+// ARCHITECTURE.md, "The clock log", tells the whole of it. This file
+// builds the region's code, installs it in a stopped process, merges its
+// entries (clockMerge, with openLog in ebpf.go) and steps threads out of
+// it.
 
 // Layout of the region: the code page, the header page, the ring; the
 // switch page, private and wiped on fork, follows it.
