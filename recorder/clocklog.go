@@ -535,13 +535,20 @@ func installClockLog(pid int, mem *proc.Mem, inject func(nr int, args ...uint64)
 	if _, err := call("ftruncate", unix.SYS_FTRUNCATE, fd, clkSize); err != nil {
 		return nil, err
 	}
-	// Below the vDSO, or above it, 16 MiB apart: the first place free.
+	// Below the vDSO, or above it, 16 MiB apart: the first place free for
+	// the whole region, taken at once (MAP_FIXED_NOREPLACE fails on any
+	// mapping in the range); its parts then replace that reservation
+	// only. (Mapping the parts one by one with MAP_FIXED replaced a
+	// library's pages that lay in the range: python3 died.)
 	var base uint64
 	for k := uint64(1); k <= 64 && base == 0; k++ {
-		for _, c := range []uint64{lo&^(format.PageSize-1) - k<<24 - clkSize - format.PageSize, hi + k<<24} {
-			ret, err := call("mmap", unix.SYS_MMAP, c+clkCode, format.PageSize, unix.PROT_READ|unix.PROT_EXEC,
-				unix.MAP_SHARED|unix.MAP_FIXED_NOREPLACE, fd, clkCode)
-			if err != nil || ret != c+clkCode {
+		for _, c := range clockPlaces(lo, hi, k) {
+			ret, err := call("mmap", unix.SYS_MMAP, c, clkSize+format.PageSize, unix.PROT_NONE,
+				unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED_NOREPLACE, ^uint64(0), 0)
+			if err != nil || ret != c {
+				if err == nil {
+					call("munmap", unix.SYS_MUNMAP, ret, clkSize+format.PageSize) // an old kernel's hint
+				}
 				continue
 			}
 			base = c
@@ -552,6 +559,11 @@ func installClockLog(pid int, mem *proc.Mem, inject func(nr int, args ...uint64)
 		return nil, fmt.Errorf("clock log: no room near the vDSO at %#x", lo)
 	}
 	undo := func() { call("munmap", unix.SYS_MUNMAP, base, clkSize+format.PageSize) }
+	if _, err := call("mmap", unix.SYS_MMAP, base+clkCode, format.PageSize, unix.PROT_READ|unix.PROT_EXEC,
+		unix.MAP_SHARED|unix.MAP_FIXED, fd, clkCode); err != nil {
+		undo()
+		return nil, err
+	}
 	if _, err := call("mmap", unix.SYS_MMAP, base+clkHead, clkSize-clkHead, unix.PROT_READ|unix.PROT_WRITE,
 		unix.MAP_SHARED|unix.MAP_FIXED, fd, clkHead); err != nil {
 		undo()
@@ -893,4 +905,10 @@ func (s *session) clockCrashStep(tid int, info []byte) (bool, error) {
 		}
 	}
 	return moved, nil
+}
+
+// clockPlaces are where the region may go in the k-th try: 16 MiB times k
+// below the vDSO [lo, hi), or as far above.
+func clockPlaces(lo, hi, k uint64) []uint64 {
+	return []uint64{lo&^(format.PageSize-1) - k<<24 - clkSize - format.PageSize, hi + k<<24}
 }

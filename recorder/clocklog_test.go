@@ -111,12 +111,15 @@ func clockLogEntries(t *testing.T, n int) {
 // still stopped, and lets it run. The view stays mapped until the test
 // ends.
 func startWithClockLog(t *testing.T, stdout *bytes.Buffer, before func(pid int, l *clockLog) error, prog string, args ...string) (*exec.Cmd, *clockLog) {
-	return startPatched(t, true, stdout, before, prog, args...)
+	return startPatched(t, true, stdout, nil, before, prog, args...)
 }
+
+// clockSetup runs on the stopped process before the clock log goes in.
+type clockSetup func(pid int, mem *proc.Mem, inject func(nr int, args ...uint64) (int64, error), lo, hi uint64) error
 
 // startPatched is startWithClockLog, or with the vDSO patch alone when
 // install is false (the clock log then nil).
-func startPatched(t *testing.T, install bool, stdout *bytes.Buffer, before func(pid int, l *clockLog) error, prog string, args ...string) (*exec.Cmd, *clockLog) {
+func startPatched(t *testing.T, install bool, stdout *bytes.Buffer, setup clockSetup, before func(pid int, l *clockLog) error, prog string, args ...string) (*exec.Cmd, *clockLog) {
 	t.Helper()
 	cmd := exec.Command(prog, args...)
 	if stdout != nil {
@@ -161,6 +164,11 @@ func startPatched(t *testing.T, install bool, stdout *bytes.Buffer, before func(
 		inject := func(nr int, args ...uint64) (int64, error) {
 			res, err := proc.Inject(pid, p.insn, nr, args...)
 			return res.Ret, err
+		}
+		if setup != nil {
+			if err := setup(pid, mem, inject, lo, hi); err != nil {
+				return err
+			}
 		}
 		if l, err = installClockLog(pid, mem, inject, lo, hi, lo+9, fns); err != nil {
 			return err
@@ -334,7 +342,7 @@ func TestClockLogLeavesWhatASyscallLeaves(t *testing.T) {
 	prog := buildFixture(t, "clockregs")
 	for _, install := range []bool{false, true} {
 		var out bytes.Buffer
-		cmd, _ := startPatched(t, install, &out, nil, prog)
+		cmd, _ := startPatched(t, install, &out, nil, nil, prog)
 		if err := cmd.Wait(); err != nil || !strings.Contains(out.String(), "ok") {
 			t.Errorf("clock log %v: %v\n%s", install, err, out.String())
 		}
@@ -428,4 +436,43 @@ func TestOpenLogMergesClockReads(t *testing.T) {
 	if l2.calls.len() != 1 || !strings.Contains(l2.reason, "thread the recorder does not know") {
 		t.Errorf("unknown thread: %d records, reason %q", l2.calls.len(), l2.reason)
 	}
+}
+
+// The region goes where nothing is mapped, whole: a page of the program's
+// in the middle of the first place the recorder tries stays where it is,
+// with its content, and the region goes to the next place. (Mapping the
+// region's parts with MAP_FIXED once its first page was placed replaced a
+// library's pages in the range, and python3 died.)
+func TestClockLogLeavesOtherMappings(t *testing.T) {
+	requireKernel(t)
+	var page uint64
+	want := bytes.Repeat([]byte("mine"), format.PageSize/4)
+	setup := func(pid int, mem *proc.Mem, inject func(nr int, args ...uint64) (int64, error), lo, hi uint64) error {
+		page = clockPlaces(lo, hi, 1)[0] + clkSize/2
+		ret, err := inject(unix.SYS_MMAP, page, format.PageSize, unix.PROT_READ|unix.PROT_WRITE,
+			unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED_NOREPLACE, ^uint64(0), 0)
+		if err != nil || uint64(ret) != page {
+			return fmt.Errorf("map the program's page at %#x: %#x, %v", page, ret, err)
+		}
+		return mem.WriteAt(want, page)
+	}
+	var out bytes.Buffer
+	var got []byte
+	var base uint64
+	cmd, l := startPatched(t, true, &out, setup, func(pid int, l *clockLog) error {
+		got = make([]byte, format.PageSize)
+		base = l.base
+		_, err := proc.ReadBytes(pid, page, got)
+		return err
+	}, buildFixture(t, "clockloop"), "100")
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the program failed: %v", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("the program's page at %#x lost its content", page)
+	}
+	if lo, hi := l.region(); page >= lo && page < hi {
+		t.Errorf("the region [%#x, %#x) covers the program's page at %#x", lo, hi, page)
+	}
+	t.Logf("region at %#x, the program's page at %#x", base, page)
 }
