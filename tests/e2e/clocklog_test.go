@@ -26,18 +26,19 @@ while True:
         os.getppid()
 `
 
-// On the eBPF backend the vDSO's clock reads of Debian's python3 are
-// recorded in the process (recorder/clocklog.go), not as syscalls: tprec
-// says how many, the checkpoint holds them as clock_gettime records a
-// replay feeds back, and the replay verifies. With TPREC_NO_CLOCK_LOG they
-// are syscalls again, and the replay verifies as well.
+// With TPREC_CLOCK_LOG=1 on the eBPF backend, the vDSO's clock reads of
+// Debian's python3 are recorded in the process (recorder/clocklog.go), not
+// as syscalls: tprec says how many, the checkpoint holds them as
+// clock_gettime records a replay feeds back, and the replay verifies.
+// Without it (the default) they are syscalls, and the replay verifies as
+// well.
 func TestClockLogPython(t *testing.T) {
 	requireRoot(t)
 	prog := pythonScript(t, "clockloop.py", clockLoopScript)
 	for _, off := range []bool{false, true} {
-		t.Run(map[bool]string{false: "clock log", true: "TPREC_NO_CLOCK_LOG"}[off], func(t *testing.T) {
-			if off {
-				t.Setenv("TPREC_NO_CLOCK_LOG", "1")
+		t.Run(map[bool]string{false: "TPREC_CLOCK_LOG=1", true: "default"}[off], func(t *testing.T) {
+			if !off {
+				t.Setenv("TPREC_CLOCK_LOG", "1")
 			}
 			target, out, done := startTarget(t, "/usr/bin/python3", "-S", prog)
 			for i := 0; i < 200 && !strings.Contains(out.String(), "ready"); i++ {
@@ -47,7 +48,7 @@ func TestClockLogPython(t *testing.T) {
 			m := clockReadsRe.FindStringSubmatch(log)
 			switch {
 			case off && m != nil:
-				t.Fatalf("TPREC_NO_CLOCK_LOG set, and tprec says %q", m[0])
+				t.Fatalf("TPREC_CLOCK_LOG not set, and tprec says %q", m[0])
 			case !off && m == nil:
 				t.Fatalf("tprec did not say it recorded clock reads in the process:\n%s", log)
 			case !off:
