@@ -395,7 +395,7 @@ type clockLog struct {
 	// fallbacks: for the rip after each stub's own `syscall`, the rip
 	// after the entry's in the vDSO patch's stub (entry + 7), which is
 	// what a replay runs: the checkpoint's vDSO holds that stub again
-	// (clockLog.unpatch).
+	// (unpatch).
 	fallbacks map[uint64]uint64
 	lo, hi    uint64 // the vDSO
 }
@@ -410,12 +410,12 @@ func (l *clockLog) inside(rip uint64) bool {
 	return rip >= l.base && rip < l.base+format.PageSize || rip >= l.lo && rip < l.hi
 }
 
-// unpatch gives, in page (at addr), each entry the bytes it held before
-// the clock log (the vDSO patch's stub): the checkpoint holds them, so
-// that a replay makes every clock read a call at the entry, which the
-// log's records name.
-func (l *clockLog) unpatch(addr uint64, page []byte) {
-	for _, s := range l.sites {
+// unpatch gives, in page (at addr), each of sites' entries the bytes it
+// held before the clock log (the vDSO patch's stub): the checkpoint holds
+// them, so that a replay makes every clock read a call at the entry, which
+// the log's records name.
+func unpatch(sites []clockSite, addr uint64, page []byte) {
+	for _, s := range sites {
 		if s.entry >= addr && s.entry+uint64(len(s.orig)) <= addr+uint64(len(page)) {
 			copy(page[s.entry-addr:], s.orig)
 		}

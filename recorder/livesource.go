@@ -62,7 +62,7 @@ type liveSource struct {
 	// them, and nothing else, the process being gone or running on.
 	frozen map[uint64][]byte
 	// clockSites are the vDSO entries the clock log points at its stubs:
-	// the file holds their bytes from before it (clockLog.unpatch).
+	// the file holds their bytes from before it (unpatch).
 	clockSites []clockSite
 }
 
@@ -72,7 +72,7 @@ func (l *liveSource) unpatched(addr uint64, page []byte) []byte {
 	for _, s := range l.clockSites {
 		if s.entry >= addr && s.entry < addr+uint64(len(page)) {
 			page = bytes.Clone(page)
-			(&clockLog{sites: l.clockSites}).unpatch(addr, page)
+			unpatch(l.clockSites, addr, page)
 			return page
 		}
 	}
