@@ -27,11 +27,23 @@ func StepOut(tid int, lo, hi uint64, maxSteps int) (bool, error) {
 	return out, err
 }
 
+// trapFlag is TF in rflags.
+const trapFlag = 0x100
+
 func stepOut(tid int, lo, hi uint64, maxSteps int) (bool, error) {
 	for i := 0; i < maxSteps; i++ {
 		r, err := GetRegs(tid)
 		if err != nil {
 			return false, err
+		}
+		if i > 0 && r.Rcx == r.Rip && r.R11&trapFlag != 0 {
+			// The step ran a `syscall` (a vDSO's fallback to the kernel):
+			// r11 took the flags with the trap flag the step had set,
+			// which the thread running freely would not have.
+			r.R11 &^= trapFlag
+			if err := SetRegs(tid, r); err != nil {
+				return false, err
+			}
 		}
 		if r.Rip < lo || r.Rip >= hi {
 			return true, nil

@@ -884,16 +884,19 @@ func (s *session) dropClock() {
 	s.clk = nil
 }
 
-// clockCrashStep moves a thread a fatal signal found inside a clock read
-// out of it before the checkpoint takes its state: a replay has neither the
-// clock log's code nor the vDSO's, only the call the vDSO patch's stub
-// makes, and could not stop where the thread stood. Only for a signal sent
-// to the process (si_code 0 or less: kill, tgkill, sigqueue), which comes
-// a few hundred instructions later as well; the thread then gets it where
-// the read returns, with its siginfo. One the read itself raised (a bad
-// pointer) stays where it is. It reports whether it moved the thread.
-func (s *session) clockCrashStep(tid int, info []byte) (bool, error) {
-	if s.clk == nil || len(info) < 16 || int32(binary.LittleEndian.Uint32(info[8:])) > 0 {
+// clockSignalStep moves a thread a signal found inside a clock read out of
+// it before the signal is taken: a replay has neither the clock log's code
+// nor the vDSO's, only the call the vDSO patch's stub makes, and could not
+// stop, or enter a handler, where the thread stood; and a handler's own
+// clock reads, nested in one that holds an index not yet stamped, would
+// hold the log back until the handler returned. Only for a signal the read
+// did not raise itself (readFault): one sent by kill, tgkill or sigqueue, a
+// timer's, a child's, which could as well have come a few hundred
+// instructions later. The thread then gets it where the read returns, with
+// its siginfo. A fault of the read (a bad pointer) stays where it is. It
+// reports whether it moved the thread.
+func (s *session) clockSignalStep(tid, sig int, info []byte) (bool, error) {
+	if s.clk == nil || readFault(sig, info) {
 		return false, nil
 	}
 	moved, err := s.clk.stepOut(tid)
@@ -901,13 +904,27 @@ func (s *session) clockCrashStep(tid int, info []byte) (bool, error) {
 		return moved, err
 	}
 	if moved {
-		// Resumed from the last step's stop, the thread gets the signal
-		// with the siginfo it was sent with.
+		// Resumed from the last step's stop with sig, the thread gets
+		// the signal with the siginfo it was sent with.
 		if err := proc.SetSiginfo(tid, info); err != nil {
 			return true, fmt.Errorf("clock log: give the signal its siginfo back: %w", err)
 		}
 	}
 	return moved, nil
+}
+
+// readFault reports whether a signal is one an instruction raises: a
+// synchronous fault, trap or seccomp's SIGSYS, with a positive si_code
+// (the kernel's own). Those are the signals a clock read can raise itself.
+func readFault(sig int, info []byte) bool {
+	if len(info) < 16 || int32(binary.LittleEndian.Uint32(info[8:])) <= 0 {
+		return false
+	}
+	switch unix.Signal(sig) {
+	case unix.SIGSEGV, unix.SIGBUS, unix.SIGILL, unix.SIGFPE, unix.SIGTRAP, unix.SIGSYS:
+		return true
+	}
+	return false
 }
 
 // clockPlaces are where the region may go in the k-th try: 16 MiB times k

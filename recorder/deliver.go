@@ -26,12 +26,20 @@ func (s *session) deliver(t *thread, sig int) error {
 	if err != nil {
 		return err
 	}
+	if moved, err := s.clockSignalStep(t.tid, sig, info); err != nil {
+		s.logf("%v", err)
+	} else if moved {
+		if regs, err = proc.GetRegs(t.tid); err != nil {
+			return err
+		}
+	}
 	seq, err := s.src.lastSeq(s)
 	if err != nil {
 		return err
 	}
 	if s.clk != nil && s.clk.inside(regs.Rip) {
-		// The frame would return into the clock log's code or the
+		// A fault of the read itself, or a thread that would not step
+		// out: the frame would return into the clock log's code or the
 		// vDSO's own, which a replay does not run.
 		s.notReplayable(fmt.Sprintf("signal %s came inside a clock read (rip %#x)", name, regs.Rip))
 	}

@@ -1414,7 +1414,7 @@ func (s *session) crash(t *thread, sig int) error {
 		}
 		return err
 	}
-	if moved, err := s.clockCrashStep(t.tid, info); err != nil {
+	if moved, err := s.clockSignalStep(t.tid, sig, info); err != nil {
 		s.logf("%v", err)
 	} else if moved {
 		regs, _ = proc.GetRegs(t.tid)

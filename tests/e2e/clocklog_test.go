@@ -70,3 +70,48 @@ func TestClockLogPython(t *testing.T) {
 		})
 	}
 }
+
+// clockTimerScript reads the clock in a loop under a 4 ms timer, so that
+// most SIGALRMs come while a clock read is under way.
+const clockTimerScript = `
+import signal, time
+n = 0
+def on_alarm(sig, frame):
+    global n
+    n += 1
+signal.signal(signal.SIGALRM, on_alarm)
+signal.setitimer(signal.ITIMER_REAL, 0.004, 0.004)
+print("ready", flush=True)
+while True:
+    t = time.monotonic() + time.time()
+`
+
+// A signal that comes while a thread is inside a clock read the clock log
+// records (a timer's here, as a server's watchdog or profiler would send)
+// is taken where the read returns: tprec steps the thread out of the read
+// first, and gives the signal its siginfo back. Every interval stays
+// replayable, and the replay delivers the SIGALRMs in python3's own code.
+// Delivered inside the read, a signal would make its interval not
+// replayable, and with one every 4 ms no interval would be.
+func TestClockLogTimerSignals(t *testing.T) {
+	requireRoot(t)
+	t.Setenv("TPREC_CLOCK_LOG", "1")
+	prog := pythonScript(t, "clocktimer.py", clockTimerScript)
+	target, out, done := startTarget(t, "/usr/bin/python3", "-S", prog)
+	for i := 0; i < 200 && !strings.Contains(out.String(), "ready"); i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	ck, log := crashWith(t, target, done, 1200*time.Millisecond, func(pid int) error { return syscall.Kill(pid, syscall.SIGSEGV) }, "--backend", "ebpf")
+	m := clockReadsRe.FindStringSubmatch(log)
+	if m == nil {
+		t.Fatalf("tprec did not say it recorded clock reads in the process:\n%s", log)
+	}
+	if n, _ := strconv.Atoi(m[1]); n < 10000 {
+		t.Fatalf("only %d clock reads recorded in the process", n)
+	}
+	allReplayable(t, ck)
+	res := replay(t, ck, "-v")
+	if n := strings.Count(res, "SIGALRM: delivery point found in user code"); n < 20 {
+		t.Fatalf("the replay delivered %d SIGALRM in user code; want about one per 4 ms of the window:\n%s", n, res)
+	}
+}
