@@ -713,17 +713,14 @@ func (p *vdsoPatch) clockFuncs() []clockFunc {
 }
 
 // clockLogOff says why a recording goes without a clock log, "" when it
-// uses one: the eBPF backend (the ptrace backend's syscall stops would
-// need the counter read at each of them, not built), a CPU that lets user
-// code read its fs base (the stubs' rdfsbase: FSGSBASE, Linux 5.9 and
-// later), and TPREC_CLOCK_LOG=1: it is off by default while a signal
-// caught inside a clock read makes its interval not replayable, which a
-// program with a fast timer (the soak's python3, SIGALRM every 7 ms) met
-// often enough to lose whole checkpoints.
-func clockLogOff(backend string) string {
+// uses one: --clock-log=false, the eBPF backend (the ptrace backend's
+// syscall stops would need the counter read at each of them, not built),
+// and a CPU that lets user code read its fs base (the stubs' rdfsbase:
+// FSGSBASE, Linux 5.9 and later).
+func clockLogOff(o *Options, backend string) string {
 	switch {
-	case os.Getenv("TPREC_CLOCK_LOG") != "1":
-		return "TPREC_CLOCK_LOG=1 is not set"
+	case o.NoClockLog:
+		return "--clock-log=false"
 	case backend != "ebpf":
 		return "the " + backend + " backend"
 	case !fsgsbase():
@@ -751,7 +748,7 @@ func fsgsbase() bool {
 // vDSO patched, when the recording uses one. A failure leaves the clock
 // reads to the vDSO patch's syscalls, and says so.
 func (s *session) installClock(maps []format.Mapping) {
-	if why := clockLogOff(s.src.name()); why != "" {
+	if why := clockLogOff(&s.o, s.src.name()); why != "" {
 		if debugStops {
 			s.logf("no clock log: %s", why)
 		}

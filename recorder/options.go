@@ -20,6 +20,9 @@ type Options struct {
 	OnExit      bool // also dump when the process exits normally
 	FullPages   bool // keep every present page instead of the touched ones
 	AllStarts   bool // store the memory at every interval start, not only the first replayable one
+	// NoClockLog leaves the vDSO's clock reads to the vDSO patch's
+	// syscalls instead of recording them in the process (clocklog.go).
+	NoClockLog bool
 	// StatusEvery is how often a status line is logged (0: never).
 	StatusEvery time.Duration
 	Log         io.Writer

@@ -26,29 +26,29 @@ while True:
         os.getppid()
 `
 
-// With TPREC_CLOCK_LOG=1 on the eBPF backend, the vDSO's clock reads of
-// Debian's python3 are recorded in the process (recorder/clocklog.go), not
-// as syscalls: tprec says how many, the checkpoint holds them as
-// clock_gettime records a replay feeds back, and the replay verifies.
-// Without it (the default) they are syscalls, and the replay verifies as
-// well.
+// On the eBPF backend, the vDSO's clock reads of Debian's python3 are
+// recorded in the process (recorder/clocklog.go), not as syscalls: tprec
+// says how many, the checkpoint holds them as clock_gettime records a replay
+// feeds back, and the replay verifies. With --clock-log=false they are
+// syscalls, and the replay verifies as well.
 func TestClockLogPython(t *testing.T) {
 	requireRoot(t)
 	prog := pythonScript(t, "clockloop.py", clockLoopScript)
 	for _, off := range []bool{false, true} {
-		t.Run(map[bool]string{false: "TPREC_CLOCK_LOG=1", true: "default"}[off], func(t *testing.T) {
-			if !off {
-				t.Setenv("TPREC_CLOCK_LOG", "1")
+		t.Run(map[bool]string{false: "default", true: "clock-log=false"}[off], func(t *testing.T) {
+			args := []string{"--backend", "ebpf"}
+			if off {
+				args = append(args, "--clock-log=false")
 			}
 			target, out, done := startTarget(t, "/usr/bin/python3", "-S", prog)
 			for i := 0; i < 200 && !strings.Contains(out.String(), "ready"); i++ {
 				time.Sleep(10 * time.Millisecond)
 			}
-			ck, log := crashWith(t, target, done, 1200*time.Millisecond, func(pid int) error { return syscall.Kill(pid, syscall.SIGSEGV) }, "--backend", "ebpf")
+			ck, log := crashWith(t, target, done, 1200*time.Millisecond, func(pid int) error { return syscall.Kill(pid, syscall.SIGSEGV) }, args...)
 			m := clockReadsRe.FindStringSubmatch(log)
 			switch {
 			case off && m != nil:
-				t.Fatalf("TPREC_CLOCK_LOG not set, and tprec says %q", m[0])
+				t.Fatalf("--clock-log=false, and tprec says %q", m[0])
 			case !off && m == nil:
 				t.Fatalf("tprec did not say it recorded clock reads in the process:\n%s", log)
 			case !off:
@@ -95,7 +95,6 @@ while True:
 // replayable, and with one every 4 ms no interval would be.
 func TestClockLogTimerSignals(t *testing.T) {
 	requireRoot(t)
-	t.Setenv("TPREC_CLOCK_LOG", "1")
 	prog := pythonScript(t, "clocktimer.py", clockTimerScript)
 	target, out, done := startTarget(t, "/usr/bin/python3", "-S", prog)
 	for i := 0; i < 200 && !strings.Contains(out.String(), "ready"); i++ {

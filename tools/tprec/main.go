@@ -38,6 +38,7 @@ func main() {
 			&cli.BoolFlag{Name: "on-exit", Usage: "also write a checkpoint when the process exits normally"},
 			&cli.BoolFlag{Name: "full-pages", Usage: "keep every present page (large) instead of only the pages the window touches"},
 			&cli.BoolFlag{Name: "all-starts", Usage: "store the memory at every interval start, so that tpreplay --from K starts at K itself (larger: a busy server rewrites the same pages every interval)"},
+			&cli.BoolFlag{Name: "clock-log", Value: true, Usage: "record the vDSO's clock reads in the process, not as syscalls (eBPF backend; false: each read is a syscall)"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print nothing but errors"},
 			&cli.DurationFlag{Name: "status", Value: 10 * time.Second, Usage: "print a status line this often (0: never)"},
 		},
@@ -86,6 +87,7 @@ func record(c *cli.Context) error {
 		OnExit:      c.Bool("on-exit"),
 		FullPages:   c.Bool("full-pages"),
 		AllStarts:   c.Bool("all-starts"),
+		NoClockLog:  !c.Bool("clock-log"),
 		StatusEvery: c.Duration("status"),
 		Log:         os.Stderr,
 	}
