@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/tprec/tprec/format"
+	"github.com/tprec/tprec/internal/x86"
 	"github.com/tprec/tprec/proc"
 
 	"golang.org/x/arch/x86/x86asm"
@@ -118,55 +119,6 @@ var clockLoggable = map[int]byte{
 	unix.SYS_GETTIMEOFDAY:  7, // rdi
 }
 
-// casm assembles the region's code at base.
-type casm struct {
-	b      []byte
-	base   uint64
-	labels map[string]int
-	rel    []struct {
-		at, end int
-		label   string
-		abs     uint64 // when label is ""
-	}
-}
-
-func (a *casm) emit(b ...byte) { a.b = append(a.b, b...) }
-
-func (a *casm) label(name string) { a.labels[name] = len(a.b) }
-
-// to emits op, a rel32 to label (or to the absolute address abs when label
-// is ""), then tail.
-func (a *casm) to(label string, abs uint64, op []byte, tail ...byte) {
-	a.emit(op...)
-	at := len(a.b)
-	a.emit(0, 0, 0, 0)
-	a.emit(tail...)
-	a.rel = append(a.rel, struct {
-		at, end int
-		label   string
-		abs     uint64
-	}{at, len(a.b), label, abs})
-}
-
-func (a *casm) resolve() error {
-	for _, r := range a.rel {
-		target := r.abs
-		if r.label != "" {
-			off, ok := a.labels[r.label]
-			if !ok {
-				return fmt.Errorf("clock log: no label %s", r.label)
-			}
-			target = a.base + uint64(off)
-		}
-		d := int64(target) - int64(a.base+uint64(r.end))
-		if d != int64(int32(d)) {
-			return fmt.Errorf("clock log: %#x out of reach of %#x", target, a.base+uint64(r.end))
-		}
-		binary.LittleEndian.PutUint32(a.b[r.at:], uint32(int32(d)))
-	}
-	return nil
-}
-
 // displaced decodes the first instructions of a function from orig, at
 // addr, until they cover the 5 bytes of a jmp, and returns them moved to
 // run at to, and how many bytes of orig they were. ok is false when one of
@@ -177,14 +129,8 @@ func displaced(orig []byte, addr, to uint64) (moved []byte, n int, ok bool) {
 		if err != nil || !movable(inst) {
 			return nil, 0, false
 		}
-		b := append([]byte(nil), orig[n:n+inst.Len]...)
-		if inst.PCRel == 4 {
-			d := int64(int32(binary.LittleEndian.Uint32(b[inst.PCRelOff:]))) + int64(addr+uint64(n)) - int64(to+uint64(len(moved)))
-			if d != int64(int32(d)) {
-				return nil, 0, false
-			}
-			binary.LittleEndian.PutUint32(b[inst.PCRelOff:], uint32(int32(d)))
-		} else if inst.PCRel != 0 {
+		b, ok := x86.RipRelative(append([]byte(nil), orig[n:n+inst.Len]...), inst, addr+uint64(n), to+uint64(len(moved)))
+		if !ok {
 			return nil, 0, false
 		}
 		moved = append(moved, b...)
@@ -223,15 +169,15 @@ func movable(inst x86asm.Inst) bool {
 // uses rax, rcx and r11 (which that stub changes too) until it has its
 // slot, then keeps what it must give back there.
 func clockCode(base uint64, fns []clockFunc) (code []byte, stubs, fallbacks map[uint64]uint64, err error) {
-	a := &casm{base: base + clkCode, labels: map[string]int{}}
+	a := x86.New(base + clkCode)
 	abs := func(off int) uint64 { return base + uint64(off) }
 	le32 := func(v uint32) []byte { return binary.LittleEndian.AppendUint32(nil, v) }
 	stubs, fallbacks = map[uint64]uint64{}, map[uint64]uint64{}
 	// rbx-relative accesses to the slot: REX.W (+R for r8-r15), op, modrm
 	// [rbx+disp32], disp32.
 	slot := func(rex, op byte, reg byte, off int) {
-		a.emit(rex, op, 0x83|(reg&7)<<3)
-		a.emit(le32(uint32(off))...)
+		a.Emit(rex, op, 0x83|(reg&7)<<3)
+		a.Emit(le32(uint32(off))...)
 	}
 	for k, f := range fns {
 		ptr, ok := clockLoggable[f.nr]
@@ -241,86 +187,86 @@ func clockCode(base uint64, fns []clockFunc) (code []byte, stubs, fallbacks map[
 		detour := fmt.Sprintf("detour%d", k)
 		fallback := fmt.Sprintf("fallback%d", k)
 		skip := fmt.Sprintf("skip%d", k)
-		start, rels := len(a.b), len(a.rel)
-		a.emit(0x9f)                                       // lahf
-		a.emit(0x0f, 0x90, 0xc0)                           // seto al: rax holds the flags
-		a.to("", abs(clkSwitch), []byte{0x80, 0x3d}, 0x00) // cmp byte [switch], 0
-		a.to(fallback, 0, []byte{0x0f, 0x84})              // je fallback
+		start, mark := a.Here(), a.Mark()
+		a.Emit(0x9f)                                      // lahf
+		a.Emit(0x0f, 0x90, 0xc0)                          // seto al: rax holds the flags
+		a.RelTo(abs(clkSwitch), []byte{0x80, 0x3d}, 0x00) // cmp byte [switch], 0
+		a.Rel(fallback, []byte{0x0f, 0x84})               // je fallback
 		if f.nr == unix.SYS_CLOCK_GETTIME {
 			// Only the clocks the vDSO reads itself: for the others it
 			// makes the syscall, which the syscall log would hold too.
-			a.emit(0x83, 0xff, 0x1f)              // cmp edi, 31
-			a.to(fallback, 0, []byte{0x0f, 0x87}) // ja fallback (a CPU clock's id is negative)
-			a.emit(0x41, 0xbb)                    // mov r11d, imm32
-			a.emit(le32(vdsoClocks)...)
-			a.emit(0x41, 0x0f, 0xa3, 0xfb)        // bt r11d, edi
-			a.to(fallback, 0, []byte{0x0f, 0x83}) // jnc fallback
+			a.Emit(0x83, 0xff, 0x1f)            // cmp edi, 31
+			a.Rel(fallback, []byte{0x0f, 0x87}) // ja fallback (a CPU clock's id is negative)
+			a.Emit(0x41, 0xbb)                  // mov r11d, imm32
+			a.Emit(le32(vdsoClocks)...)
+			a.Emit(0x41, 0x0f, 0xa3, 0xfb)      // bt r11d, edi
+			a.Rel(fallback, []byte{0x0f, 0x83}) // jnc fallback
 		}
 		if f.nr == unix.SYS_GETTIMEOFDAY {
-			a.emit(0x48, 0x85, 0xf6)              // test rsi, rsi: a timezone
-			a.to(fallback, 0, []byte{0x0f, 0x85}) // jne fallback
+			a.Emit(0x48, 0x85, 0xf6)            // test rsi, rsi: a timezone
+			a.Rel(fallback, []byte{0x0f, 0x85}) // jne fallback
 		}
-		a.to("", abs(clkCounter), []byte{0x48, 0x8b, 0x0d})  // mov rcx, [counter]
-		a.to("", abs(clkConsumed), []byte{0x48, 0x2b, 0x0d}) // sub rcx, [consumed]
-		a.emit(0x48, 0x81, 0xf9)                             // cmp rcx, imm32
-		a.emit(le32(clkEntries - clkSlack)...)
-		a.to(fallback, 0, []byte{0x0f, 0x83})                           // jae fallback
-		a.emit(0xb9, 1, 0, 0, 0)                                        // mov ecx, 1
-		a.to("", abs(clkCounter), []byte{0xf0, 0x48, 0x0f, 0xc1, 0x0d}) // lock xadd [counter], rcx
-		a.emit(0x41, 0x89, 0xcb)                                        // mov r11d, ecx
-		a.emit(0x41, 0x81, 0xe3)                                        // and r11d, imm32
-		a.emit(le32(clkEntries - 1)...)
-		a.emit(0x49, 0xc1, 0xe3, 0x08)                       // shl r11, 8
-		a.to("", abs(clkRingAddr), []byte{0x4c, 0x03, 0x1d}) // add r11, [ring]: the slot
-		a.emit(0x49, 0x89, 0x83)                             // mov [r11+flags], rax
-		a.emit(le32(ceFlags)...)
-		a.emit(0x48, 0x8d, 0x41, 0x01) // lea rax, [rcx+1]
-		a.emit(0x49, 0x89, 0x83)       // mov [r11+next], rax
-		a.emit(le32(ceNext)...)
-		a.emit(0x49, 0xc7, 0x43, ceDone, 0, 0, 0, 0) // mov qword [r11+done], 0
+		a.RelTo(abs(clkCounter), []byte{0x48, 0x8b, 0x0d})  // mov rcx, [counter]
+		a.RelTo(abs(clkConsumed), []byte{0x48, 0x2b, 0x0d}) // sub rcx, [consumed]
+		a.Emit(0x48, 0x81, 0xf9)                            // cmp rcx, imm32
+		a.Emit(le32(clkEntries - clkSlack)...)
+		a.Rel(fallback, []byte{0x0f, 0x83})                            // jae fallback
+		a.Emit(0xb9, 1, 0, 0, 0)                                       // mov ecx, 1
+		a.RelTo(abs(clkCounter), []byte{0xf0, 0x48, 0x0f, 0xc1, 0x0d}) // lock xadd [counter], rcx
+		a.Emit(0x41, 0x89, 0xcb)                                       // mov r11d, ecx
+		a.Emit(0x41, 0x81, 0xe3)                                       // and r11d, imm32
+		a.Emit(le32(clkEntries - 1)...)
+		a.Emit(0x49, 0xc1, 0xe3, 0x08)                      // shl r11, 8
+		a.RelTo(abs(clkRingAddr), []byte{0x4c, 0x03, 0x1d}) // add r11, [ring]: the slot
+		a.Emit(0x49, 0x89, 0x83)                            // mov [r11+flags], rax
+		a.Emit(le32(ceFlags)...)
+		a.Emit(0x48, 0x8d, 0x41, 0x01) // lea rax, [rcx+1]
+		a.Emit(0x49, 0x89, 0x83)       // mov [r11+next], rax
+		a.Emit(le32(ceNext)...)
+		a.Emit(0x49, 0xc7, 0x43, ceDone, 0, 0, 0, 0) // mov qword [r11+done], 0
 		// rdi, rsi, rdx, r8, r9, r10, rbx into the slot (mov [r11+d8], reg)
 		for i, r := range []byte{7, 6, 2, 8, 9, 10, 3} {
 			rex := byte(0x49)
 			if r >= 8 {
 				rex |= 0x04
 			}
-			a.emit(rex, 0x89, 0x43|(r&7)<<3, byte(ceRegs+8*i))
+			a.Emit(rex, 0x89, 0x43|(r&7)<<3, byte(ceRegs+8*i))
 		}
-		a.emit(0x4c, 0x89, 0xdb) // mov rbx, r11
+		a.Emit(0x4c, 0x89, 0xdb) // mov rbx, r11
 		// The bytes below the caller's stack pointer, before anything
 		// is written there.
 		for off := 8; off <= clkStackSaved; off += 8 {
-			a.emit(0x48, 0x8b, 0x84, 0x24) // mov rax, [rsp-off]
-			a.emit(le32(uint32(-off))...)
+			a.Emit(0x48, 0x8b, 0x84, 0x24) // mov rax, [rsp-off]
+			a.Emit(le32(uint32(-off))...)
 			slot(0x48, 0x89, 0, ceStack+clkStackSaved-off) // mov [rbx+..], rax
 		}
-		a.emit(0x48, 0x83, 0xec, 0x08) // sub rsp, 8: aligned as at an entry
-		a.to(detour, 0, []byte{0xe8})  // call detour
-		a.emit(0x48, 0x83, 0xc4, 0x08) // add rsp, 8
-		a.emit(0x48, 0x63, 0xc0)       // movsxd rax, eax: an int
-		a.emit(0x48, 0x89, 0x43, ceRet)
-		a.emit(0xf3, 0x48, 0x0f, 0xae, 0xc1) // rdfsbase rcx
-		a.emit(0x48, 0x89, 0x4b, ceFS)       // mov [rbx+fs], rcx
-		a.emit(0x48, 0xc7, 0x43, ceNr)       // mov qword [rbx+nr], imm32
-		a.emit(le32(uint32(f.nr))...)
-		a.emit(0x48, 0x8b, 0x4b, ceRegs) // mov rcx, [saved rdi]
-		a.emit(0x48, 0x89, 0x4b, ceArg0) // mov [rbx+arg0], rcx
+		a.Emit(0x48, 0x83, 0xec, 0x08) // sub rsp, 8: aligned as at an entry
+		a.Rel(detour, []byte{0xe8})    // call detour
+		a.Emit(0x48, 0x83, 0xc4, 0x08) // add rsp, 8
+		a.Emit(0x48, 0x63, 0xc0)       // movsxd rax, eax: an int
+		a.Emit(0x48, 0x89, 0x43, ceRet)
+		a.Emit(0xf3, 0x48, 0x0f, 0xae, 0xc1) // rdfsbase rcx
+		a.Emit(0x48, 0x89, 0x4b, ceFS)       // mov [rbx+fs], rcx
+		a.Emit(0x48, 0xc7, 0x43, ceNr)       // mov qword [rbx+nr], imm32
+		a.Emit(le32(uint32(f.nr))...)
+		a.Emit(0x48, 0x8b, 0x4b, ceRegs) // mov rcx, [saved rdi]
+		a.Emit(0x48, 0x89, 0x4b, ceArg0) // mov [rbx+arg0], rcx
 		if ptr == 6 {
-			a.emit(0x4c, 0x8b, 0x5b, ceRegs+8) // mov r11, [saved rsi]
+			a.Emit(0x4c, 0x8b, 0x5b, ceRegs+8) // mov r11, [saved rsi]
 		} else {
-			a.emit(0x4c, 0x8b, 0x5b, ceRegs) // mov r11, [saved rdi]
+			a.Emit(0x4c, 0x8b, 0x5b, ceRegs) // mov r11, [saved rdi]
 		}
-		a.emit(0x48, 0x85, 0xc0)            // test rax, rax
-		a.emit(0x74, 0x03)                  // je +3
-		a.emit(0x45, 0x31, 0xdb)            // xor r11d, r11d: an error wrote nothing
-		a.emit(0x4c, 0x89, 0x5b, ceOutAddr) // mov [rbx+outaddr], r11
-		a.emit(0x4d, 0x85, 0xdb)            // test r11, r11
-		a.to(skip, 0, []byte{0x0f, 0x84})   // je skip
-		a.emit(0x49, 0x8b, 0x0b)            // mov rcx, [r11]
-		a.emit(0x48, 0x89, 0x4b, ceOut)     // mov [rbx+out], rcx
-		a.emit(0x49, 0x8b, 0x4b, 0x08)      // mov rcx, [r11+8]
-		a.emit(0x48, 0x89, 0x4b, ceOut+8)   // mov [rbx+out+8], rcx
-		a.label(skip)
+		a.Emit(0x48, 0x85, 0xc0)            // test rax, rax
+		a.Emit(0x74, 0x03)                  // je +3
+		a.Emit(0x45, 0x31, 0xdb)            // xor r11d, r11d: an error wrote nothing
+		a.Emit(0x4c, 0x89, 0x5b, ceOutAddr) // mov [rbx+outaddr], r11
+		a.Emit(0x4d, 0x85, 0xdb)            // test r11, r11
+		a.Rel(skip, []byte{0x0f, 0x84})     // je skip
+		a.Emit(0x49, 0x8b, 0x0b)            // mov rcx, [r11]
+		a.Emit(0x48, 0x89, 0x4b, ceOut)     // mov [rbx+out], rcx
+		a.Emit(0x49, 0x8b, 0x4b, 0x08)      // mov rcx, [r11+8]
+		a.Emit(0x48, 0x89, 0x4b, ceOut+8)   // mov [rbx+out+8], rcx
+		a.Label(skip)
 		// Back as they were: the registers, the flags (then r11 as the
 		// syscall sets it, through the stack), the stack's bytes.
 		for i, r := range []byte{7, 6, 2, 8, 9, 10} {
@@ -328,63 +274,63 @@ func clockCode(base uint64, fns []clockFunc) (code []byte, stubs, fallbacks map[
 			if r >= 8 {
 				rex |= 0x04
 			}
-			a.emit(rex, 0x8b, 0x43|(r&7)<<3, byte(ceRegs+8*i)) // mov reg, [rbx+..]
+			a.Emit(rex, 0x8b, 0x43|(r&7)<<3, byte(ceRegs+8*i)) // mov reg, [rbx+..]
 		}
-		a.emit(0x48, 0x8b, 0x83) // mov rax, [rbx+flags]
-		a.emit(le32(ceFlags)...)
-		a.emit(0x04, 0x7f) // add al, 0x7f: OF as seto found it
-		a.emit(0x9e)       // sahf
-		a.emit(0x9c)       // pushfq
-		a.emit(0x41, 0x5b) // pop r11
+		a.Emit(0x48, 0x8b, 0x83) // mov rax, [rbx+flags]
+		a.Emit(le32(ceFlags)...)
+		a.Emit(0x04, 0x7f) // add al, 0x7f: OF as seto found it
+		a.Emit(0x9e)       // sahf
+		a.Emit(0x9c)       // pushfq
+		a.Emit(0x41, 0x5b) // pop r11
 		// Without the trap flag, set while a boundary single-steps the
 		// thread out (clockStepOut), which a replay's call does not see;
 		// the and changes the flags: set them again.
-		a.emit(0x49, 0x81, 0xe3) // and r11, imm32
-		a.emit(le32(^uint32(0x100))...)
-		a.emit(0x48, 0x8b, 0x83) // mov rax, [rbx+flags]
-		a.emit(le32(ceFlags)...)
-		a.emit(0x04, 0x7f) // add al, 0x7f
-		a.emit(0x9e)       // sahf
+		a.Emit(0x49, 0x81, 0xe3) // and r11, imm32
+		a.Emit(le32(^uint32(0x100))...)
+		a.Emit(0x48, 0x8b, 0x83) // mov rax, [rbx+flags]
+		a.Emit(le32(ceFlags)...)
+		a.Emit(0x04, 0x7f) // add al, 0x7f
+		a.Emit(0x9e)       // sahf
 		for off := 8; off <= clkStackSaved; off += 8 {
 			slot(0x48, 0x8b, 1, ceStack+clkStackSaved-off) // mov rcx, [rbx+..]
-			a.emit(0x48, 0x89, 0x8c, 0x24)                 // mov [rsp-off], rcx
-			a.emit(le32(uint32(-off))...)
+			a.Emit(0x48, 0x89, 0x8c, 0x24)                 // mov [rsp-off], rcx
+			a.Emit(le32(uint32(-off))...)
 		}
-		a.emit(0x48, 0x8b, 0x43, ceRet) // mov rax, [rbx+ret]
-		a.emit(0x48, 0x8b, 0x8b)        // mov rcx, [rbx+next]
-		a.emit(le32(ceNext)...)
-		a.emit(0x48, 0x89, 0x0b)                      // mov [rbx], rcx: the stamp
-		a.emit(0x48, 0x89, 0xd9)                      // mov rcx, rbx
-		a.emit(0x48, 0x8b, 0x59, ceRegs+6*8)          // mov rbx, [rcx+saved rbx]
-		a.emit(0x48, 0xc7, 0x41, ceDone, 1, 0, 0, 0)  // mov qword [rcx+done], 1: the slot is free
-		a.to("", f.entry+7, []byte{0x48, 0x8d, 0x0d}) // lea rcx, [entry+7]
-		a.emit(0xc3)                                  // ret
-		a.label(detour)
-		moved, n, ok := displaced(f.orig, f.entry, a.base+uint64(len(a.b)))
+		a.Emit(0x48, 0x8b, 0x43, ceRet) // mov rax, [rbx+ret]
+		a.Emit(0x48, 0x8b, 0x8b)        // mov rcx, [rbx+next]
+		a.Emit(le32(ceNext)...)
+		a.Emit(0x48, 0x89, 0x0b)                     // mov [rbx], rcx: the stamp
+		a.Emit(0x48, 0x89, 0xd9)                     // mov rcx, rbx
+		a.Emit(0x48, 0x8b, 0x59, ceRegs+6*8)         // mov rbx, [rcx+saved rbx]
+		a.Emit(0x48, 0xc7, 0x41, ceDone, 1, 0, 0, 0) // mov qword [rcx+done], 1: the slot is free
+		a.RelTo(f.entry+7, []byte{0x48, 0x8d, 0x0d}) // lea rcx, [entry+7]
+		a.Emit(0xc3)                                 // ret
+		a.Label(detour)
+		moved, n, ok := displaced(f.orig, f.entry, a.Here())
 		if !ok {
-			a.b, a.rel = a.b[:start], a.rel[:rels]
+			a.Undo(mark)
 			continue
 		}
-		a.emit(moved...)
-		a.to("", f.entry+uint64(n), []byte{0xe9}) // jmp past them
-		a.label(fallback)
-		a.emit(0x04, 0x7f) // add al, 0x7f
-		a.emit(0x9e)       // sahf: the flags back
-		a.emit(0xb8)       // mov eax, NR; syscall
-		a.emit(le32(uint32(f.nr))...)
-		a.emit(0x0f, 0x05)
-		fallbacks[a.base+uint64(len(a.b))] = f.entry + 7
-		a.to("", f.entry+7, []byte{0x48, 0x8d, 0x0d}) // lea rcx, [entry+7]
-		a.emit(0xc3)                                  // ret
-		stubs[f.entry] = a.base + uint64(start)
+		a.Emit(moved...)
+		a.RelTo(f.entry+uint64(n), []byte{0xe9}) // jmp past them
+		a.Label(fallback)
+		a.Emit(0x04, 0x7f) // add al, 0x7f
+		a.Emit(0x9e)       // sahf: the flags back
+		a.Emit(0xb8)       // mov eax, NR; syscall
+		a.Emit(le32(uint32(f.nr))...)
+		a.Emit(0x0f, 0x05)
+		fallbacks[a.Here()] = f.entry + 7
+		a.RelTo(f.entry+7, []byte{0x48, 0x8d, 0x0d}) // lea rcx, [entry+7]
+		a.Emit(0xc3)                                 // ret
+		stubs[f.entry] = start
 	}
-	if len(a.b) > format.PageSize {
-		return nil, nil, nil, fmt.Errorf("clock log: %d bytes of code", len(a.b))
+	if len(a.B) > format.PageSize {
+		return nil, nil, nil, fmt.Errorf("clock log: %d bytes of code", len(a.B))
 	}
-	if err := a.resolve(); err != nil {
-		return nil, nil, nil, err
+	if err := a.Resolve(); err != nil {
+		return nil, nil, nil, fmt.Errorf("clock log: %w", err)
 	}
-	return a.b, stubs, fallbacks, nil
+	return a.B, stubs, fallbacks, nil
 }
 
 // clockLog is a clock log installed in a process.

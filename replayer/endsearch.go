@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/tprec/tprec/format"
+	"github.com/tprec/tprec/internal/x86"
 	"github.com/tprec/tprec/proc"
 
 	"golang.org/x/arch/x86/x86asm"
@@ -386,11 +387,11 @@ func (e *engine) patchInProcess(goal format.Regs, now uint64, d displacing) (*en
 		return nil, nil
 	}
 	base := view + endCode
-	a := &asm{labels: map[string]int{}, org: endCode}
-	a.label("entry")
+	a := newAsm(view, base)
+	a.Label("entry")
 	a.dataRef(idEndRax, []byte{0x48, 0x89, 0x05})    // mov [rax], rax
-	a.emit(0x9f)                                     // lahf
-	a.emit(0x0f, 0x90, 0xc0)                         // seto al
+	a.Emit(0x9f)                                     // lahf
+	a.Emit(0x0f, 0x90, 0xc0)                         // seto al
 	a.dataRef(idEndAx, []byte{0x66, 0x89, 0x05})     // mov [ax], ax
 	a.dataRef(idEndPasses, []byte{0x48, 0xff, 0x05}) // inc qword [passes]
 	a.dataRef(idEndPasses, []byte{0x48, 0x8b, 0x05}) // mov rax, [passes]
@@ -405,27 +406,27 @@ func (e *engine) patchInProcess(goal format.Regs, now uint64, d displacing) (*en
 	a.jump("miss", 0x0f, 0x85)                     // jne miss
 	for k := range endWords {
 		a.dataRef(idEndWords+16*k, []byte{0x48, 0x8b, 0x05}) // mov rax, [word address]
-		a.emit(0x48, 0x8b, 0x00)                             // mov rax, [rax]
+		a.Emit(0x48, 0x8b, 0x00)                             // mov rax, [rax]
 		a.dataRef(idEndWords+16*k+8, cmpRIP(0))              // cmp rax, [recorded value]
 		a.jump("miss", 0x0f, 0x85)                           // jne miss
 	}
-	trap := len(a.b)
-	a.label("trap")
-	a.emit(0xcc) // int3: the engine compares the rest
-	a.label("miss")
+	trap := len(a.B)
+	a.Label("trap")
+	a.Emit(0xcc) // int3: the engine compares the rest
+	a.Label("miss")
 	a.dataRef(idEndAx, []byte{0x66, 0x8b, 0x05})  // mov ax, [ax]
-	a.emit(0x04, 0x7f)                            // add al, 0x7f: OF = (al == 1)
-	a.emit(0x9e)                                  // sahf
+	a.Emit(0x04, 0x7f)                            // add al, 0x7f: OF = (al == 1)
+	a.Emit(0x9e)                                  // sahf
 	a.dataRef(idEndRax, []byte{0x48, 0x8b, 0x05}) // mov rax, [rax]
 	s := &endInProcess{trap: base + uint64(trap), dataAddr: view + ipCodeSize, data: c.data(), goal: goal, mayPun: mayPun && len(insts) > 1}
 	at := rip
 	for i, inst := range insts {
-		moved := base + uint64(len(a.b))
+		moved := a.Here()
 		b, ok := moveInstruction(code[at-rip:at-rip+uint64(inst.Len)], inst, at, moved)
 		if !ok {
 			return nil, nil
 		}
-		a.emit(b...)
+		a.Emit(b...)
 		s.relocated = append(s.relocated, moved)
 		if i > 0 {
 			s.interior = append(s.interior, at)
@@ -433,14 +434,16 @@ func (e *engine) patchInProcess(goal format.Regs, now uint64, d displacing) (*en
 		at += uint64(inst.Len)
 	}
 	s.displaced = [2]uint64{rip, at}
-	back := int64(at) - int64(base+uint64(len(a.b))+5)
+	back := int64(at) - int64(a.Here()+5)
 	if back != int64(int32(back)) {
 		return nil, nil
 	}
-	a.emit(0xe9)
-	a.emit(u32le(uint32(int32(back)))...) // jmp back, after the displaced instructions
-	a.resolve()
-	if len(a.b) > pageSize {
+	a.Emit(0xe9)
+	a.Emit(u32le(uint32(int32(back)))...) // jmp back, after the displaced instructions
+	if err := a.Resolve(); err != nil {
+		return nil, err // a label not set: the code above is wrong
+	}
+	if len(a.B) > pageSize {
 		return nil, nil
 	}
 	there := int64(base) - int64(rip+5)
@@ -459,7 +462,7 @@ func (e *engine) patchInProcess(goal format.Regs, now uint64, d displacing) (*en
 		// Until used, a slot compares its own value with itself.
 		le.PutUint64(s.data[idEndWords+16*k:], s.dataAddr+uint64(idEndWords+16*k+8))
 	}
-	copy(c.buf[ipDataSize+c.viewIndex(view)*ipCodeSize+endCode:], a.b)
+	copy(c.buf[ipDataSize+c.viewIndex(view)*ipCodeSize+endCode:], a.B)
 	for k, addr := range s.interior {
 		if err := proc.SetDebugReg(e.stub.tid, k+1, addr); err != nil {
 			return nil, err
@@ -487,7 +490,7 @@ func (e *engine) patchInProcess(goal format.Regs, now uint64, d displacing) (*en
 		e.logf("the end search's jmp at %#x lands at %#x: its last %d bytes are the code's own", rip, pun.to, 5-n)
 	}
 	s.orig, s.patched = slices.Clone(code[:len(jmp)]), jmp
-	s.code = [2]uint64{base, base + uint64(len(a.b))}
+	s.code = [2]uint64{base, a.Here()}
 	if err := e.mem.WriteAt(jmp, rip); err != nil {
 		return nil, fmt.Errorf("end search: patch %#x: %w", rip, err)
 	}
@@ -807,7 +810,7 @@ func moveInstruction(b []byte, inst x86asm.Inst, from, to uint64) (moved []byte,
 		}
 		jmp := append([]byte(nil), b...)
 		jmp[i+1] = jmp[i+1]&^0x38 | 4<<3
-		jmp, ok = ripRelativeAt(jmp, inst, from, to+uint64(len(pushRet)))
+		jmp, ok = x86.RipRelative(jmp, inst, from, to+uint64(len(pushRet)))
 		return append(pushRet, jmp...), ok
 	}
 	for _, arg := range inst.Args {
@@ -829,21 +832,5 @@ func moveInstruction(b []byte, inst x86asm.Inst, from, to uint64) (moved []byte,
 		}
 		return nil, false
 	}
-	return ripRelativeAt(append([]byte(nil), b...), inst, from, to)
-}
-
-// ripRelativeAt adjusts in b, the bytes of inst at from, a rip-relative
-// displacement so that b reads the same memory at to; ok is false when that
-// is out of reach or the displacement is not a 32-bit one.
-func ripRelativeAt(b []byte, inst x86asm.Inst, from, to uint64) ([]byte, bool) {
-	if inst.PCRel == 4 {
-		d := int64(int32(binary.LittleEndian.Uint32(b[inst.PCRelOff:]))) + int64(from) - int64(to)
-		if d != int64(int32(d)) {
-			return nil, false
-		}
-		binary.LittleEndian.PutUint32(b[inst.PCRelOff:], uint32(int32(d)))
-	} else if inst.PCRel != 0 {
-		return nil, false
-	}
-	return b, true
+	return x86.RipRelative(append([]byte(nil), b...), inst, from, to)
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/tprec/tprec/format"
+	"github.com/tprec/tprec/internal/x86"
 	"github.com/tprec/tprec/syscalls"
 
 	"golang.org/x/sys/unix"
@@ -526,58 +527,31 @@ func (c *inProcess) sync() int {
 	return done
 }
 
-// asm assembles the few instruction forms the code needs, with rip-relative
-// references to the region's data resolved at the end.
+// asm assembles the code of a view (x86.Asm): its rip-relative references
+// to the view's data part (dataRef) and jumps to labels.
 type asm struct {
-	b      []byte
-	labels map[string]int
-	fixups []fixup
-	org    int // where the code goes in its view's code part
+	*x86.Asm
+	data uint64 // the address of the view's data part
 }
 
-type fixup struct {
-	at    int    // offset of the rel32
-	end   int    // offset of the end of the instruction
-	label string // a label, or "" for data
-	data  int    // offset in the data part
+// newAsm returns an assembler for code at base in the view at view.
+func newAsm(view, base uint64) *asm {
+	return &asm{Asm: x86.New(base), data: view + ipCodeSize}
 }
-
-func (a *asm) emit(b ...byte) { a.b = append(a.b, b...) }
-
-func (a *asm) label(name string) { a.labels[name] = len(a.b) }
 
 // dataRef emits op, a rip-relative displacement to data offset off, then
 // tail (an immediate).
 func (a *asm) dataRef(off int, op []byte, tail ...byte) {
-	a.emit(op...)
-	at := len(a.b)
-	a.emit(0, 0, 0, 0)
-	a.emit(tail...)
-	a.fixups = append(a.fixups, fixup{at: at, end: len(a.b), data: off})
+	a.RelTo(a.data+uint64(off), op, tail...)
 }
 
 // jump emits op and a rel32 to a label.
-func (a *asm) jump(label string, op ...byte) {
-	a.emit(op...)
-	at := len(a.b)
-	a.emit(0, 0, 0, 0)
-	a.fixups = append(a.fixups, fixup{at: at, end: len(a.b), label: label})
-}
-
-func (a *asm) resolve() {
-	for _, f := range a.fixups {
-		target := ipCodeSize + f.data - a.org
-		if f.label != "" {
-			target = a.labels[f.label]
-		}
-		binary.LittleEndian.PutUint32(a.b[f.at:], uint32(int32(target-f.end)))
-	}
-}
+func (a *asm) jump(label string, op ...byte) { a.Rel(label, op) }
 
 // ipCode returns the region's code for the sites (by `syscall` address, the
 // call number), and the address of each site's entry.
 func ipCode(base uint64, sites map[uint64]ipSite) ([]byte, map[uint64]uint64) {
-	a := &asm{labels: map[string]int{}}
+	a := newAsm(base, base)
 	entries := map[uint64]uint64{}
 	order := make([]uint64, 0, len(sites))
 	for s := range sites {
@@ -586,116 +560,118 @@ func ipCode(base uint64, sites map[uint64]ipSite) ([]byte, map[uint64]uint64) {
 	slices.Sort(order)
 	for _, sys := range order {
 		site := sites[sys]
-		entries[sys] = base + uint64(len(a.b))
+		entries[sys] = a.Here()
 		if site.kind == ipRead {
-			a.emit(0x8b, 0x7c, 0x24, 0x08) // mov edi, [rsp+8], as the site does
+			a.Emit(0x8b, 0x7c, 0x24, 0x08) // mov edi, [rsp+8], as the site does
 		}
 		a.dataRef(idRcx, []byte{0x48, 0x89, 0x0d}) // mov [rcx], rcx
 		a.dataRef(idR11, []byte{0x4c, 0x89, 0x1d}) // mov [r11], r11
 		if site.kind == ipReadOne {
 			one := fmt.Sprintf("one%x", sys)
-			a.emit(0x48, 0xb9)                         // mov rcx, imm64
-			a.emit(u64le(site.flag)...)                //   __libc_single_threaded
-			a.emit(0x80, 0x39, 0x00)                   // cmp byte [rcx], 0
+			a.Emit(0x48, 0xb9)                         // mov rcx, imm64
+			a.Emit(u64le(site.flag)...)                //   __libc_single_threaded
+			a.Emit(0x80, 0x39, 0x00)                   // cmp byte [rcx], 0
 			a.dataRef(idRcx, []byte{0x48, 0x8b, 0x0d}) // mov rcx, [rcx]
 			a.jump(one, 0x0f, 0x85)                    // jne one: one thread
-			a.emit(0xff, 0x25, 0, 0, 0, 0)             // jmp [rip+0]: where the `je` goes, flags as its `cmp` left them
-			a.emit(u64le(site.threaded)...)
-			a.label(one)
+			a.Emit(0xff, 0x25, 0, 0, 0, 0)             // jmp [rip+0]: where the `je` goes, flags as its `cmp` left them
+			a.Emit(u64le(site.threaded)...)
+			a.Label(one)
 		}
 		if site.kind != ipMov {
 			// The flags after `xor eax, eax`: ZF and PF (and bit 1 of ah).
 			a.dataRef(idFlags, []byte{0x66, 0xc7, 0x05}, 0x00, 0x46) // mov word [flags], 0x4600
 		} else {
-			a.emit(0x9f)                                 // lahf
-			a.emit(0x0f, 0x90, 0xc0)                     // seto al
+			a.Emit(0x9f)                                 // lahf
+			a.Emit(0x0f, 0x90, 0xc0)                     // seto al
 			a.dataRef(idFlags, []byte{0x66, 0x89, 0x05}) // mov [flags], ax
 		}
 		a.dataRef(idNr, []byte{0x48, 0xc7, 0x05}, u32le(uint32(site.nr))...) // mov qword [nr], imm32
-		a.emit(0x48, 0xb8)                                                   // mov rax, imm64
-		a.emit(u64le(sys)...)                                                //   the `syscall`
+		a.Emit(0x48, 0xb8)                                                   // mov rax, imm64
+		a.Emit(u64le(sys)...)                                                //   the `syscall`
 		a.dataRef(idSys, []byte{0x48, 0x89, 0x05})                           // mov [sys], rax
 		a.jump("common", 0xe9)                                               // jmp common
 	}
-	a.label("common")
+	a.Label("common")
 	a.dataRef(idCursor, []byte{0x48, 0x8b, 0x0d}) // mov rcx, [cursor]
 	a.dataRef(idCount, []byte{0x48, 0x3b, 0x0d})  // cmp rcx, [count]
 	a.jump("fallback", 0x0f, 0x83)                // jae fallback
 	a.dataRef(idNext, []byte{0x48, 0x8b, 0x0d})   // mov rcx, [next]
 	a.dataRef(0, []byte{0x48, 0x8d, 0x05})        // lea rax, [data]
-	a.emit(0x48, 0x01, 0xc1)                      // add rcx, rax
+	a.Emit(0x48, 0x01, 0xc1)                      // add rcx, rax
 	a.dataRef(idNr, []byte{0x4c, 0x8b, 0x1d})     // mov r11, [nr]
-	a.emit(0x4c, 0x3b, 0x59, irNr)                // cmp r11, [rcx+nr]
+	a.Emit(0x4c, 0x3b, 0x59, irNr)                // cmp r11, [rcx+nr]
 	a.jump("fallback", 0x0f, 0x85)                // jne fallback
 	a.dataRef(idSys, []byte{0x48, 0x8b, 0x05})    // mov rax, [sys]
-	a.emit(0x48, 0x83, 0xc0, 0x02)                // add rax, 2
-	a.emit(0x48, 0x3b, 0x41, irRetAddr)           // cmp rax, [rcx+retaddr]
+	a.Emit(0x48, 0x83, 0xc0, 0x02)                // add rax, 2
+	a.Emit(0x48, 0x3b, 0x41, irRetAddr)           // cmp rax, [rcx+retaddr]
 	a.jump("fallback", 0x0f, 0x85)                // jne fallback: the call is the next record's, made elsewhere
-	a.emit(0x48, 0x8b, 0x41, irNArgs)             // mov rax, [rcx+nargs]
+	a.Emit(0x48, 0x8b, 0x41, irNArgs)             // mov rax, [rcx+nargs]
 	// cmp REG, [rcx+arg i] for rdi, rsi, rdx, r10, r8, r9
 	cmpArg := [][]byte{{0x48, 0x3b, 0x79}, {0x48, 0x3b, 0x71}, {0x48, 0x3b, 0x51}, {0x4c, 0x3b, 0x51}, {0x4c, 0x3b, 0x41}, {0x4c, 0x3b, 0x49}}
 	for i, op := range cmpArg {
-		a.emit(0x48, 0x83, 0xf8, byte(i)) // cmp rax, i
+		a.Emit(0x48, 0x83, 0xf8, byte(i)) // cmp rax, i
 		a.jump("args", 0x0f, 0x84)        // je args
-		a.emit(op...)
-		a.emit(byte(irArgs + 8*i))     // cmp REG, [rcx+arg i]
+		a.Emit(op...)
+		a.Emit(byte(irArgs + 8*i))     // cmp REG, [rcx+arg i]
 		a.jump("fallback", 0x0f, 0x85) // jne fallback
 	}
-	a.label("args")
+	a.Label("args")
 	a.dataRef(idRdi, []byte{0x48, 0x89, 0x3d}) // mov [rdi], rdi
 	a.dataRef(idRsi, []byte{0x48, 0x89, 0x35}) // mov [rsi], rsi
 	a.dataRef(idRec, []byte{0x48, 0x89, 0x0d}) // mov [rec], rcx
-	a.emit(0x48, 0x8b, 0x41, irNOuts)          // mov rax, [rcx+nouts]
-	a.emit(0x48, 0x8d, 0x71, irOuts)           // lea rsi, [rcx+outs]
-	a.label("out")
-	a.emit(0x48, 0x85, 0xc0)       // test rax, rax
+	a.Emit(0x48, 0x8b, 0x41, irNOuts)          // mov rax, [rcx+nouts]
+	a.Emit(0x48, 0x8d, 0x71, irOuts)           // lea rsi, [rcx+outs]
+	a.Label("out")
+	a.Emit(0x48, 0x85, 0xc0)       // test rax, rax
 	a.jump("outs", 0x0f, 0x84)     // jz outs
-	a.emit(0x48, 0x8b, 0x3e)       // mov rdi, [rsi]
-	a.emit(0x48, 0x8b, 0x4e, 0x08) // mov rcx, [rsi+8]
-	a.emit(0x49, 0x89, 0xcb)       // mov r11, rcx
-	a.emit(0x48, 0x83, 0xc6, 0x10) // add rsi, 16
-	a.emit(0xf3, 0xa4)             // rep movsb
-	a.emit(0x49, 0xf7, 0xdb)       // neg r11
-	a.emit(0x49, 0x83, 0xe3, 0x07) // and r11, 7
-	a.emit(0x4c, 0x01, 0xde)       // add rsi, r11: to the next output
-	a.emit(0x48, 0xff, 0xc8)       // dec rax
+	a.Emit(0x48, 0x8b, 0x3e)       // mov rdi, [rsi]
+	a.Emit(0x48, 0x8b, 0x4e, 0x08) // mov rcx, [rsi+8]
+	a.Emit(0x49, 0x89, 0xcb)       // mov r11, rcx
+	a.Emit(0x48, 0x83, 0xc6, 0x10) // add rsi, 16
+	a.Emit(0xf3, 0xa4)             // rep movsb
+	a.Emit(0x49, 0xf7, 0xdb)       // neg r11
+	a.Emit(0x49, 0x83, 0xe3, 0x07) // and r11, 7
+	a.Emit(0x4c, 0x01, 0xde)       // add rsi, r11: to the next output
+	a.Emit(0x48, 0xff, 0xc8)       // dec rax
 	a.jump("out", 0xe9)            // jmp out
-	a.label("outs")
+	a.Label("outs")
 	a.dataRef(idRec, []byte{0x48, 0x8b, 0x0d})     // mov rcx, [rec]
 	a.dataRef(idRdi, []byte{0x48, 0x8b, 0x3d})     // mov rdi, [rdi]
 	a.dataRef(idRsi, []byte{0x48, 0x8b, 0x35})     // mov rsi, [rsi]
-	a.emit(0x48, 0x8b, 0x41, irRet)                // mov rax, [rcx+ret]
+	a.Emit(0x48, 0x8b, 0x41, irRet)                // mov rax, [rcx+ret]
 	a.dataRef(idRet, []byte{0x48, 0x89, 0x05})     // mov [ret], rax
-	a.emit(0x48, 0x8b, 0x41, irRetAddr)            // mov rax, [rcx+retaddr]
+	a.Emit(0x48, 0x8b, 0x41, irRetAddr)            // mov rax, [rcx+retaddr]
 	a.dataRef(idRetAddr, []byte{0x48, 0x89, 0x05}) // mov [retaddr], rax
-	a.emit(0x48, 0x8b, 0x41, irSize)               // mov rax, [rcx+size]
+	a.Emit(0x48, 0x8b, 0x41, irSize)               // mov rax, [rcx+size]
 	a.dataRef(idNext, []byte{0x48, 0x01, 0x05})    // add [next], rax
 	a.dataRef(idCursor, []byte{0x48, 0xff, 0x05})  // inc qword [cursor]
 	// r11: rflags as `syscall` saves them: the arithmetic flags, IF and
 	// the always-set bit 1 (DF, TF, AC are clear in compiled code).
 	a.dataRef(idFlags+1, []byte{0x44, 0x0f, 0xb6, 0x1d}) // movzx r11d, byte [flags+1]
-	a.emit(0x41, 0x81, 0xe3, 0xd5, 0, 0, 0)              // and r11d, 0xd5
-	a.emit(0x41, 0x81, 0xcb, 0x02, 0x02, 0, 0)           // or r11d, 0x202
+	a.Emit(0x41, 0x81, 0xe3, 0xd5, 0, 0, 0)              // and r11d, 0xd5
+	a.Emit(0x41, 0x81, 0xcb, 0x02, 0x02, 0, 0)           // or r11d, 0x202
 	a.dataRef(idFlags, []byte{0x80, 0x3d}, 0)            // cmp byte [flags], 0
 	a.jump("noof", 0x0f, 0x84)                           // je noof
-	a.emit(0x41, 0x81, 0xcb, 0x00, 0x08, 0, 0)           // or r11d, 0x800
-	a.label("noof")
+	a.Emit(0x41, 0x81, 0xcb, 0x00, 0x08, 0, 0)           // or r11d, 0x800
+	a.Label("noof")
 	a.dataRef(idFlags, []byte{0x66, 0x8b, 0x05})   // mov ax, [flags]
-	a.emit(0x04, 0x7f)                             // add al, 0x7f: OF = (al == 1)
-	a.emit(0x9e)                                   // sahf
+	a.Emit(0x04, 0x7f)                             // add al, 0x7f: OF = (al == 1)
+	a.Emit(0x9e)                                   // sahf
 	a.dataRef(idRet, []byte{0x48, 0x8b, 0x05})     // mov rax, [ret]
 	a.dataRef(idRetAddr, []byte{0x48, 0x8b, 0x0d}) // mov rcx, [retaddr]
-	a.emit(0xff, 0xe1)                             // jmp rcx: on after the `syscall`
-	a.label("fallback")
+	a.Emit(0xff, 0xe1)                             // jmp rcx: on after the `syscall`
+	a.Label("fallback")
 	a.dataRef(idFlags, []byte{0x66, 0x8b, 0x05}) // mov ax, [flags]
-	a.emit(0x04, 0x7f)                           // add al, 0x7f
-	a.emit(0x9e)                                 // sahf
+	a.Emit(0x04, 0x7f)                           // add al, 0x7f
+	a.Emit(0x9e)                                 // sahf
 	a.dataRef(idNr, []byte{0x48, 0x8b, 0x05})    // mov rax, [nr]
 	a.dataRef(idRcx, []byte{0x48, 0x8b, 0x0d})   // mov rcx, [rcx]
 	a.dataRef(idR11, []byte{0x4c, 0x8b, 0x1d})   // mov r11, [r11]
 	a.dataRef(idSys, []byte{0xff, 0x25})         // jmp [sys]: the original `syscall`
-	a.resolve()
-	return a.b, entries
+	if err := a.Resolve(); err != nil {
+		panic(err) // a label not set: the code above is wrong
+	}
+	return a.B, entries
 }
 
 func u32le(v uint32) []byte { return binary.LittleEndian.AppendUint32(nil, v) }

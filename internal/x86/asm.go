@@ -1,0 +1,105 @@
+// Package x86 holds the x86-64 code generation that the recorder (the clock
+// log's stubs) and the replayer (the in-process syscall sites and the end
+// search) share: a small assembler whose rel32 operands name a label or an
+// address, and the moving of an instruction to another address.
+package x86
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"golang.org/x/arch/x86/x86asm"
+)
+
+// Asm assembles code that runs at Base. Instructions are emitted as bytes;
+// those with a rel32 operand (a jump, a call, a rip-relative access) take
+// it as a label or an address, resolved at the end.
+type Asm struct {
+	Base   uint64 // the address of B[0] when the code runs
+	B      []byte
+	labels map[string]int
+	refs   []ref
+}
+
+type ref struct {
+	at, end int    // the rel32, and the end of its instruction
+	label   string // a label, or "" for abs
+	abs     uint64
+}
+
+// New returns an assembler for code at base.
+func New(base uint64) *Asm { return &Asm{Base: base, labels: map[string]int{}} }
+
+// Emit appends bytes as they are.
+func (a *Asm) Emit(b ...byte) { a.B = append(a.B, b...) }
+
+// Label names the address of the next byte.
+func (a *Asm) Label(name string) { a.labels[name] = len(a.B) }
+
+// Here is the address of the next byte.
+func (a *Asm) Here() uint64 { return a.Base + uint64(len(a.B)) }
+
+// Rel emits op, a rel32 to label, then tail (an immediate after the
+// displacement).
+func (a *Asm) Rel(label string, op []byte, tail ...byte) { a.rel(ref{label: label}, op, tail) }
+
+// RelTo emits op, a rel32 to the address abs, then tail.
+func (a *Asm) RelTo(abs uint64, op []byte, tail ...byte) { a.rel(ref{abs: abs}, op, tail) }
+
+func (a *Asm) rel(r ref, op, tail []byte) {
+	a.Emit(op...)
+	r.at = len(a.B)
+	a.Emit(0, 0, 0, 0)
+	a.Emit(tail...)
+	r.end = len(a.B)
+	a.refs = append(a.refs, r)
+}
+
+// Mark is a point of the code to go back to (Undo).
+type Mark struct{ b, refs int }
+
+// Mark returns the present end of the code.
+func (a *Asm) Mark() Mark { return Mark{len(a.B), len(a.refs)} }
+
+// Undo drops what was emitted after m. Labels set meanwhile must not be
+// used again.
+func (a *Asm) Undo(m Mark) { a.B, a.refs = a.B[:m.b], a.refs[:m.refs] }
+
+// Resolve writes every rel32. It fails on a label never set and on a
+// target out of a rel32's reach.
+func (a *Asm) Resolve() error {
+	for _, r := range a.refs {
+		target := r.abs
+		if r.label != "" {
+			off, ok := a.labels[r.label]
+			if !ok {
+				return fmt.Errorf("x86: no label %s", r.label)
+			}
+			target = a.Base + uint64(off)
+		}
+		from := a.Base + uint64(r.end)
+		d := int64(target) - int64(from)
+		if d != int64(int32(d)) {
+			return fmt.Errorf("x86: %#x out of a rel32's reach from %#x", target, from)
+		}
+		binary.LittleEndian.PutUint32(a.B[r.at:], uint32(int32(d)))
+	}
+	return nil
+}
+
+// RipRelative adjusts in b, the bytes of inst at address from, a
+// rip-relative displacement so that b reads the same memory at address to;
+// ok is false when that is out of reach or the displacement is not a
+// 32-bit one. b is changed in place.
+func RipRelative(b []byte, inst x86asm.Inst, from, to uint64) ([]byte, bool) {
+	if inst.PCRel == 4 {
+		d := int64(int32(binary.LittleEndian.Uint32(b[inst.PCRelOff:]))) + int64(from) - int64(to)
+		if d != int64(int32(d)) {
+			return nil, false
+		}
+		binary.LittleEndian.PutUint32(b[inst.PCRelOff:], uint32(int32(d)))
+	} else if inst.PCRel != 0 {
+		return nil, false
+	}
+	return b, true
+}
