@@ -75,15 +75,16 @@ const (
 	clkConsumed = clkHead + 64  // indexes below it read by the collector
 	clkRingAddr = clkHead + 128 // the ring's address in the process
 
-	// an entry: what the collector reads is in its first 72 bytes
+	// an entry: what the collector reads is in its first 64 bytes, one
+	// cache line, which it takes from the CPU that wrote it once a read
 	ceStamp   = 0  // index + 1, written once the fields are
-	ceDone    = 8  // 1 once the stub is done with the slot
+	ceDone    = 8  // u32: 1 once the stub is done with the slot
+	ceNr      = 12 // u32
 	ceFS      = 16 // the thread's fs base
-	ceNr      = 24
-	ceRet     = 32
-	ceArg0    = 40
-	ceOutAddr = 48 // where the call wrote its 16 bytes (0: nothing written)
-	ceOut     = 56 // those bytes
+	ceRet     = 24
+	ceArg0    = 32
+	ceOutAddr = 40 // where the call wrote its 16 bytes (0: nothing written)
+	ceOut     = 48 // those bytes
 	// what the stub keeps there while the function runs
 	ceRegs  = 72  // rdi, rsi, rdx, r8, r9, r10, rbx
 	ceFlags = 128 // the flags at the entry (lahf; seto al)
@@ -223,7 +224,7 @@ func clockCode(base uint64, fns []clockFunc) (code []byte, stubs, fallbacks map[
 		a.Emit(0x48, 0x8d, 0x41, 0x01) // lea rax, [rcx+1]
 		a.Emit(0x49, 0x89, 0x83)       // mov [r11+next], rax
 		a.Emit(le32(ceNext)...)
-		a.Emit(0x49, 0xc7, 0x43, ceDone, 0, 0, 0, 0) // mov qword [r11+done], 0
+		a.Emit(0x41, 0xc7, 0x43, ceDone, 0, 0, 0, 0) // mov dword [r11+done], 0
 		// rdi, rsi, rdx, r8, r9, r10, rbx into the slot (mov [r11+d8], reg)
 		for i, r := range []byte{7, 6, 2, 8, 9, 10, 3} {
 			rex := byte(0x49)
@@ -247,7 +248,7 @@ func clockCode(base uint64, fns []clockFunc) (code []byte, stubs, fallbacks map[
 		a.Emit(0x48, 0x89, 0x43, ceRet)
 		a.Emit(0xf3, 0x48, 0x0f, 0xae, 0xc1) // rdfsbase rcx
 		a.Emit(0x48, 0x89, 0x4b, ceFS)       // mov [rbx+fs], rcx
-		a.Emit(0x48, 0xc7, 0x43, ceNr)       // mov qword [rbx+nr], imm32
+		a.Emit(0xc7, 0x43, ceNr)             // mov dword [rbx+nr], imm32
 		a.Emit(le32(uint32(f.nr))...)
 		a.Emit(0x48, 0x8b, 0x4b, ceRegs) // mov rcx, [saved rdi]
 		a.Emit(0x48, 0x89, 0x4b, ceArg0) // mov [rbx+arg0], rcx
@@ -302,7 +303,7 @@ func clockCode(base uint64, fns []clockFunc) (code []byte, stubs, fallbacks map[
 		a.Emit(0x48, 0x89, 0x0b)                     // mov [rbx], rcx: the stamp
 		a.Emit(0x48, 0x89, 0xd9)                     // mov rcx, rbx
 		a.Emit(0x48, 0x8b, 0x59, ceRegs+6*8)         // mov rbx, [rcx+saved rbx]
-		a.Emit(0x48, 0xc7, 0x41, ceDone, 1, 0, 0, 0) // mov qword [rcx+done], 1: the slot is free
+		a.Emit(0xc7, 0x41, ceDone, 1, 0, 0, 0)       // mov dword [rcx+done], 1: the slot is free
 		a.RelTo(f.entry+7, []byte{0x48, 0x8d, 0x0d}) // lea rcx, [entry+7]
 		a.Emit(0xc3)                                 // ret
 		a.Label(detour)
@@ -608,11 +609,11 @@ func (l *clockLog) counter() uint64 { return atomic.LoadUint64(l.word(clkCounter
 // entry returns the entry of index i once its stamp is there.
 func (l *clockLog) entry(i uint64) (clockEntry, bool) {
 	off := clkRing + int(i%clkEntries)*clkEntrySize
-	if atomic.LoadUint64(l.word(off+ceStamp)) != i+1 || atomic.LoadUint64(l.word(off+ceDone)) != 1 {
+	if atomic.LoadUint64(l.word(off+ceStamp)) != i+1 || atomic.LoadUint32((*uint32)(unsafe.Pointer(&l.view[off+ceDone]))) != 1 {
 		return clockEntry{}, false
 	}
 	le := binary.LittleEndian
-	e := clockEntry{index: i, fs: le.Uint64(l.view[off+ceFS:]), nr: int(le.Uint64(l.view[off+ceNr:])),
+	e := clockEntry{index: i, fs: le.Uint64(l.view[off+ceFS:]), nr: int(le.Uint32(l.view[off+ceNr:])),
 		ret: int64(le.Uint64(l.view[off+ceRet:])), arg0: le.Uint64(l.view[off+ceArg0:]), outAddr: le.Uint64(l.view[off+ceOutAddr:])}
 	copy(e.out[:], l.view[off+ceOut:])
 	return e, true

@@ -362,14 +362,14 @@ func (l *clockLog) put(i, fs uint64, nr int, ns uint64, done bool) {
 	le := binary.LittleEndian
 	off := clkRing + int(i%clkEntries)*clkEntrySize
 	le.PutUint64(l.view[off+ceFS:], fs)
-	le.PutUint64(l.view[off+ceNr:], uint64(nr))
+	le.PutUint32(l.view[off+ceNr:], uint32(nr))
 	le.PutUint64(l.view[off+ceRet:], 0)
 	le.PutUint64(l.view[off+ceArg0:], 1)
 	le.PutUint64(l.view[off+ceOutAddr:], 0x5000)
 	le.PutUint64(l.view[off+ceOut:], ns)
 	le.PutUint64(l.view[off+ceStamp:], i+1)
 	if done {
-		le.PutUint64(l.view[off+ceDone:], 1)
+		le.PutUint32(l.view[off+ceDone:], 1)
 	}
 	le.PutUint64(l.view[clkCounter:], max(le.Uint64(l.view[clkCounter:]), i+1))
 }
