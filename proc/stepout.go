@@ -3,6 +3,8 @@ package proc
 import (
 	"fmt"
 
+	"github.com/tprec/tprec/format"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -36,12 +38,8 @@ func stepOut(tid int, lo, hi uint64, maxSteps int) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		if i > 0 && r.Rcx == r.Rip && r.R11&trapFlag != 0 {
-			// The step ran a `syscall` (a vDSO's fallback to the kernel):
-			// r11 took the flags with the trap flag the step had set,
-			// which the thread running freely would not have.
-			r.R11 &^= trapFlag
-			if err := SetRegs(tid, r); err != nil {
+		if i > 0 {
+			if err := untrap(tid, &r); err != nil {
 				return false, err
 			}
 		}
@@ -70,8 +68,23 @@ func stepOut(tid int, lo, hi uint64, maxSteps int) (bool, error) {
 		}
 	}
 	r, err := GetRegs(tid)
+	if err == nil {
+		err = untrap(tid, &r)
+	}
 	if err != nil {
 		return false, err
 	}
 	return r.Rip < lo || r.Rip >= hi, nil
+}
+
+// untrap mends r11 after a step that ran a `syscall` (a vDSO's fallback to
+// the kernel, a stub's): it took the flags with the trap flag the step had
+// set, which the thread running freely would not have. The sign of such a
+// step is rcx, the return address the syscall saved, equal to rip.
+func untrap(tid int, r *format.Regs) error {
+	if r.Rcx != r.Rip || r.R11&trapFlag == 0 {
+		return nil
+	}
+	r.R11 &^= trapFlag
+	return SetRegs(tid, *r)
 }

@@ -838,23 +838,23 @@ func (s *session) dropClock() {
 // timer's, a child's, which could as well have come a few hundred
 // instructions later. The thread then gets it where the read returns, with
 // its siginfo. A fault of the read (a bad pointer) stays where it is. It
-// reports whether it moved the thread.
+// reports whether it stepped the thread (its registers are to be read
+// again), also when the steps failed to take it out.
 func (s *session) clockSignalStep(tid, sig int, info []byte) (bool, error) {
 	if s.clk == nil || readFault(sig, info) {
 		return false, nil
 	}
-	moved, err := s.clk.stepOut(tid)
-	if err != nil {
-		return moved, err
+	if r, err := proc.GetRegs(tid); err != nil || !s.clk.inside(r.Rip) {
+		return false, nil
 	}
-	if moved {
-		// Resumed from the last step's stop with sig, the thread gets
-		// the signal with the siginfo it was sent with.
-		if err := proc.SetSiginfo(tid, info); err != nil {
-			return true, fmt.Errorf("clock log: give the signal its siginfo back: %w", err)
-		}
+	_, err := s.clk.stepOut(tid)
+	// Resumed from the last step's stop with sig, the thread gets the
+	// signal with the siginfo it was sent with (the steps' own stops took
+	// the place of the signal's, also when they did not get it out).
+	if serr := proc.SetSiginfo(tid, info); serr != nil && err == nil && !proc.Gone(serr) {
+		err = fmt.Errorf("clock log: give the signal its siginfo back: %w", serr)
 	}
-	return moved, nil
+	return true, err
 }
 
 // readFault reports whether a signal is one an instruction raises: a

@@ -26,9 +26,10 @@ func (s *session) deliver(t *thread, sig int) error {
 	if err != nil {
 		return err
 	}
-	if moved, err := s.clockSignalStep(t.tid, sig, info); err != nil {
-		s.logf("%v", err)
-	} else if moved {
+	if stepped, err := s.clockSignalStep(t.tid, sig, info); stepped {
+		if err != nil {
+			s.logf("%v", err)
+		}
 		if regs, err = proc.GetRegs(t.tid); err != nil {
 			return err
 		}

@@ -1414,9 +1414,10 @@ func (s *session) crash(t *thread, sig int) error {
 		}
 		return err
 	}
-	if moved, err := s.clockSignalStep(t.tid, sig, info); err != nil {
-		s.logf("%v", err)
-	} else if moved {
+	if stepped, err := s.clockSignalStep(t.tid, sig, info); stepped {
+		if err != nil {
+			s.logf("%v", err)
+		}
 		regs, _ = proc.GetRegs(t.tid)
 	}
 	s.ctl, s.heldSignal = t.tid, sig
