@@ -33,18 +33,18 @@ func StepOut(tid int, lo, hi uint64, maxSteps int) (bool, error) {
 const trapFlag = 0x100
 
 func stepOut(tid int, lo, hi uint64, maxSteps int) (bool, error) {
-	for i := 0; i < maxSteps; i++ {
+	for i := 0; ; i++ {
 		r, err := GetRegs(tid)
-		if err != nil {
+		if err == nil && i > 0 {
+			err = untrap(tid, &r)
+		}
+		switch {
+		case err != nil:
 			return false, err
-		}
-		if i > 0 {
-			if err := untrap(tid, &r); err != nil {
-				return false, err
-			}
-		}
-		if r.Rip < lo || r.Rip >= hi {
+		case r.Rip < lo || r.Rip >= hi:
 			return true, nil
+		case i == maxSteps:
+			return false, nil
 		}
 		if err := Resume(unix.PTRACE_SINGLESTEP, tid, 0); err != nil {
 			return false, fmt.Errorf("step out: %w", err)
@@ -67,14 +67,6 @@ func stepOut(tid int, lo, hi uint64, maxSteps int) (bool, error) {
 			return false, fmt.Errorf("step out: unexpected stop %v", st)
 		}
 	}
-	r, err := GetRegs(tid)
-	if err == nil {
-		err = untrap(tid, &r)
-	}
-	if err != nil {
-		return false, err
-	}
-	return r.Rip < lo || r.Rip >= hi, nil
 }
 
 // untrap mends r11 after a step that ran a `syscall` (a vDSO's fallback to

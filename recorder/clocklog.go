@@ -603,13 +603,15 @@ type clockEntry struct {
 
 func (l *clockLog) word(off int) *uint64 { return (*uint64)(unsafe.Pointer(&l.view[off])) }
 
+func (l *clockLog) word32(off int) *uint32 { return (*uint32)(unsafe.Pointer(&l.view[off])) }
+
 // counter is the next index a stub will take.
 func (l *clockLog) counter() uint64 { return atomic.LoadUint64(l.word(clkCounter)) }
 
 // entry returns the entry of index i once its stamp is there.
 func (l *clockLog) entry(i uint64) (clockEntry, bool) {
 	off := clkRing + int(i%clkEntries)*clkEntrySize
-	if atomic.LoadUint64(l.word(off+ceStamp)) != i+1 || atomic.LoadUint32((*uint32)(unsafe.Pointer(&l.view[off+ceDone]))) != 1 {
+	if atomic.LoadUint64(l.word(off+ceStamp)) != i+1 || atomic.LoadUint32(l.word32(off+ceDone)) != 1 {
 		return clockEntry{}, false
 	}
 	le := binary.LittleEndian
@@ -828,23 +830,21 @@ func (s *session) dropClock() {
 	s.clk = nil
 }
 
-// clockSignalStep moves a thread a signal found inside a clock read out of
-// it before the signal is taken: a replay has neither the clock log's code
-// nor the vDSO's, only the call the vDSO patch's stub makes, and could not
-// stop, or enter a handler, where the thread stood; and a handler's own
-// clock reads, nested in one that holds an index not yet stamped, would
-// hold the log back until the handler returned. Only for a signal the read
-// did not raise itself (readFault): one sent by kill, tgkill or sigqueue, a
-// timer's, a child's, which could as well have come a few hundred
-// instructions later. The thread then gets it where the read returns, with
-// its siginfo. A fault of the read (a bad pointer) stays where it is. It
-// reports whether it stepped the thread (its registers are to be read
-// again), also when the steps failed to take it out.
-func (s *session) clockSignalStep(tid, sig int, info []byte) (bool, error) {
-	if s.clk == nil || readFault(sig, info) {
-		return false, nil
-	}
-	if r, err := proc.GetRegs(tid); err != nil || !s.clk.inside(r.Rip) {
+// clockSignalStep moves a thread a signal found at rip, inside a clock
+// read, out of the read before the signal is taken: a replay has neither
+// the clock log's code nor the vDSO's, only the call the vDSO patch's stub
+// makes, and could not stop, or enter a handler, where the thread stood;
+// and a handler's own clock reads, nested in one that holds an index not
+// yet stamped, would hold the log back until the handler returned. Only
+// for a signal the read did not raise itself (readFault): one sent by
+// kill, tgkill or sigqueue, a timer's, a child's, which could as well have
+// come a few hundred instructions later. The thread then gets it where the
+// read returns, with its siginfo. A fault of the read (a bad pointer)
+// stays where it is. It reports whether it stepped the thread (its
+// registers are to be read again), also when the steps failed to take it
+// out.
+func (s *session) clockSignalStep(tid, sig int, rip uint64, info []byte) (bool, error) {
+	if s.clk == nil || !s.clk.inside(rip) || readFault(sig, info) {
 		return false, nil
 	}
 	_, err := s.clk.stepOut(tid)

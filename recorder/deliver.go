@@ -26,7 +26,7 @@ func (s *session) deliver(t *thread, sig int) error {
 	if err != nil {
 		return err
 	}
-	if stepped, err := s.clockSignalStep(t.tid, sig, info); stepped {
+	if stepped, err := s.clockSignalStep(t.tid, sig, regs.Rip, info); stepped {
 		if err != nil {
 			s.logf("%v", err)
 		}

@@ -1414,7 +1414,7 @@ func (s *session) crash(t *thread, sig int) error {
 		}
 		return err
 	}
-	if stepped, err := s.clockSignalStep(t.tid, sig, info); stepped {
+	if stepped, err := s.clockSignalStep(t.tid, sig, regs.Rip, info); stepped {
 		if err != nil {
 			s.logf("%v", err)
 		}
