@@ -41,9 +41,7 @@ func TestClockLogPython(t *testing.T) {
 				args = append(args, "--clock-log=false")
 			}
 			target, out, done := startTarget(t, "/usr/bin/python3", "-S", prog)
-			for i := 0; i < 200 && !strings.Contains(out.String(), "ready"); i++ {
-				time.Sleep(10 * time.Millisecond)
-			}
+			waitReady(t, out, 30*time.Second)
 			ck, log := crashWith(t, target, done, 1200*time.Millisecond, func(pid int) error { return syscall.Kill(pid, syscall.SIGSEGV) }, args...)
 			m := clockReadsRe.FindStringSubmatch(log)
 			switch {
@@ -97,9 +95,7 @@ func TestClockLogTimerSignals(t *testing.T) {
 	requireRoot(t)
 	prog := pythonScript(t, "clocktimer.py", clockTimerScript)
 	target, out, done := startTarget(t, "/usr/bin/python3", "-S", prog)
-	for i := 0; i < 200 && !strings.Contains(out.String(), "ready"); i++ {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitReady(t, out, 30*time.Second)
 	ck, log := crashWith(t, target, done, 1200*time.Millisecond, func(pid int) error { return syscall.Kill(pid, syscall.SIGSEGV) }, "--backend", "ebpf")
 	m := clockReadsRe.FindStringSubmatch(log)
 	if m == nil {

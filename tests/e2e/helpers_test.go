@@ -74,14 +74,14 @@ func cc(t *testing.T, src, dir string) string {
 // recording is a tprec run in the background.
 type recording struct {
 	cmd    *exec.Cmd
-	stderr *bytes.Buffer
+	stderr *output
 	done   chan error
 }
 
 func startTprec(t *testing.T, args ...string) *recording {
 	t.Helper()
 	bin := tools(t)
-	r := &recording{stderr: &bytes.Buffer{}, done: make(chan error, 1)}
+	r := &recording{stderr: &output{}, done: make(chan error, 1)}
 	r.cmd = exec.Command(filepath.Join(bin, "tprec"), args...)
 	r.cmd.Stderr = r.stderr
 	if err := r.cmd.Start(); err != nil {
@@ -227,16 +227,16 @@ func replay(t *testing.T, ckpt string, extra ...string) string {
 
 // startTarget starts a program to be attached to later. Its stdout goes to
 // the returned buffer.
-func startTarget(t *testing.T, name string, args ...string) (*exec.Cmd, *bytes.Buffer, chan error) {
+func startTarget(t *testing.T, name string, args ...string) (*exec.Cmd, *output, chan error) {
 	t.Helper()
 	return startTargetErr(t, os.Stderr, name, args...)
 }
 
 // startTargetErr is startTarget with the program's stderr into stderr.
-func startTargetErr(t *testing.T, stderr io.Writer, name string, args ...string) (*exec.Cmd, *bytes.Buffer, chan error) {
+func startTargetErr(t *testing.T, stderr io.Writer, name string, args ...string) (*exec.Cmd, *output, chan error) {
 	t.Helper()
 	cmd := exec.Command(name, args...)
-	var out bytes.Buffer
+	var out output
 	cmd.Stdout = &out
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
@@ -251,6 +251,38 @@ func startTargetErr(t *testing.T, stderr io.Writer, name string, args ...string)
 		}
 	})
 	return cmd, &out, done
+}
+
+// output collects what a program writes while a test reads it: exec copies
+// the program's pipe into it from a goroutine of its own.
+type output struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (o *output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.Write(p)
+}
+
+func (o *output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.String()
+}
+
+// waitReady waits until the program printed "ready" to out, and fails the
+// test when it has not within d.
+func waitReady(t *testing.T, out *output, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !strings.Contains(out.String(), "ready") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the program did not print ready within %v; it printed:\n%s", d, out)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // attachAndCrash attaches tprec to a running program, waits, sends SIGSEGV

@@ -156,13 +156,7 @@ func TestPython3OneStoredStart(t *testing.T) {
 			t.Fatal(err)
 		}
 		target, out, done := startTarget(t, "/usr/bin/python3", "-S", script, dir)
-		deadline := time.Now().Add(30 * time.Second)
-		for !strings.Contains(out.String(), "ready") {
-			if time.Now().After(deadline) {
-				t.Fatal("python3 did not start")
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		waitReady(t, out, 30*time.Second)
 		var extra []string
 		if mode == "all-starts" {
 			extra = []string{"--all-starts"}
@@ -247,13 +241,7 @@ func TestFreshPagesStartAsZeros(t *testing.T) {
 			t.Fatal(err)
 		}
 		target, out, done := startTarget(t, "/usr/bin/python3", "-S", script)
-		deadline := time.Now().Add(30 * time.Second)
-		for !strings.Contains(out.String(), "ready") {
-			if time.Now().After(deadline) {
-				t.Fatal("python3 did not start")
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		waitReady(t, out, 30*time.Second)
 		ck, stderr := crashWith(t, target, done, 1500*time.Millisecond,
 			func(pid int) error { return syscall.Kill(pid, syscall.SIGSEGV) }, "--backend", backend, "--all-starts")
 		fresh := 0

@@ -183,8 +183,8 @@ func TestPython3MmapAttached(t *testing.T) {
 		t.Fatal(err)
 	}
 	forBackends(t, func(t *testing.T, backend string) {
-		target, _, done := startTarget(t, "/usr/bin/python3", "-S", script, dir)
-		time.Sleep(300 * time.Millisecond)
+		target, out, done := startTarget(t, "/usr/bin/python3", "-S", script, dir)
+		waitReady(t, out, 30*time.Second)
 		ck := attachAndCrash(t, target, done, 1200*time.Millisecond, "--backend", backend)
 		replay(t, ck)
 		// Every interval maps and unmaps the file; each must be replayable.

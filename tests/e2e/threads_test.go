@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -605,7 +604,7 @@ func redisUnderLoadVia(t *testing.T, via []string, port string, extra ...string)
 
 // redisUnderLoadLog is redisUnderLoadVia that also returns the server's log
 // (its stdout), to read once it has ended.
-func redisUnderLoadLog(t *testing.T, via []string, port string, extra ...string) (*exec.Cmd, *bytes.Buffer, chan error) {
+func redisUnderLoadLog(t *testing.T, via []string, port string, extra ...string) (*exec.Cmd, *output, chan error) {
 	t.Helper()
 	srv := needTool(t, "redis-server")
 	bench := needTool(t, "redis-benchmark")

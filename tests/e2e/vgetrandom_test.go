@@ -102,9 +102,7 @@ func TestVDSOGetrandom(t *testing.T) {
 	forBackends(t, func(t *testing.T, backend string) {
 		t.Run("attached", func(t *testing.T) {
 			target, out, done := startTarget(t, loader, append(python, "forever")...)
-			for i := 0; i < 300 && !strings.Contains(out.String(), "ready"); i++ {
-				time.Sleep(10 * time.Millisecond)
-			}
+			waitReady(t, out, 30*time.Second)
 			ck := attachAndCrash(t, target, done, 700*time.Millisecond, "--backend", backend)
 			replay(t, ck)
 		})
