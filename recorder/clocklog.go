@@ -383,6 +383,7 @@ type clockMerge struct {
 	lastTid int
 	out     [1]format.OutBuf
 	buf     [16]byte
+	rec     format.Syscall // the record of the entry merged last (record)
 }
 
 // thread notes the fs base of a call's thread, as the call goes into the
@@ -418,13 +419,14 @@ func (cm *clockMerge) call(rec *format.Syscall) bool {
 	return false
 }
 
-// record makes the log's record of an entry, or says why there is none.
-func (cm *clockMerge) record(en *clockEntry) (format.Syscall, string) {
+// record makes the log's record of an entry in cm.rec, or says why there
+// is none.
+func (cm *clockMerge) record(en *clockEntry) string {
 	tid := cm.lastTid
 	if en.fs != cm.lastFS || tid == 0 {
 		var ok bool
 		if tid, ok = cm.fsTid[en.fs]; !ok {
-			return format.Syscall{}, fmt.Sprintf("clock read %d was made by a thread the recorder does not know (fs base %#x)", en.index, en.fs)
+			return fmt.Sprintf("clock read %d was made by a thread the recorder does not know (fs base %#x)", en.index, en.fs)
 		}
 		cm.lastFS, cm.lastTid = en.fs, tid
 	}
@@ -434,17 +436,17 @@ func (cm *clockMerge) record(en *clockEntry) (format.Syscall, string) {
 			rip = s.entry + 7
 		}
 	}
-	rec := format.Syscall{Tid: tid, Nr: en.nr, Ret: en.ret, Rip: rip}
-	rec.Args[0] = en.arg0
+	cm.rec = format.Syscall{Tid: tid, Nr: en.nr, Ret: en.ret, Rip: rip}
+	cm.rec.Args[0] = en.arg0
 	if en.nr == unix.SYS_CLOCK_GETTIME {
-		rec.Args[1] = en.outAddr
+		cm.rec.Args[1] = en.outAddr
 	}
 	if en.outAddr != 0 {
 		cm.buf = en.out
 		cm.out[0] = format.OutBuf{Addr: en.outAddr, Data: cm.buf[:]}
-		rec.Out = cm.out[:]
+		cm.rec.Out = cm.out[:]
 	}
-	return rec, ""
+	return ""
 }
 
 // clockSite is an entry point pointed at its stub: the bytes written, and

@@ -390,18 +390,18 @@ func TestOpenLogMergesClockReads(t *testing.T) {
 	get := func(tid int) format.Syscall { return format.Syscall{Nr: unix.SYS_GETPID, Tid: tid} }
 	cl.put(0, 0xa000, unix.SYS_CLOCK_GETTIME, 111, true)
 	cl.put(1, 0xb000, unix.SYS_GETTIMEOFDAY, 222, true)
-	l.add(50, get(10), "", 1, 0xa000) // after entry 0
-	l.add(51, get(11), "", 0, 0xb000) // read the counter late: placed at 1, after entry 0
-	l.add(52, get(11), "", 2, 0xb000) // after entry 1
+	l.add(50, new(get(10)), "", 1, 0xa000) // after entry 0
+	l.add(51, new(get(11)), "", 0, 0xb000) // read the counter late: placed at 1, after entry 0
+	l.add(52, new(get(11)), "", 2, 0xb000) // after entry 1
 	cl.put(2, 0xa000, unix.SYS_CLOCK_GETTIME, 333, false)
-	l.add(53, get(10), "", 3, 0xa000) // waits: entry 2 is not done
+	l.add(53, new(get(10)), "", 3, 0xa000) // waits: entry 2 is not done
 	if n := l.calls.len(); n != 5 {
 		t.Fatalf("%d records before entry 2 is done, want 5", n)
 	}
 	cl.put(2, 0xa000, unix.SYS_CLOCK_GETTIME, 333, true)
 	// A fallback syscall of a stub, and a syscall of the vDSO's own code.
-	l.add(54, format.Syscall{Nr: unix.SYS_CLOCK_GETTIME, Tid: 10, Rip: 0x100000 + 0x40}, "", 3, 0xa000)
-	l.add(55, format.Syscall{Nr: unix.SYS_CLOCK_GETTIME, Tid: 10, Rip: 0x7b40}, "", 3, 0xa000)
+	l.add(54, &format.Syscall{Nr: unix.SYS_CLOCK_GETTIME, Tid: 10, Rip: 0x100000 + 0x40}, "", 3, 0xa000)
+	l.add(55, &format.Syscall{Nr: unix.SYS_CLOCK_GETTIME, Tid: 10, Rip: 0x7b40}, "", 3, 0xa000)
 	cl.put(3, 0xa000, unix.SYS_GETTIMEOFDAY, 444, true)
 	l.closeGaps()
 	want := []struct {
@@ -432,7 +432,7 @@ func TestOpenLogMergesClockReads(t *testing.T) {
 	// An entry of a thread the log never saw is a reason, not a record.
 	l2 := &openLog{firstQ: 1, nextQ: 1, cm: &clockMerge{l: cl, next: 4, fsTid: map[uint64]int{}}}
 	cl.put(4, 0xc000, unix.SYS_CLOCK_GETTIME, 555, true)
-	l2.add(1, get(12), "", 5, 0xd000)
+	l2.add(1, new(get(12)), "", 5, 0xd000)
 	if l2.calls.len() != 1 || !strings.Contains(l2.reason, "thread the recorder does not know") {
 		t.Errorf("unknown thread: %d records, reason %q", l2.calls.len(), l2.reason)
 	}

@@ -50,3 +50,33 @@ func BenchmarkConsumeServer(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(calls), "ns/call")
 }
+
+// BenchmarkMergeClock is the reader's work per clock read of the clock log:
+// take the entry, make its record and encode it into the interval's log,
+// for one thread alternating clock_gettime and gettimeofday as redis does.
+func BenchmarkMergeClock(b *testing.B) {
+	const reads = 100000
+	calls := 0
+	for b.Loop() {
+		cl := fakeClockLog()
+		cm := &clockMerge{l: cl, fsTid: map[uint64]int{}}
+		cm.thread(0xa000, 10)
+		l := &openLog{firstQ: 1, nextQ: 1, cm: cm}
+		for i := uint64(0); i < reads; i += clkEntries / 2 {
+			b.StopTimer()
+			for k := i; k < i+clkEntries/2; k++ {
+				nr := unix.SYS_CLOCK_GETTIME
+				if k%2 == 1 {
+					nr = unix.SYS_GETTIMEOFDAY
+				}
+				cl.put(k, 0xa000, nr, 1_700_000_000_000_000_000+k*1500, true)
+			}
+			b.StartTimer()
+			if !l.mergeClock(i + clkEntries/2) {
+				b.Fatal("an entry was not there")
+			}
+		}
+		calls = l.calls.len()
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(calls), "ns/read")
+}

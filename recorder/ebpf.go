@@ -165,30 +165,30 @@ func (l *openLog) fail(why string) {
 // With a clock log, clock is the counter the call read (clocklog.go): the
 // entries below it are merged before the call, which waits in early until
 // they are all there; fs is the calling thread's fs base.
-func (l *openLog) add(q uint64, rec format.Syscall, problem string, clock, fs uint64) {
+func (l *openLog) add(q uint64, rec *format.Syscall, problem string, clock, fs uint64) {
 	if q < l.nextQ {
 		return // from before the interval, or the recorder's own injected call
 	}
 	drop := false
 	if l.cm != nil {
-		drop = l.cm.call(&rec)
+		drop = l.cm.call(rec)
 	}
 	// What belongs to the thread (a restarted call, what its vfork child
 	// wrote) is taken now: a thread's records arrive in its own order.
 	// (With a clock log the number is final only once pushed.)
 	rec.Seq = q - l.delta + l.seqOff
-	restarted(&rec, l.restarts)
-	problem = l.vforks.replayProblem(&rec, problem)
-	c := earlyCall{rec, problem, clock, fs, drop}
+	restarted(rec, l.restarts)
+	problem = l.vforks.replayProblem(rec, problem)
 	if q > l.nextQ || !l.ready(clock) {
 		if l.early == nil {
 			l.early = map[uint64]earlyCall{}
 		}
+		c := earlyCall{*rec, problem, clock, fs, drop}
 		c.rec.Out = ownOutputs(rec.Out) // they alias the builder's buffers
 		l.early[q] = c
 		return
 	}
-	l.push(c)
+	l.push(rec, problem, fs, drop)
 	l.flush()
 }
 
@@ -200,7 +200,7 @@ func (l *openLog) flush() {
 			break
 		}
 		delete(l.early, l.nextQ)
-		l.push(c)
+		l.push(&c.rec, c.problem, c.fs, c.drop)
 	}
 }
 
@@ -231,15 +231,15 @@ func (l *openLog) mergeClock(upTo uint64) bool {
 			cm.l.consumed(cm.next)
 			return false
 		}
-		rec, why := cm.record(&en)
+		why := cm.record(&en)
 		cm.next++
 		if why != "" {
 			l.fail(why)
 			continue
 		}
-		rec.Seq = l.nextQ - l.delta + l.seqOff
+		cm.rec.Seq = l.nextQ - l.delta + l.seqOff
 		l.seqOff++
-		l.calls.append(rec)
+		l.calls.append(&cm.rec)
 	}
 	cm.l.consumed(cm.next)
 	return true
@@ -267,25 +267,25 @@ type earlyCall struct {
 }
 
 // push appends the call numbered nextQ; why is what makes its interval
-// not replayable, if anything (replayProblem).
-func (l *openLog) push(c earlyCall) {
-	rec, why := c.rec, c.problem
+// not replayable, if anything (replayProblem); fs is its thread's fs base,
+// drop says it is a clock read's own syscall (earlyCall).
+func (l *openLog) push(rec *format.Syscall, why string, fs uint64, drop bool) {
 	rec.Seq = l.nextQ - l.delta + l.seqOff
 	l.nextQ++
 	if l.cm != nil {
-		l.cm.thread(c.fs, rec.Tid)
+		l.cm.thread(fs, rec.Tid)
 	}
-	if c.drop {
+	if drop {
 		l.seqOff--
 		return
 	}
 	if why != "" {
 		l.fail(why)
 	}
-	if format.FileMmap(&rec) {
+	if format.FileMmap(rec) {
 		l.mmaps = append(l.mmaps, l.calls.len())
 	}
-	if _, n := format.MemoryChanges(&rec); n > 0 {
+	if _, n := format.MemoryChanges(rec); n > 0 {
 		l.memCalls = append(l.memCalls, l.calls.len())
 	}
 	l.calls.append(rec)
@@ -305,7 +305,7 @@ func (l *openLog) closeGaps() {
 		if !l.ready(c.clock) {
 			l.fail("clock reads logged before a call never got their entries")
 		}
-		l.push(c)
+		l.push(&c.rec, c.problem, c.fs, c.drop)
 	}
 	l.early = nil
 	if l.cm != nil && !l.mergeClock(l.cm.l.counter()) {
@@ -545,7 +545,7 @@ func (e *ebpfSource) consume(b []byte) {
 			c := pendingCall{hdr: *r.syscall, have: true, end: true, last: true, parts: 1, items: r.items}
 			rec, problem := e.bld.build(&c)
 			if e.log != nil {
-				e.log.add(seq, rec, problem, c.hdr.Clock, c.hdr.Fs)
+				e.log.add(seq, &rec, problem, c.hdr.Clock, c.hdr.Fs)
 			}
 			return
 		}
@@ -600,7 +600,7 @@ func (e *ebpfSource) complete(seq uint64, c *pendingCall) {
 	delete(e.calls, seq)
 	rec, problem := e.bld.build(c)
 	if e.log != nil {
-		e.log.add(seq, rec, problem, c.hdr.Clock, c.hdr.Fs)
+		e.log.add(seq, &rec, problem, c.hdr.Clock, c.hdr.Fs)
 	}
 }
 

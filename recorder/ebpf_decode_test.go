@@ -214,21 +214,21 @@ func buildSyscall(c *pendingCall) (format.Syscall, string) {
 func TestOpenLog(t *testing.T) {
 	l := &openLog{firstQ: 100, nextQ: 100, delta: 100 - 7}
 	get := format.Syscall{Nr: unix.SYS_GETPID}
-	l.add(99, get, "", clockNone, 0)  // injected at the boundary: dropped
-	l.add(100, get, "", clockNone, 0) // seq 7
-	l.add(101, get, "", clockNone, 0) // seq 8
+	l.add(99, new(get), "", clockNone, 0)  // injected at the boundary: dropped
+	l.add(100, new(get), "", clockNone, 0) // seq 7
+	l.add(101, new(get), "", clockNone, 0) // seq 8
 	if l.calls.len() != 2 || l.calls.at(0).Seq != 7 || l.calls.at(1).Seq != 8 || l.reason != "" {
 		t.Fatalf("calls %+v, reason %q", l.calls, l.reason)
 	}
 	// Two threads' calls can reach the ring out of order: a call waits
 	// for the ones numbered before it.
-	l.add(103, format.Syscall{Nr: unix.SYS_GETTID, Tid: 2}, "", clockNone, 0)
-	l.add(102, get, "", clockNone, 0)
+	l.add(103, &format.Syscall{Nr: unix.SYS_GETTID, Tid: 2}, "", clockNone, 0)
+	l.add(102, new(get), "", clockNone, 0)
 	if l.calls.len() != 4 || l.calls.at(2).Seq != 9 || l.calls.at(3).Seq != 10 || l.calls.at(3).Tid != 2 || l.reason != "" {
 		t.Fatalf("out of order: %d calls, reason %q", l.calls.len(), l.reason)
 	}
 	// One that never comes is a gap once the interval's records are in.
-	l.add(106, get, "", clockNone, 0)
+	l.add(106, new(get), "", clockNone, 0)
 	if l.calls.len() != 4 || l.reason != "" {
 		t.Fatalf("a call waiting for its turn: %d calls, reason %q", l.calls.len(), l.reason)
 	}
@@ -237,14 +237,14 @@ func TestOpenLog(t *testing.T) {
 		t.Errorf("after a gap: %d calls, reason %q", l.calls.len(), l.reason)
 	}
 	l2 := &openLog{firstQ: 1, nextQ: 1}
-	l2.add(1, format.Syscall{Nr: unix.SYS_MMAP, Ret: 0x7000, Args: [6]uint64{0, 4096, 1, unix.MAP_PRIVATE, 3, 0}}, "", clockNone, 0)
-	l2.add(2, format.Syscall{Nr: 100000}, "", clockNone, 0)
+	l2.add(1, &format.Syscall{Nr: unix.SYS_MMAP, Ret: 0x7000, Args: [6]uint64{0, 4096, 1, unix.MAP_PRIVATE, 3, 0}}, "", clockNone, 0)
+	l2.add(2, &format.Syscall{Nr: 100000}, "", clockNone, 0)
 	if len(l2.mmaps) != 1 || l2.mmaps[0] != 0 || !strings.Contains(l2.reason, "not in the syscall table") {
 		t.Errorf("mmaps %v, reason %q", l2.mmaps, l2.reason)
 	}
 	l3 := &openLog{firstQ: 5, nextQ: 5, delta: 4, restarts: map[int]*proc.SyscallInfo{0: {Nr: unix.SYS_NANOSLEEP, Args: [6]uint64{0x10, 0x20}}}}
-	l3.add(5, format.Syscall{Nr: unix.SYS_RESTART_SYSCALL}, "", clockNone, 0)
-	l3.add(6, format.Syscall{Nr: unix.SYS_RESTART_SYSCALL}, "", clockNone, 0)
+	l3.add(5, &format.Syscall{Nr: unix.SYS_RESTART_SYSCALL}, "", clockNone, 0)
+	l3.add(6, &format.Syscall{Nr: unix.SYS_RESTART_SYSCALL}, "", clockNone, 0)
 	if c0, c1 := l3.calls.at(0), l3.calls.at(1); c0.Nr != unix.SYS_NANOSLEEP || c0.Args[0] != 0x10 || c1.Nr != unix.SYS_RESTART_SYSCALL {
 		t.Errorf("restart_syscall: %+v %+v", c0, c1)
 	}
@@ -256,9 +256,9 @@ func TestOpenLog(t *testing.T) {
 func TestOpenLogEarlyCallOwnsOutputs(t *testing.T) {
 	l := &openLog{firstQ: 1, nextQ: 1}
 	buf := []byte("request one")
-	l.add(2, format.Syscall{Nr: unix.SYS_READ, Ret: int64(len(buf)), Out: []format.OutBuf{{Addr: 0x1000, Data: buf}}}, "", clockNone, 0)
+	l.add(2, &format.Syscall{Nr: unix.SYS_READ, Ret: int64(len(buf)), Out: []format.OutBuf{{Addr: 0x1000, Data: buf}}}, "", clockNone, 0)
 	copy(buf, "XXXXXXXXXXX")
-	l.add(1, format.Syscall{Nr: unix.SYS_GETPID}, "", clockNone, 0)
+	l.add(1, &format.Syscall{Nr: unix.SYS_GETPID}, "", clockNone, 0)
 	if l.calls.len() != 2 || string(l.calls.at(1).Out[0].Data) != "request one" {
 		t.Fatalf("the early call's output reads %q", l.calls.at(1).Out[0].Data)
 	}

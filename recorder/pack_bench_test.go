@@ -12,9 +12,9 @@ func ddInterval() callLog {
 	var l callLog
 	zeros := make([]byte, 512)
 	for i := range 100000 {
-		l.append(format.Syscall{Seq: uint64(2*i + 1), Tid: 100, Nr: 0, Args: [6]uint64{0, 0x5000, 512}, Ret: 512, Rip: 0x7f0000001234,
+		l.append(&format.Syscall{Seq: uint64(2*i + 1), Tid: 100, Nr: 0, Args: [6]uint64{0, 0x5000, 512}, Ret: 512, Rip: 0x7f0000001234,
 			Out: []format.OutBuf{{Addr: 0x5000, Data: zeros}}})
-		l.append(format.Syscall{Seq: uint64(2*i + 2), Tid: 100, Nr: 1, Args: [6]uint64{1, 0x5000, 512}, Ret: 512, Rip: 0x7f0000001244})
+		l.append(&format.Syscall{Seq: uint64(2*i + 2), Tid: 100, Nr: 1, Args: [6]uint64{1, 0x5000, 512}, Ret: 512, Rip: 0x7f0000001244})
 	}
 	return l
 }

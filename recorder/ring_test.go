@@ -224,7 +224,7 @@ func TestRingPacksLogsBeforeDropping(t *testing.T) {
 	mk := func(i int) *interval {
 		iv := &interval{meta: format.Interval{Index: i, FirstSeq: uint64(i*100 + 1)}}
 		for k := 0; k < 100; k++ {
-			iv.syscalls.append(format.Syscall{Seq: uint64(i*100 + k + 1), Tid: 1, Nr: unix.SYS_READ,
+			iv.syscalls.append(&format.Syscall{Seq: uint64(i*100 + k + 1), Tid: 1, Nr: unix.SYS_READ,
 				Args: [6]uint64{3, 0x1000, 4096}, Ret: int64(len(text)),
 				Out: []format.OutBuf{{Addr: 0x1000, Data: text}}})
 		}
@@ -302,7 +302,7 @@ func TestNewPages(t *testing.T) {
 func readLog(index, n int, fill func(i int) []byte) *interval {
 	iv := &interval{meta: format.Interval{Index: index}}
 	for i := 0; i < n; i++ {
-		iv.syscalls.append(format.Syscall{Nr: 0, Args: [6]uint64{3, 0x10000, 32 << 10}, Ret: 32 << 10,
+		iv.syscalls.append(&format.Syscall{Nr: 0, Args: [6]uint64{3, 0x10000, 32 << 10}, Ret: 32 << 10,
 			Out: []format.OutBuf{{Addr: 0x10000, Data: fill(i)}}})
 	}
 	return iv
@@ -422,7 +422,7 @@ func TestCallLogRoundTrip(t *testing.T) {
 			rec.Out = append(rec.Out, format.OutBuf{Addr: addr, Data: d})
 			own = append(own, format.OutBuf{Addr: addr, Data: bytes.Clone(d)})
 		}
-		l.append(rec)
+		l.append(&rec)
 		rnd.Read(buf[:off]) // what the reader's next record puts there
 		rec.Out = own
 		want = append(want, rec)
@@ -484,7 +484,7 @@ func TestCallLogSharesRepeatedOutputs(t *testing.T) {
 			data = bytes.Repeat([]byte{byte(i / 1000)}, 512) // a change
 		}
 		copy(buf, data) // the reader's buffer, scribbled over after each call
-		l.append(format.Syscall{Seq: uint64(i + 1), Nr: 0, Args: [6]uint64{fd, 0x5000, 4096}, Ret: int64(len(data)),
+		l.append(&format.Syscall{Seq: uint64(i + 1), Nr: 0, Args: [6]uint64{fd, 0x5000, 4096}, Ret: int64(len(data)),
 			Out: []format.OutBuf{{Addr: 0x5000, Data: buf[:len(data)]}}})
 		rand.Read(buf)
 		want = append(want, data)

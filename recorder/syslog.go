@@ -89,7 +89,7 @@ func (s *session) appendSyscall(rec format.Syscall, problem string) {
 	if _, n := format.MemoryChanges(&rec); n > 0 {
 		s.cur.memCalls = append(s.cur.memCalls, s.cur.syscalls.len())
 	}
-	s.cur.syscalls.append(rec)
+	s.cur.syscalls.append(&rec)
 }
 
 // restarted turns a restart_syscall record into the call it finishes: one
@@ -202,7 +202,7 @@ const (
 // else logOutAbs (the address itself).
 const logOutAbs = 6
 
-func (l *callLog) append(rec format.Syscall) {
+func (l *callLog) append(rec *format.Syscall) {
 	if l.n%logBlock == 0 {
 		l.room(logCallMax)
 		k := len(l.chunks) - 1
