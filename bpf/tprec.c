@@ -40,6 +40,10 @@ char LICENSE[] SEC("license") = "GPL";
 /* Most bytes of output copied for one syscall; set by the loader. */
 const volatile __u32 max_capture = 1 << 20;
 
+/* Half the ring buffer's size in bytes, set by the loader: more data than
+ * this waiting in it means the reader is falling behind. */
+const volatile __u64 ring_half = 0;
+
 /* The recorded processes, by tgid. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -157,15 +161,26 @@ static __always_inline struct tp_scratch *scratch_get(void)
 	return bpf_map_lookup_elem(&scratch, &cpu);
 }
 
+/* ring_crowded reports whether the ring buffer is more than half full: one
+ * look at its positions (the size is a constant), which the other CPU, the
+ * reader's, keeps moving. */
+static __always_inline int ring_crowded(void)
+{
+	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > ring_half;
+}
+
 /* The reader polls the ring buffer every few milliseconds, so records are
  * sent without a wakeup (one costs an irq_work and a task wakeup per record
  * when the reader keeps up); only a ring buffer more than half full wakes it
  * at once. */
+static __always_inline __u64 wake_flags(int crowded)
+{
+	return crowded ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+}
+
 static __always_inline __u64 wakeup_flags(void)
 {
-	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
-	__u64 size = bpf_ringbuf_query(&events, BPF_RB_RING_SIZE);
-	return avail > size / 2 ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+	return wake_flags(ring_crowded());
 }
 
 static __always_inline struct tp_counters *counters_get(void)
@@ -506,7 +521,7 @@ static __always_inline void fill_header(struct tp_syscall *h, struct call_ctx *c
  * capacities. It returns 0 when the bytes could not be read: the caller then
  * takes the general path, which says which pages were missing. */
 static __always_inline int send_small(struct call_ctx *c, __u32 tid, __u32 tgid, __u64 seq, __u64 rip,
-				      __u64 ptr, __u64 n, const __u32 cap)
+				      __u64 ptr, __u64 n, const __u32 cap, int crowded)
 {
 	__u8 *r = bpf_ringbuf_reserve(&events, sizeof(struct tp_syscall) + TP_ITEM + cap, 0);
 	if (!r) {
@@ -532,7 +547,7 @@ static __always_inline int send_small(struct call_ctx *c, __u32 tid, __u32 tgid,
 		end->len = 0;
 		end->addr = 0;
 	}
-	bpf_ringbuf_submit(r, wakeup_flags());
+	bpf_ringbuf_submit(r, wake_flags(crowded));
 	return 1;
 }
 
@@ -561,11 +576,6 @@ static __always_inline int file_mmap(struct call_ctx *call)
 	       (int)call->args[4] >= 0;
 }
 
-static __always_inline int ring_crowded(void)
-{
-	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > bpf_ringbuf_query(&events, BPF_RB_RING_SIZE) / 2;
-}
-
 /* A call that installed a seccomp filter or strict mode: seccomp(2) with
  * SECCOMP_SET_MODE_STRICT or _FILTER, prctl(PR_SET_SECCOMP). The recorder
  * checks the filter before the thread runs on: its vDSO patch makes the time
@@ -576,9 +586,9 @@ static __always_inline int seccomp_install(struct call_ctx *call)
 				  (call->nr == 157 /* prctl */ && call->args[0] == 22 /* PR_SET_SECCOMP */));
 }
 
-static __always_inline void urge(struct tp_proc *p, struct call_ctx *call)
+static __always_inline void urge(struct tp_proc *p, struct call_ctx *call, int crowded)
 {
-	if (!(p->flags & TP_PROC_URGE) || !(file_mmap(call) || seccomp_install(call) || ring_crowded()))
+	if (!(p->flags & TP_PROC_URGE) || !(file_mmap(call) || seccomp_install(call) || crowded))
 		return;
 	struct task_struct *t = bpf_get_current_task_btf();
 	__u64 bit = 1ULL << (TP_SIGURG - 1);
@@ -591,7 +601,7 @@ static __always_inline void urge(struct tp_proc *p, struct call_ctx *call)
 
 /* A call with nothing to copy: its header alone, reserved in the ring buffer
  * in place. */
-static __always_inline void send_header(struct call_ctx *call, __u32 tid, __u32 tgid, __u64 seq, __u64 ip)
+static __always_inline void send_header(struct call_ctx *call, __u32 tid, __u32 tgid, __u64 seq, __u64 ip, int crowded)
 {
 	struct tp_syscall *h = bpf_ringbuf_reserve(&events, sizeof(*h), 0);
 	if (!h) {
@@ -601,7 +611,7 @@ static __always_inline void send_header(struct call_ctx *call, __u32 tid, __u32 
 		return;
 	}
 	fill_header(h, call, tid, tgid, seq, ip);
-	bpf_ringbuf_submit(h, wakeup_flags());
+	bpf_ringbuf_submit(h, wake_flags(crowded));
 }
 
 SEC("tp_btf/sys_exit")
@@ -655,7 +665,9 @@ int BPF_PROG(tp_sys_exit, struct pt_regs *regs, long ret)
 	}
 	call.fs = bpf_get_current_task_btf()->thread.fsbase;
 	__u64 seq = __sync_fetch_and_add(&p->seq, 1) + 1;
-	urge(p, &call);
+	/* One look at the ring buffer's fill for the whole call. */
+	int crowded = ring_crowded();
+	urge(p, &call, crowded);
 
 	int outs = call.nr == TP_NR_RESTART ? -1 : tp_outputs(&call);
 	int nout = outs < 0 ? -1 : (int)((__u32)outs >> 8), first = outs & 255;
@@ -663,7 +675,7 @@ int BPF_PROG(tp_sys_exit, struct pt_regs *regs, long ret)
 	if (call.nr >= 0 && call.nr <= TP_MAX_SYSNUM && first < TP_MAX_OUTS)
 		o = &tp_outs[call.nr][first];
 	if (nout == 0) {
-		send_header(&call, tid, tgid, seq, regs->ip);
+		send_header(&call, tid, tgid, seq, regs->ip, crowded);
 		return 0;
 	}
 	if (nout == 1 && o && o->kind == TP_OUT_PLAIN && o->size != TP_SIZE_ARGPTR) {
@@ -671,12 +683,12 @@ int BPF_PROG(tp_sys_exit, struct pt_regs *regs, long ret)
 		 * epoll_wait's few events): no scratch copy, no loops. */
 		__u64 ptr = arg_of(&call, o->arg), n = plain_len(&call, o);
 		if (n == 0) {
-			send_header(&call, tid, tgid, seq, regs->ip);
+			send_header(&call, tid, tgid, seq, regs->ip, crowded);
 			return 0;
 		}
-		if (n <= TP_SMALL && send_small(&call, tid, tgid, seq, regs->ip, ptr, n, TP_SMALL))
+		if (n <= TP_SMALL && send_small(&call, tid, tgid, seq, regs->ip, ptr, n, TP_SMALL, crowded))
 			return 0;
-		if (n > TP_SMALL && n <= TP_MEDIUM && send_small(&call, tid, tgid, seq, regs->ip, ptr, n, TP_MEDIUM))
+		if (n > TP_SMALL && n <= TP_MEDIUM && send_small(&call, tid, tgid, seq, regs->ip, ptr, n, TP_MEDIUM, crowded))
 			return 0;
 	}
 

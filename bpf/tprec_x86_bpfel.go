@@ -147,6 +147,7 @@ const (
 	TprecProgTpFork          = "tp_fork"
 	TprecProgTpSysExit       = "tp_sys_exit"
 	TprecVarMaxCapture       = "max_capture"
+	TprecVarRingHalf         = "ring_half"
 	TprecVarTpOuts           = "tp_outs"
 	TprecVarUnusedEventType  = "unused_event_type"
 	TprecVarUnusedFault      = "unused_fault"
@@ -226,6 +227,7 @@ type TprecMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type TprecVariableSpecs struct {
 	MaxCapture       *ebpf.VariableSpec `ebpf:"max_capture"`
+	RingHalf         *ebpf.VariableSpec `ebpf:"ring_half"`
 	TpOuts           *ebpf.VariableSpec `ebpf:"tp_outs"`
 	UnusedEventType  *ebpf.VariableSpec `ebpf:"unused_event_type"`
 	UnusedFault      *ebpf.VariableSpec `ebpf:"unused_fault"`
@@ -284,6 +286,7 @@ func (m *TprecMaps) Close() error {
 // It can be passed to LoadTprecObjects or ebpf.CollectionSpec.LoadAndAssign.
 type TprecVariables struct {
 	MaxCapture       *ebpf.Variable `ebpf:"max_capture"`
+	RingHalf         *ebpf.Variable `ebpf:"ring_half"`
 	TpOuts           *ebpf.Variable `ebpf:"tp_outs"`
 	UnusedEventType  *ebpf.Variable `ebpf:"unused_event_type"`
 	UnusedFault      *ebpf.Variable `ebpf:"unused_fault"`

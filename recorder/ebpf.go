@@ -330,6 +330,9 @@ func newEBPFSource(pid int, ringbufSize int, logf func(string, ...any)) (*ebpfSo
 		ringbufSize = DefaultRingbufSize
 	}
 	spec.Maps[bpf.TprecMapEvents].MaxEntries = uint32(ringbufPages(ringbufSize))
+	if err := spec.Variables["ring_half"].Set(uint64(ringbufPages(ringbufSize) / 2)); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrEBPFUnavailable, err)
+	}
 	ncpu, err := ebpf.PossibleCPU()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrEBPFUnavailable, err)
