@@ -19,6 +19,7 @@
 # Needs root.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. scripts/lib/redis.sh
 BINS=${BINS:-./bin}
 ROUNDS=${ROUNDS:-3}
 WORKLOAD=${WORKLOAD:-dd}
@@ -56,11 +57,8 @@ run() { # run BIN|none: one measurement
 		;;
 	redis)
 		local port=7470 r= t0= t1= c0 c1
-		redis-server --port $port --save "" --appendonly no >/dev/null 2>&1 &
-		local p=$!
-		until redis-cli -p $port ping >/dev/null 2>&1; do sleep 0.1; done
-		redis-benchmark -p $port -n 100000000 -c "${CLIENTS:-10}" -r 100000 -t set,get -q >/dev/null 2>&1 &
-		local load=$!
+		redis_load $port "${CLIENTS:-10}"
+		local p=$SRV load=$LOAD
 		sleep 1
 		if [ "$1" != none ]; then "$1/tprec" -q --pid "$p" -o "$ck" 2>/dev/null & r=$!; fi
 		sleep 2

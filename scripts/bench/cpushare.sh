@@ -17,6 +17,7 @@
 # idle), in percent of one CPU. Needs root, redis-server, redis-benchmark, gcc.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. scripts/lib/redis.sh
 BIN=${BIN:-./bin}
 ROUNDS=${ROUNDS:-3}
 MODES=${MODES:-none tprec nice19 hog hogidle}
@@ -38,11 +39,8 @@ ticks() { # ticks PID...: utime + stime of the processes, all threads
 idle() { awk '/^cpu / {print $5 + $6}' /proc/stat; }
 run() { # run MODE: one measurement, one line
 	local port=7471 third= c0 c1 s0 s1 b0 b1 t0 t1 i0 i1
-	redis-server --port $port --save "" --appendonly no >/dev/null 2>&1 &
-	local srv=$!
-	until redis-cli -p $port ping >/dev/null 2>&1; do sleep 0.1; done
-	redis-benchmark -p $port -n 100000000 -c "$CLIENTS" -r 100000 -t set,get -q >/dev/null 2>&1 &
-	local load=$!
+	redis_load $port "$CLIENTS"
+	local srv=$SRV load=$LOAD
 	sleep 1
 	case $1 in
 	tprec) "$BIN/tprec" -q --pid "$srv" -o "$WORK" 2>/dev/null & third=$! ;;

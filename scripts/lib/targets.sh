@@ -30,12 +30,10 @@ waitfor() { # waitfor SECONDS CMD...: poll until CMD succeeds
 
 # start_redis PORT: redis-server on PORT (TPID) under redis-benchmark over
 # 100,000 keys (LOAD).
+. "$(dirname "${BASH_SOURCE[0]}")/redis.sh"
 start_redis() {
-	redis-server --port "$1" --save "" --appendonly no >/dev/null 2>&1 &
-	TPID=$!
-	waitfor 10 redis-cli -p "$1" ping >/dev/null 2>&1
-	redis-benchmark -p "$1" -n 100000000 -c 10 -r 100000 -t set,get -q >/dev/null 2>&1 &
-	LOAD=$!
+	redis_load "$1"
+	TPID=$SRV
 }
 
 # words_file FILE MB: MB megabytes of random words for gzip: compressible,
