@@ -89,6 +89,7 @@ type ebpfSource struct {
 	log       *openLog                // the open interval's log, nil between intervals
 	rec       record                  // the reader's decoded record, reused
 	bld       builder                 // the reader's record builder
+	built     format.Syscall          // the record it built last, reused
 	faults    map[uint64]uint8        // page -> TP_FAULT_* flags, current epoch
 	badRecs   int                     // records that did not decode
 	firstBad  error
@@ -545,10 +546,10 @@ func (e *ebpfSource) consume(b []byte) {
 		if err == nil && r.syscall.Flags&uint8(bpf.TprecTpRecFlagsTP_F_END) != 0 && e.calls[seq] == nil {
 			// The whole call in one record: its items alias b, and
 			// buildSyscall copies what it keeps.
-			c := pendingCall{hdr: *r.syscall, have: true, end: true, last: true, parts: 1, items: r.items}
-			rec, problem := e.bld.build(&c)
+			h := r.syscall
+			problem := e.bld.build(h, r.items, true, &e.built)
 			if e.log != nil {
-				e.log.add(seq, &rec, problem, c.hdr.Clock, c.hdr.Fs)
+				e.log.add(seq, &e.built, problem, h.Clock, h.Fs)
 			}
 			return
 		}
@@ -601,9 +602,9 @@ func (e *ebpfSource) complete(seq uint64, c *pendingCall) {
 		return
 	}
 	delete(e.calls, seq)
-	rec, problem := e.bld.build(c)
+	problem := e.bld.build(&c.hdr, c.items, c.end, &e.built)
 	if e.log != nil {
-		e.log.add(seq, &rec, problem, c.hdr.Clock, c.hdr.Fs)
+		e.log.add(seq, &e.built, problem, c.hdr.Clock, c.hdr.Fs)
 	}
 }
 
@@ -872,10 +873,12 @@ type builder struct {
 	read   func(addr uint64, n int) ([]byte, error) // mem.read, made once (a builder is never copied)
 }
 
-func (bd *builder) build(c *pendingCall) (format.Syscall, string) {
-	h := &c.hdr
-	rec := format.Syscall{Tid: int(h.Tid), Nr: int(h.Nr), Args: h.Args, Ret: h.Ret, Rip: h.Rip}
-	for _, it := range c.items {
+// build makes into rec the record of a call from its header h and items
+// (end: every part arrived and decoded), and returns what makes the call
+// not replayable, if anything.
+func (bd *builder) build(h *bpf.TprecTpSyscall, items []item, end bool, rec *format.Syscall) string {
+	*rec = format.Syscall{Tid: int(h.Tid), Nr: int(h.Nr), Args: h.Args, Ret: h.Ret, Rip: h.Rip}
+	for _, it := range items {
 		if it.kind == bpf.TprecTpItemKindTP_ITEM_RESTART {
 			// restart_syscall finished a call interrupted with
 			// ERESTART_RESTARTBLOCK: the program saw one call, the
@@ -883,37 +886,37 @@ func (bd *builder) build(c *pendingCall) (format.Syscall, string) {
 			rec.Nr, rec.Args = restartOf(it)
 		}
 	}
-	if !c.end {
-		return rec, "its eBPF record is incomplete (a part was lost)"
+	if !end {
+		return "its eBPF record is incomplete (a part was lost)"
 	}
 	d, ok := syscalls.Lookup(rec.Nr)
 	if !ok || d.Kind == syscalls.Unsupported {
-		return rec, ""
+		return ""
 	}
 	mem := &bd.mem
-	mem.reset(c.items)
+	mem.reset(items)
 	if bd.read == nil {
 		bd.read = mem.read // one closure for every call: Outputs keeps it
 	}
 	ranges, err := syscalls.AppendOutputs(bd.ranges[:0], d, rec.Args, rec.Ret, bd.read)
 	bd.ranges = ranges
 	if err != nil {
-		return rec, fmt.Sprintf("outputs: %v", err)
+		return fmt.Sprintf("outputs: %v", err)
 	}
 	if len(ranges) == 0 {
-		return rec, ""
+		return ""
 	}
 	rec.Out = bd.outs[:0]
 	for _, r := range ranges {
 		b, err := mem.read(r.Addr, r.Len)
 		if err != nil {
 			rec.Out = nil
-			return rec, err.Error()
+			return err.Error()
 		}
 		rec.Out = append(rec.Out, format.OutBuf{Addr: r.Addr, Data: b})
 	}
 	bd.outs = rec.Out[:0]
-	return rec, ""
+	return ""
 }
 
 // opened is called when an interval has started, the target still stopped:

@@ -205,7 +205,9 @@ func TestDecodeStopsAtEndItem(t *testing.T) {
 // builder, as the reader does.
 func buildSyscall(c *pendingCall) (format.Syscall, string) {
 	var b builder
-	return b.build(c)
+	var rec format.Syscall
+	problem := b.build(&c.hdr, c.items, c.end, &rec)
+	return rec, problem
 }
 
 // The open interval's log numbers calls from the interval's first sequence
@@ -276,14 +278,15 @@ func TestBuildSyscallDoesNotAllocate(t *testing.T) {
 		{hdr: bpf.TprecTpSyscall{Flags: uint8(bpf.TprecTpRecFlagsTP_F_END), Nr: unix.SYS_WRITE, Ret: 5, Args: [6]uint64{12, 0x6000, 5}}, have: true, end: true},
 	}
 	var b builder
+	var rec format.Syscall
 	for _, c := range calls { // first use sizes the reused lists
-		if rec, problem := b.build(c); problem != "" || (rec.Nr != unix.SYS_WRITE && len(rec.Out) != 1) {
+		if problem := b.build(&c.hdr, c.items, c.end, &rec); problem != "" || (rec.Nr != unix.SYS_WRITE && len(rec.Out) != 1) {
 			t.Fatalf("%+v: %q", rec, problem)
 		}
 	}
 	allocs := testing.AllocsPerRun(100, func() {
 		for _, c := range calls {
-			b.build(c)
+			b.build(&c.hdr, c.items, c.end, &rec)
 		}
 	})
 	if allocs != 0 {
