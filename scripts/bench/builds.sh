@@ -62,11 +62,10 @@ run() { # run BIN|none: one measurement
 		sleep 1
 		if [ "$1" != none ]; then "$1/tprec" -q --pid "$p" -o "$ck" 2>/dev/null & r=$!; fi
 		sleep 2
-		requests() { redis-cli -p $port info stats | tr -d '\r' | sed -n 's/^total_commands_processed://p'; }
 		cpu() { [ -n "$r" ] && awk '{print $14 + $15}' "/proc/$r/stat"; }
-		c0=$(requests) t0=$(cpu)
+		c0=$(redis_requests $port) t0=$(cpu)
 		sleep 6
-		c1=$(requests) t1=$(cpu)
+		c1=$(redis_requests $port) t1=$(cpu)
 		echo "req/s $(( (c1 - c0) / 6 ))${r:+ tprec_cpu% $(( (t1 - t0) * 100 / $(getconf CLK_TCK) / 6 ))}"
 		[ -n "$r" ] && { kill -INT "$r" 2>/dev/null; wait "$r" 2>/dev/null || true; }
 		kill "$load" "$p" 2>/dev/null || true

@@ -42,24 +42,28 @@ run() { # run MODE: one measurement, one line
 	redis_load $port "$CLIENTS"
 	local srv=$SRV load=$LOAD
 	sleep 1
+	local pre=() what=
 	case $1 in
-	tprec) "$BIN/tprec" -q --pid "$srv" -o "$WORK" 2>/dev/null & third=$! ;;
-	nice19) nice -n 19 "$BIN/tprec" -q --pid "$srv" -o "$WORK" 2>/dev/null & third=$! ;;
-	hog) "$WORK/hog" "$HOG" "$HOG_PERIOD" & third=$! ;;
-	hogidle) chrt --idle 0 "$WORK/hog" "$HOG" "$HOG_PERIOD" & third=$! ;;
-	hogbatch) chrt --batch 0 "$WORK/hog" "$HOG" "$HOG_PERIOD" & third=$! ;;
-	batch) chrt --batch 0 "$BIN/tprec" -q --pid "$srv" -o "$WORK" 2>/dev/null & third=$! ;;
+	tprec) what=tprec ;;
+	nice19) what=tprec pre=(nice -n 19) ;;
+	batch) what=tprec pre=(chrt --batch 0) ;;
+	hog) what=hog ;;
+	hogidle) what=hog pre=(chrt --idle 0) ;;
+	hogbatch) what=hog pre=(chrt --batch 0) ;;
 	none) ;;
 	*) echo "unknown mode $1" >&2; exit 2 ;;
 	esac
+	case $what in
+	tprec) "${pre[@]}" "$BIN/tprec" -q --pid "$srv" -o "$WORK" 2>/dev/null & third=$! ;;
+	hog) "${pre[@]}" "$WORK/hog" "$HOG" "$HOG_PERIOD" & third=$! ;;
+	esac
 	sleep 2
-	requests() { redis-cli -p $port info stats | tr -d '\r' | sed -n 's/^total_commands_processed://p'; }
-	c0=$(requests) s0=$(ticks $srv) b0=$(ticks $load) t0=$(ticks $third) i0=$(idle)
+	c0=$(redis_requests $port) s0=$(ticks $srv) b0=$(ticks $load) t0=$(ticks $third) i0=$(idle)
 	sleep "$WINDOW"
-	c1=$(requests) s1=$(ticks $srv) b1=$(ticks $load) t1=$(ticks $third) i1=$(idle)
-	case $1 in
-	tprec | nice19 | batch) kill -INT "$third" 2>/dev/null; wait "$third" 2>/dev/null || true ;;
-	hog*) kill "$third"; wait "$third" 2>/dev/null || true ;;
+	c1=$(redis_requests $port) s1=$(ticks $srv) b1=$(ticks $load) t1=$(ticks $third) i1=$(idle)
+	case $what in
+	tprec) kill -INT "$third" 2>/dev/null; wait "$third" 2>/dev/null || true ;;
+	hog) kill "$third"; wait "$third" 2>/dev/null || true ;;
 	esac
 	kill "$load" "$srv" 2>/dev/null || true
 	wait "$load" "$srv" 2>/dev/null || true

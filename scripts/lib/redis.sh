@@ -13,3 +13,8 @@ redis_load() {
 	redis-benchmark -p "$1" -n 100000000 -c "${2:-10}" -r 100000 -t set,get -q >/dev/null 2>&1 &
 	LOAD=$!
 }
+
+# redis_requests PORT: the commands the server on PORT has processed so far.
+redis_requests() {
+	redis-cli -p "$1" info stats | tr -d '\r' | sed -n 's/^total_commands_processed://p'
+}

@@ -269,7 +269,7 @@ func TestExitNotHeldForTheCheckpoint(t *testing.T) {
 		dir := t.TempDir()
 		script := pythonScript(t, "exit.py", exitScript)
 		target, out, done := startTarget(t, "/usr/bin/python3", "-S", script)
-		waitReady(t, out, 30*time.Second)
+		waitReady(t, out)
 		rec := startTprec(t, "--backend", backend, "--on-exit", "--pid", fmt.Sprint(target.Process.Pid), "-o", dir)
 		rec.waitRecording(t)
 		select {
@@ -738,7 +738,7 @@ func TestInterruptWhileWritingCheckpoint(t *testing.T) {
 	// times the window.
 	prog := pythonScript(t, "clock.py", "import time\nprint('ready', flush=True)\nwhile True:\n    time.time()\n")
 	target, out, done := startTarget(t, "/usr/bin/python3", "-S", prog)
-	waitReady(t, out, 30*time.Second)
+	waitReady(t, out)
 	pid := target.Process.Pid
 	dir := t.TempDir()
 	rec := startTprec(t, "--pid", fmt.Sprint(pid), "--output", dir)

@@ -41,7 +41,7 @@ func TestClockLogPython(t *testing.T) {
 				args = append(args, "--clock-log=false")
 			}
 			target, out, done := startTarget(t, "/usr/bin/python3", "-S", prog)
-			waitReady(t, out, 30*time.Second)
+			waitReady(t, out)
 			ck, log := crashWith(t, target, done, 1200*time.Millisecond, func(pid int) error { return syscall.Kill(pid, syscall.SIGSEGV) }, args...)
 			m := clockReadsRe.FindStringSubmatch(log)
 			switch {
@@ -95,7 +95,7 @@ func TestClockLogTimerSignals(t *testing.T) {
 	requireRoot(t)
 	prog := pythonScript(t, "clocktimer.py", clockTimerScript)
 	target, out, done := startTarget(t, "/usr/bin/python3", "-S", prog)
-	waitReady(t, out, 30*time.Second)
+	waitReady(t, out)
 	ck, log := crashWith(t, target, done, 1200*time.Millisecond, func(pid int) error { return syscall.Kill(pid, syscall.SIGSEGV) }, "--backend", "ebpf")
 	m := clockReadsRe.FindStringSubmatch(log)
 	if m == nil {

@@ -272,14 +272,17 @@ func (o *output) String() string {
 	return o.b.String()
 }
 
+// readyWait is how long a program may take to print "ready".
+const readyWait = 30 * time.Second
+
 // waitReady waits until the program printed "ready" to out, and fails the
-// test when it has not within d.
-func waitReady(t *testing.T, out *output, d time.Duration) {
+// test when it has not within readyWait.
+func waitReady(t *testing.T, out *output) {
 	t.Helper()
-	deadline := time.Now().Add(d)
+	deadline := time.Now().Add(readyWait)
 	for !strings.Contains(out.String(), "ready") {
 		if time.Now().After(deadline) {
-			t.Fatalf("the program did not print ready within %v; it printed:\n%s", d, out)
+			t.Fatalf("the program did not print ready within %v; it printed:\n%s", readyWait, out)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

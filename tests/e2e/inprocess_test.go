@@ -114,7 +114,7 @@ func TestCallsInProcessThreads(t *testing.T) {
 	prog := cc(t, "testdata/clockthreads.c", t.TempDir())
 	forBackends(t, func(t *testing.T, backend string) {
 		target, out, done := startTarget(t, prog)
-		waitReady(t, out, 30*time.Second)
+		waitReady(t, out)
 		ck := attachAndCrash(t, target, done, 1200*time.Millisecond, "--backend", backend)
 		res := replay(t, ck, "--time")
 		if n := threadsVerified(t, res); n != 4 {

@@ -156,7 +156,7 @@ func TestPython3OneStoredStart(t *testing.T) {
 			t.Fatal(err)
 		}
 		target, out, done := startTarget(t, "/usr/bin/python3", "-S", script, dir)
-		waitReady(t, out, 30*time.Second)
+		waitReady(t, out)
 		var extra []string
 		if mode == "all-starts" {
 			extra = []string{"--all-starts"}
@@ -241,7 +241,7 @@ func TestFreshPagesStartAsZeros(t *testing.T) {
 			t.Fatal(err)
 		}
 		target, out, done := startTarget(t, "/usr/bin/python3", "-S", script)
-		waitReady(t, out, 30*time.Second)
+		waitReady(t, out)
 		ck, stderr := crashWith(t, target, done, 1500*time.Millisecond,
 			func(pid int) error { return syscall.Kill(pid, syscall.SIGSEGV) }, "--backend", backend, "--all-starts")
 		fresh := 0

@@ -184,7 +184,7 @@ func TestPython3MmapAttached(t *testing.T) {
 	}
 	forBackends(t, func(t *testing.T, backend string) {
 		target, out, done := startTarget(t, "/usr/bin/python3", "-S", script, dir)
-		waitReady(t, out, 30*time.Second)
+		waitReady(t, out)
 		ck := attachAndCrash(t, target, done, 1200*time.Millisecond, "--backend", backend)
 		replay(t, ck)
 		// Every interval maps and unmaps the file; each must be replayable.

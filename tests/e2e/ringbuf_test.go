@@ -117,7 +117,7 @@ while True:
 			dir := t.TempDir()
 			prog := pythonScript(t, "loop.py", script)
 			target, out, done := startTarget(t, "/usr/bin/python3", "-S", prog, dir, kind)
-			waitReady(t, out, 30*time.Second)
+			waitReady(t, out)
 			const keep = 6
 			ck, stderr := crashWith(t, target, done, 2500*time.Millisecond, func(pid int) error { return syscall.Kill(pid, syscall.SIGSEGV) },
 				"--interval", "250ms", "--keep", fmt.Sprint(keep), "--max-memory", "24M", "--full-pages")

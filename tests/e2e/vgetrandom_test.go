@@ -102,7 +102,7 @@ func TestVDSOGetrandom(t *testing.T) {
 	forBackends(t, func(t *testing.T, backend string) {
 		t.Run("attached", func(t *testing.T) {
 			target, out, done := startTarget(t, loader, append(python, "forever")...)
-			waitReady(t, out, 30*time.Second)
+			waitReady(t, out)
 			ck := attachAndCrash(t, target, done, 700*time.Millisecond, "--backend", backend)
 			replay(t, ck)
 		})
