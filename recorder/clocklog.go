@@ -126,7 +126,7 @@ var clockLoggable = map[int]byte{
 // them cannot run elsewhere.
 func displaced(orig []byte, addr, to uint64) (moved []byte, n int, ok bool) {
 	for n < 5 {
-		inst, err := x86asm.Decode(orig[n:], 64)
+		inst, err := x86.Decode(orig[n:])
 		if err != nil || !movable(inst) {
 			return nil, 0, false
 		}

@@ -476,3 +476,41 @@ func TestClockLogLeavesOtherMappings(t *testing.T) {
 	}
 	t.Logf("region at %#x, the program's page at %#x", base, page)
 }
+
+// The prologues the stubs displace: this kernel's vDSO functions (push
+// rbp; lea r10, [rip-0x6818]), and the same after an endbr64, the first
+// instruction of vDSO functions built for CET, which the disassembler
+// alone does not know; the rip-relative lea still reads the same address
+// from the stub.
+func TestDisplacedPrologues(t *testing.T) {
+	const addr, to = 0x7fff00000810, 0x7ffeffff0000
+	lea := []byte{0x4c, 0x8d, 0x15, 0xe8, 0x97, 0xff, 0xff} // lea r10, [rip-0x6818]
+	for _, tc := range []struct {
+		name   string
+		code   []byte
+		n, lea int // bytes displaced; where the lea starts, -1 for none
+	}{
+		{"push, mov, push", []byte{0x55, 0x48, 0x89, 0xe5, 0x41, 0x56, 0x90}, 6, -1},
+		{"push, lea", append([]byte{0x55}, lea...), 8, 1},
+		{"endbr64, push", append([]byte{0xf3, 0x0f, 0x1e, 0xfa, 0x55}, lea...), 5, -1},
+		{"endbr64, lea", append([]byte{0xf3, 0x0f, 0x1e, 0xfa}, lea...), 11, 4},
+	} {
+		moved, n, ok := displaced(tc.code, addr, to)
+		if !ok || n != tc.n || len(moved) != n {
+			t.Errorf("%s: %d bytes, ok %v; want %d", tc.name, n, ok, tc.n)
+			continue
+		}
+		if tc.lea < 0 {
+			if !bytes.Equal(moved, tc.code[:n]) {
+				t.Errorf("%s: moved % x", tc.name, moved)
+			}
+			continue
+		}
+		rel := func(b []byte, at uint64) uint64 {
+			return at + 7 + uint64(int64(int32(binary.LittleEndian.Uint32(b[3:]))))
+		}
+		if got, want := rel(moved[tc.lea:], to+uint64(tc.lea)), rel(lea, addr+uint64(tc.lea)); got != want {
+			t.Errorf("%s: the moved lea reads %#x, want %#x", tc.name, got, want)
+		}
+	}
+}

@@ -344,7 +344,7 @@ func (e *engine) patchInProcess(goal format.Regs, now uint64, d displacing) (*en
 	var insts []x86asm.Inst
 	n := 0
 	for n < 5 {
-		inst, err := x86asm.Decode(code[n:], 64)
+		inst, err := x86.Decode(code[n:])
 		if err != nil || !relocatable(inst) {
 			return nil, nil
 		}

@@ -103,3 +103,22 @@ func RipRelative(b []byte, inst x86asm.Inst, from, to uint64) ([]byte, bool) {
 	}
 	return b, true
 }
+
+// Decode decodes the instruction at the start of b as x86asm.Decode does,
+// and also the landing pads of Intel's CET, which that decoder does not
+// know: endbr64 and endbr32 (f3 0f 1e fa/fb), the first instruction of
+// every function built with -fcf-protection and of OpenSSL's assembly
+// (OPENSSL_cleanse). Outside CET they do nothing, so they come back as a
+// 4-byte NOP that runs the same anywhere. x86asm returns an instruction it
+// does not know after a prefix as that prefix alone, a 1-byte instruction
+// with no operation: that is an error here, not an instruction.
+func Decode(b []byte) (x86asm.Inst, error) {
+	if len(b) >= 4 && b[0] == 0xf3 && b[1] == 0x0f && b[2] == 0x1e && (b[3] == 0xfa || b[3] == 0xfb) {
+		return x86asm.Inst{Op: x86asm.NOP, Len: 4, Mode: 64}, nil
+	}
+	inst, err := x86asm.Decode(b, 64)
+	if err == nil && inst.Op == 0 {
+		return inst, fmt.Errorf("x86: % x: an instruction the decoder does not know", b[:min(len(b), 4)])
+	}
+	return inst, err
+}

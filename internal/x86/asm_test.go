@@ -2,6 +2,7 @@ package x86
 
 import (
 	"bytes"
+	"slices"
 	"testing"
 
 	"golang.org/x/arch/x86/x86asm"
@@ -85,5 +86,35 @@ func TestRipRelative(t *testing.T) {
 	ni, _ := x86asm.Decode(nop, 64)
 	if got, ok := RipRelative(bytes.Clone(nop), ni, from, to); !ok || !bytes.Equal(got, nop) {
 		t.Errorf("mov rax, rbx: %x %v", got, ok)
+	}
+}
+
+// endbr64 and endbr32, which x86asm takes for a lone rep prefix, decode as
+// 4-byte instructions that move anywhere unchanged; what follows them
+// decodes as usual; an instruction x86asm does not know after a prefix is
+// an error, not a 1-byte instruction.
+func TestDecodeEndbr(t *testing.T) {
+	code := []byte{0xf3, 0x0f, 0x1e, 0xfa, 0x48, 0x31, 0xc0, 0xf3, 0x0f, 0x1e, 0xfb}
+	var lens []int
+	for n := 0; n < len(code); {
+		inst, err := Decode(code[n:])
+		if err != nil {
+			t.Fatalf("at %d: %v", n, err)
+		}
+		if moved, ok := RipRelative(append([]byte(nil), code[n:n+inst.Len]...), inst, 0x1000, 0x7f0000000000); !ok || !bytes.Equal(moved, code[n:n+inst.Len]) {
+			t.Errorf("at %d: moved % x, %v", n, moved, ok)
+		}
+		lens = append(lens, inst.Len)
+		n += inst.Len
+	}
+	if want := []int{4, 3, 4}; !slices.Equal(lens, want) {
+		t.Errorf("lengths %v, want %v", lens, want)
+	}
+	unknown := []byte{0xf3, 0x0f, 0x1e, 0xf9}
+	if inst, err := x86asm.Decode(unknown, 64); err != nil || inst.Op != 0 {
+		t.Fatalf("x86asm decodes % x as %v (%v): the test needs another instruction it does not know", unknown, inst, err)
+	}
+	if inst, err := Decode(unknown); err == nil {
+		t.Errorf("% x decoded as %v (%d bytes)", unknown, inst, inst.Len)
 	}
 }
