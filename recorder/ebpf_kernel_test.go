@@ -129,23 +129,38 @@ func TestEBPFTableMatchesGo(t *testing.T) {
 	}
 }
 
-// buildFixture compiles a C test program once.
-var fixtures sync.Map
+// buildFixture compiles a C test program once, into fixtureDir, which
+// TestMain removes.
+var (
+	fixtureMu  sync.Mutex
+	fixtures   = map[string]string{}
+	fixtureDir string
+)
+
+func TestMain(m *testing.M) {
+	d, err := os.MkdirTemp("", "tprec-fixtures-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fixtureDir = d
+	code := m.Run()
+	os.RemoveAll(d)
+	os.Exit(code)
+}
 
 func buildFixture(t *testing.T, name string) string {
 	t.Helper()
-	if p, ok := fixtures.Load(name); ok {
-		return p.(string)
+	fixtureMu.Lock()
+	defer fixtureMu.Unlock()
+	if p, ok := fixtures[name]; ok {
+		return p
 	}
-	dir, err := os.MkdirTemp("", "tprec-fixture")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(dir, name)
+	out := filepath.Join(fixtureDir, name)
 	if b, err := exec.Command("gcc", "-O1", "-o", out, filepath.Join("testdata", name+".c"), "-ldl", "-pthread").CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, b)
 	}
-	fixtures.Store(name, out)
+	fixtures[name] = out
 	return out
 }
 

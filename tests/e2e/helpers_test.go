@@ -41,7 +41,17 @@ func requireRoot(t *testing.T) {
 	t.Skip("needs root: ptrace of unrelated processes and page frame numbers in /proc/PID/pagemap")
 }
 
-// tools builds tprec, tpreplay and tpinspect once per test binary.
+// TestMain removes the directory the tools were built into (tools).
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// tools builds tprec, tpreplay and tpinspect once per test binary, into a
+// directory TestMain removes.
 func tools(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
