@@ -111,7 +111,11 @@ func RipRelative(b []byte, inst x86asm.Inst, from, to uint64) ([]byte, bool) {
 // (OPENSSL_cleanse). Outside CET they do nothing, so they come back as a
 // 4-byte NOP that runs the same anywhere. x86asm returns an instruction it
 // does not know after a prefix as that prefix alone, a 1-byte instruction
-// with no operation: that is an error here, not an instruction.
+// with no operation: that is an error here, not an instruction. And it
+// gives vzeroupper and vzeroall (c5 f8 77, c5 fc 77: the last instruction
+// but one of glibc's AVX string functions) a ModRM byte they do not have,
+// one byte too many: moved so, the next instruction's first byte would run
+// twice. TestDecodeAgreesWithObjdump compares every length in libc.
 func Decode(b []byte) (x86asm.Inst, error) {
 	if len(b) >= 4 && b[0] == 0xf3 && b[1] == 0x0f && b[2] == 0x1e && (b[3] == 0xfa || b[3] == 0xfb) {
 		return x86asm.Inst{Op: x86asm.NOP, Len: 4, Mode: 64}, nil
@@ -119,6 +123,23 @@ func Decode(b []byte) (x86asm.Inst, error) {
 	inst, err := x86asm.Decode(b, 64)
 	if err == nil && inst.Op == 0 {
 		return inst, fmt.Errorf("x86: % x: an instruction the decoder does not know", b[:min(len(b), 4)])
+	}
+	if err == nil && (inst.Op == x86asm.VZEROUPPER || inst.Op == x86asm.VZEROALL) {
+		// The VEX prefix (2 or 3 bytes, after any other prefixes), then
+		// the opcode, and nothing more.
+		i := 0
+		for i < inst.Len && b[i] != 0xc5 && b[i] != 0xc4 {
+			i++
+		}
+		switch {
+		case i < inst.Len && b[i] == 0xc5:
+			inst.Len = i + 3
+		case i < inst.Len && b[i] == 0xc4:
+			inst.Len = i + 4
+		default:
+			return inst, fmt.Errorf("x86: % x: %v without a VEX prefix", b[:inst.Len], inst.Op)
+		}
+		inst.Args = x86asm.Args{}
 	}
 	return inst, err
 }

@@ -2,7 +2,12 @@ package x86
 
 import (
 	"bytes"
+	"debug/elf"
+	"os"
+	"os/exec"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"golang.org/x/arch/x86/x86asm"
@@ -116,5 +121,69 @@ func TestDecodeEndbr(t *testing.T) {
 	}
 	if inst, err := Decode(unknown); err == nil {
 		t.Errorf("% x decoded as %v (%d bytes)", unknown, inst, inst.Len)
+	}
+}
+
+// Every instruction of the C library's code has the length objdump gives
+// it, or Decode refuses it (the decoder does not know a few, such as
+// rdpkru; the end search and the clock log then leave that place alone).
+// A wrong length is worse than a refusal: the instruction moved would take
+// a byte of the next one with it. x86asm gave vzeroupper, at the end of
+// glibc's AVX string functions, 4 bytes for its 3.
+func TestDecodeAgreesWithObjdump(t *testing.T) {
+	const libc = "/usr/lib/x86_64-linux-gnu/libc.so.6"
+	objdump, err := exec.LookPath("objdump")
+	if _, serr := os.Stat(libc); err != nil || serr != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("needs objdump (binutils) and %s: %v %v", libc, err, serr)
+		}
+		t.Skipf("needs objdump (binutils) and %s", libc)
+	}
+	f, err := elf.Open(libc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	text := f.Section(".text")
+	data, err := text.Data()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(objdump, "-d", "--no-show-raw-insn", "-j", ".text", libc).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Lines "  1139:\tendbr64": each instruction's address.
+	var addrs []uint64
+	for _, l := range strings.Split(string(out), "\n") {
+		a, rest, ok := strings.Cut(l, ":\t")
+		if !ok || !strings.HasPrefix(a, " ") || strings.Contains(rest, "(bad)") {
+			continue
+		}
+		if v, err := strconv.ParseUint(strings.TrimSpace(a), 16, 64); err == nil {
+			addrs = append(addrs, v)
+		}
+	}
+	decoded, refused, wrong := 0, 0, 0
+	for k := 0; k+1 < len(addrs); k++ {
+		off, want := addrs[k]-text.Addr, int(addrs[k+1]-addrs[k])
+		if want <= 0 || want > 15 || off+uint64(want) > uint64(len(data)) {
+			continue // the end of a function, padding up to the next
+		}
+		inst, err := Decode(data[off:min(off+16, uint64(len(data)))])
+		switch {
+		case err != nil:
+			refused++
+		case inst.Len != want:
+			if wrong++; wrong <= 10 {
+				t.Errorf("%#x: % x decoded as %v, %d bytes; objdump: %d", addrs[k], data[off:off+uint64(want)], inst, inst.Len, want)
+			}
+		default:
+			decoded++
+		}
+	}
+	t.Logf("%d instructions of %s: %d decoded, %d refused, %d with a wrong length", len(addrs), libc, decoded, refused, wrong)
+	if decoded < 100000 || refused > decoded/1000 {
+		t.Errorf("%d decoded, %d refused: the comparison did not run as meant", decoded, refused)
 	}
 }
