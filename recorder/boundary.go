@@ -245,7 +245,9 @@ func (s *session) openIntervalFrom(now time.Time, snap *pageSnapshot) error {
 	s.reapZombie(false)
 	clk.mark("reap")
 	var sh *shadow
-	if s.shadowWait > 0 {
+	if s.kept != nil {
+		sh, s.kept = s.kept, nil
+	} else if s.shadowWait > 0 {
 		s.shadowWait--
 		s.withoutShadow(iv, "shadows killed", "the last ones were killed (out of memory), and tprec waits a few intervals before the next, so as not to call the OOM killer at every interval", "")
 	} else if why := s.shadowNoRoom(); why != "" {
@@ -516,14 +518,20 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 	iv.meta.End = now
 	sh := s.shadow
 	s.shadow = nil
+	// keep: sh serves the next interval too (kept.go); it is not retired.
+	keep := false
+	retire := func() {
+		if sh != nil && !keep {
+			s.retire(sh)
+		}
+		sh = nil
+	}
 	finish := func() {
 		recordingMemory(iv.syscalls.bytes) // before push: a pack may take the log
 		s.ring.push(iv, later)             // a dump's close (not later) keeps the whole ring for the dump
 		s.noteMemoryDrops(time.Now())
 		clk.mark("push")
-		if sh != nil {
-			s.retire(sh)
-		}
+		retire()
 		clk.mark("kill")
 		clk.log(s, "close")
 	}
@@ -553,8 +561,17 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 	if err != nil {
 		return snap, fail(err)
 	}
+	// A shadow kept from an earlier interval (kept.go): the pages it no
+	// longer shared at the start held what was read then, not zeros; one
+	// that is now in neither process was dropped during the interval.
+	div := sh.div
+	if div != nil {
+		fresh = withoutPages(fresh, div.addrs)
+		written = mergePages(written, div.addrs)
+	}
 	clk.mark(fmt.Sprintf("pagemap (%d written, %d of them fresh)", len(written), len(fresh)))
-	s.src.checkWritten(s, iv.meta.Maps, written)
+	// The diverged pages are written in place, without a fault.
+	s.src.checkWritten(s, iv.meta.Maps, written, div.addrsOrNil())
 	written = mergePages(written, vanishedPages(iv.meta.Maps, iv.present, snap.maps, iv.remapped()))
 	// The shadow shares the target's shared mappings: their start content
 	// is the copy this interval's open took.
@@ -572,43 +589,64 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 	// would find them holding a later interval's content or their final one.
 	grown := newPages(iv.meta.Maps, snap)
 	written = withoutPages(written, fresh) // zeros at the start: nothing to read
+	var next *diverged
+	if later {
+		var why string
+		if next, why = s.keepShadow(snap, sh); next != nil {
+			keep = true
+			clk.mark(fmt.Sprintf("shadow kept (%d diverged pages read)", len(next.addrs)))
+		} else {
+			clk.mark("shadow not kept: " + why)
+		}
+	}
 	s.lastWritten = len(written)
 	if s.oomStreak == 0 {
 		// What the shadow kept: the room the next one needs
 		// (shadowNoRoom), known before the open that follows.
 		s.lastCopies, s.copiesKnown = int64(len(written))*format.PageSize, true
 	}
-	// readPart reads the originals of part into dst from the shadow.
+	// readPart reads the originals of part into dst: from the shadow, or
+	// for a diverged page of a kept shadow from what was read at the start.
 	readPart := func(part []uint64, dst []byte) {
-		if err := proc.ReadPages(sh.pid, part, dst); err != nil {
-			// Read one by one; a page the shadow cannot give (beyond the end of a
-			// file mapping, for instance) is left out and replay reports it if used.
+		if div != nil {
+			var rest []uint64
+			var at []int
 			for i, a := range part {
-				// A page read short is left out too: the buffer
-				// holds an earlier boundary's page there.
-				if n, err := proc.ReadBytes(sh.pid, a, dst[i*format.PageSize:(i+1)*format.PageSize]); err != nil || n < format.PageSize {
-					part[i] = 0
+				if c := div.find(a); c != nil {
+					copy(dst[i*format.PageSize:], c)
+				} else {
+					rest, at = append(rest, a), append(at, i)
 				}
 			}
-			// A shadow killed after the close looked (the OOM killer, as
-			// the target ran on and wrote) gives none: the interval has
-			// no originals.
-			if why := s.shadowDied(sh); why != "" && iv.meta.Replayable {
-				iv.meta.Replayable = false
-				iv.meta.Reason = why + ", before its originals were read"
+			if len(rest) < len(part) {
+				buf := make([]byte, len(rest)*format.PageSize)
+				s.readShadow(iv, sh, rest, buf)
+				for j, i := range at {
+					part[i] = rest[j]
+					copy(dst[i*format.PageSize:], buf[j*format.PageSize:(j+1)*format.PageSize])
+				}
+				return
 			}
+		}
+		s.readShadow(iv, sh, part, dst)
+	}
+	// A diverged page that holds at the end what it held at the start was
+	// not written (or was written back): no original.
+	dropUnchanged := func() {
+		if same := unchanged(written, div, next); len(same) > 0 {
+			written = withoutPages(written, same)
 		}
 	}
 	var buf []byte
 	read := func() {
+		dropUnchanged()
 		s.ring.beginOriginals(len(written) + len(sharedOrig))
 		buf = s.ring.originalsBuf(len(written))
 		readPart(written, buf)
 		// Nothing more is read from it: its copies go now, not after
 		// the hashing and compressing below, while the next shadow's
 		// are already growing.
-		s.retire(sh)
-		sh = nil
+		retire()
 		clk.mark("read")
 	}
 	// storePart stores the originals of part, read into buf.
@@ -641,6 +679,7 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 	// besides the ring, 0.8-1 GB resident. The shadow lives until the last
 	// part is read.
 	stream := func() {
+		dropUnchanged()
 		s.ring.beginOriginals(len(written) + len(sharedOrig))
 		part := s.ring.originalsBuf(maxDeltaSources)
 		for lo := 0; lo < len(written); lo += maxDeltaSources {
@@ -648,8 +687,7 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 			readPart(addrs, part)
 			storePart(addrs, part)
 		}
-		s.retire(sh)
-		sh = nil
+		retire()
 		clk.mark("read and store, a part at a time")
 		storeRest()
 		finish()
@@ -659,7 +697,13 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 		store()
 		return snap, nil
 	}
-	if why, _ := s.roomShort(); why != "" {
+	if keep {
+		// The next interval's open takes it (openIntervalFrom); the
+		// deferred work below reads div, not this.
+		sh.div = next
+		s.kept = sh
+	}
+	if why, _ := s.roomShort(); !keep && why != "" {
 		// The target's memory cgroup is short of room: while this shadow
 		// lives, each page the target writes that it still shares with
 		// it costs a new one, and the OOM killer may take the shadow as
@@ -1039,4 +1083,28 @@ func threadCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ts.Nano())
+}
+
+// readShadow reads the originals of part into dst from the shadow sh of
+// interval iv. A page it cannot give (beyond the end of a file mapping, for
+// instance) is left out (its address in part zeroed), and replay reports
+// it if used.
+func (s *session) readShadow(iv *interval, sh *shadow, part []uint64, dst []byte) {
+	if err := proc.ReadPages(sh.pid, part, dst); err != nil {
+		// Read one by one.
+		for i, a := range part {
+			// A page read short is left out too: the buffer
+			// holds an earlier boundary's page there.
+			if n, err := proc.ReadBytes(sh.pid, a, dst[i*format.PageSize:(i+1)*format.PageSize]); err != nil || n < format.PageSize {
+				part[i] = 0
+			}
+		}
+		// A shadow killed after the close looked (the OOM killer, as
+		// the target ran on and wrote) gives none: the interval has
+		// no originals.
+		if why := s.shadowDied(sh); why != "" && iv.meta.Replayable {
+			iv.meta.Replayable = false
+			iv.meta.Reason = why + ", before its originals were read"
+		}
+	}
 }

@@ -1036,7 +1036,7 @@ func (e *ebpfSource) heldFor() (int, time.Duration) { return e.held.times, e.hel
 // interval with the pagemap's written set (the authority for originals: it
 // also sees writes that never fault). Disagreements are counted, shown with
 // TPREC_DEBUG and summed up when recording ends.
-func (e *ebpfSource) checkWritten(s *session, maps []format.Mapping, written []uint64) {
+func (e *ebpfSource) checkWritten(s *session, maps []format.Mapping, written, inPlace []uint64) {
 	if len(s.ownWrites) > 0 {
 		// tprec's own writes (the entry point's int3) fault nowhere.
 		var theirs []uint64
@@ -1048,7 +1048,7 @@ func (e *ebpfSource) checkWritten(s *session, maps []format.Mapping, written []u
 		written = theirs
 		s.ownWrites = nil
 	}
-	onlyPM, onlyF, agree := compareWritten(maps, written, e.faultSet)
+	onlyPM, onlyF, agree := compareWritten(maps, written, inPlace, e.faultSet)
 	e.check.intervals++
 	e.check.agree += agree
 	e.check.onlyPagemap += len(onlyPM)
@@ -1057,7 +1057,7 @@ func (e *ebpfSource) checkWritten(s *session, maps []format.Mapping, written []u
 		s.logf("fault stream vs pagemap: %d agree, %d only in pagemap, %d only in faults", agree, len(onlyPM), len(onlyF))
 	}
 	if testHookWritten != nil {
-		testHookWritten(maps, written, e.faultSet)
+		testHookWritten(maps, written, inPlace, e.faultSet)
 	}
 }
 
@@ -1066,13 +1066,14 @@ func (e *ebpfSource) checkWritten(s *session, maps []format.Mapping, written []u
 var testHookSyscall func(*bpf.TprecTpSyscall)
 
 // testHookWritten, set by tests, sees every interval's two written sets.
-var testHookWritten func(maps []format.Mapping, pagemap []uint64, faults map[uint64]uint8)
+var testHookWritten func(maps []format.Mapping, pagemap, inPlace []uint64, faults map[uint64]uint8)
 
 // compareWritten splits the written pages of private, recorded mappings
 // that existed at the interval start into those both methods found, those
 // only the pagemap found (writes that do not fault: process_vm_writev,
-// O_DIRECT) and those only a write fault reported.
-func compareWritten(maps []format.Mapping, written []uint64, faults map[uint64]uint8) (onlyPagemap, onlyFaults []uint64, agree int) {
+// O_DIRECT) and those only a write fault reported. A page of inPlace (written
+// in place, without a fault) that did not fault is in neither.
+func compareWritten(maps []format.Mapping, written, inPlace []uint64, faults map[uint64]uint8) (onlyPagemap, onlyFaults []uint64, agree int) {
 	in := func(a uint64) bool {
 		i := sort.Search(len(maps), func(i int) bool { return maps[i].End > a })
 		return i < len(maps) && maps[i].Start <= a && !maps[i].Shared
@@ -1082,7 +1083,7 @@ func compareWritten(maps []format.Mapping, written []uint64, faults map[uint64]u
 		pm[a] = true
 		if faults[a]&uint8(bpf.TprecTpFaultFlagsTP_FAULT_WRITE) != 0 {
 			agree++
-		} else {
+		} else if _, ok := slices.BinarySearch(inPlace, a); !ok {
 			onlyPagemap = append(onlyPagemap, a)
 		}
 	}

@@ -167,16 +167,32 @@ func buildFixture(t *testing.T, name string) string {
 // In every interval the pages the fault stream saw written and the pages
 // the pagemap found written agree on private mappings: the fixture writes
 // anonymous pages from user code and has the kernel write others (pread).
+// With a shadow forked at every boundary, every written page faults. With
+// the shadow kept (kept.go), the pages the fixture rewrites are written in
+// place from the third interval on, without a fault; every fault is still
+// on a page the pagemap found written.
 func TestEBPFFaultsAgreeWithPagemap(t *testing.T) {
 	requireKernel(t)
+	for _, kept := range []bool{false, true} {
+		t.Run(map[bool]string{false: "forked", true: "kept"}[kept], func(t *testing.T) {
+			if !kept {
+				defer func(n int) { keptShadowPages = n }(keptShadowPages)
+				keptShadowPages = 0
+			}
+			faultsAgree(t, kept)
+		})
+	}
+}
+
+func faultsAgree(t *testing.T, kept bool) {
 	prog := buildFixture(t, "writer")
 	var mu sync.Mutex
-	type res struct{ pm, onlyPM, onlyF int }
+	type res struct{ pm, inPlace, onlyPM, onlyF int }
 	var got []res
-	testHookWritten = func(maps []format.Mapping, pagemap []uint64, faults map[uint64]uint8) {
-		onlyPM, onlyF, _ := compareWritten(maps, pagemap, faults)
+	testHookWritten = func(maps []format.Mapping, pagemap, inPlace []uint64, faults map[uint64]uint8) {
+		onlyPM, onlyF, _ := compareWritten(maps, pagemap, inPlace, faults)
 		mu.Lock()
-		got = append(got, res{len(pagemap), len(onlyPM), len(onlyF)})
+		got = append(got, res{len(pagemap), len(inPlace), len(onlyPM), len(onlyF)})
 		if len(onlyPM)+len(onlyF) > 0 {
 			t.Logf("only in pagemap %x, only in faults %x", onlyPM, onlyF)
 		}
@@ -208,6 +224,9 @@ func TestEBPFFaultsAgreeWithPagemap(t *testing.T) {
 		}
 		if r.pm < 2*64 {
 			t.Errorf("interval %d: pagemap found %d written pages, want at least %d", i, r.pm, 2*64)
+		}
+		if kept != (r.inPlace >= 2*64) {
+			t.Errorf("interval %d: %d pages written in place, kept shadow %v", i, r.inPlace, kept)
 		}
 	}
 }

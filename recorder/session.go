@@ -166,8 +166,14 @@ type session struct {
 	execOrphans        map[int]bool // shadows that die after the target's exec
 	src                source
 	shadow             *shadow
-	vforks             vforkCaptures // what vfork children wrote into the target (vfork.go)
-	zombie             int           // killed shadow the target still has to reap
+	// kept: the shadow a boundary's close keeps for the interval its
+	// open starts (kept.go); divBufs hold the diverged pages' content,
+	// taking turns (divergedBuf).
+	kept    *shadow
+	divBufs [2][]byte
+	divTurn int
+	vforks  vforkCaptures // what vfork children wrote into the target (vfork.go)
+	zombie  int           // killed shadow the target still has to reap
 	// deferred is work a boundary leaves for after the target resumes
 	// (runDeferred): saving the closed interval's originals.
 	deferred []func()

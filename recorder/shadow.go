@@ -18,6 +18,10 @@ import (
 type shadow struct {
 	pid int
 	pm  *proc.Pagemap
+	// div: when the shadow was kept from an earlier interval (kept.go),
+	// the pages that no longer shared their frame with it at this
+	// interval's start, with their content then.
+	div *diverged
 }
 
 // badStack is the stack pointer the shadow starts with: inside the first page,
@@ -233,6 +237,7 @@ func (s *session) dropFiles(sh *shadow) {
 // killShadow kills the current shadow and waits until the tracer has seen it
 // die. It stays a zombie child of the target until reapZombie.
 func (s *session) killShadow() {
+	s.dropKept()
 	sh := s.shadow
 	if sh == nil {
 		return
@@ -254,9 +259,20 @@ func (s *session) killShadow() {
 // 1 GB here), which the target would otherwise spend stopped; it dies while
 // the target runs, and a later boundary collects it (reapZombie).
 func (s *session) retireShadow() {
+	s.dropKept()
 	if sh := s.shadow; sh != nil {
 		s.shadow = nil
 		s.retire(sh)
+	}
+}
+
+// dropKept retires a shadow a close kept for an open that did not come.
+func (s *session) dropKept() {
+	if sh := s.kept; sh != nil {
+		s.kept = nil
+		if sh != s.shadow {
+			s.retire(sh)
+		}
 	}
 }
 

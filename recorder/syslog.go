@@ -40,8 +40,10 @@ type source interface {
 	// stopped (after the recorder's own injected calls).
 	opened(s *session) error
 	// checkWritten sees the pagemap's written set of the interval that
-	// sync closed, over the mappings present at its start.
-	checkWritten(s *session, maps []format.Mapping, written []uint64)
+	// sync closed, over the mappings present at its start, and those of
+	// its pages the target may have written in place, without a fault (a
+	// kept shadow's diverged pages, kept.go).
+	checkWritten(s *session, maps []format.Mapping, written, inPlace []uint64)
 	// activity counts the calls of the open interval the source holds or
 	// has not read yet, and the pages it saw written other than the
 	// kernel's writes to the pages of own (skipTick). A source whose calls
@@ -56,17 +58,17 @@ type source interface {
 // ptraceSource reads syscall results at PTRACE_SYSCALL exit stops.
 type ptraceSource struct{}
 
-func (ptraceSource) name() string                                      { return "ptrace" }
-func (ptraceSource) resumeRequest() int                                { return unix.PTRACE_SYSCALL }
-func (ptraceSource) sync(s *session) error                             { return nil }
-func (ptraceSource) opened(s *session) error                           { return nil }
-func (ptraceSource) ownSignal(sig int) bool                            { return false }
-func (ptraceSource) catchUp()                                          {}
-func (ptraceSource) watch()                                            {}
-func (ptraceSource) heldFor() (int, time.Duration)                     { return 0, 0 }
-func (ptraceSource) close()                                            {}
-func (ptraceSource) checkWritten(*session, []format.Mapping, []uint64) {}
-func (ptraceSource) lastSeq(s *session) (uint64, error)                { return s.seq, nil }
+func (ptraceSource) name() string                                                { return "ptrace" }
+func (ptraceSource) resumeRequest() int                                          { return unix.PTRACE_SYSCALL }
+func (ptraceSource) sync(s *session) error                                       { return nil }
+func (ptraceSource) opened(s *session) error                                     { return nil }
+func (ptraceSource) ownSignal(sig int) bool                                      { return false }
+func (ptraceSource) catchUp()                                                    {}
+func (ptraceSource) watch()                                                      {}
+func (ptraceSource) heldFor() (int, time.Duration)                               { return 0, 0 }
+func (ptraceSource) close()                                                      {}
+func (ptraceSource) checkWritten(*session, []format.Mapping, []uint64, []uint64) {}
+func (ptraceSource) lastSeq(s *session) (uint64, error)                          { return s.seq, nil }
 
 func (ptraceSource) activity([]uint64) (int, int) { return 0, 0 }
 

@@ -287,3 +287,48 @@ func TestEndPageServedAfterLastCall(t *testing.T) {
 		}
 	})
 }
+
+// A boundary keeps the interval's shadow for the next interval while the
+// pages that no longer share their frame with it are few (kept.go): it
+// reads them from the stopped target, and the target then rewrites them
+// without a copy-on-write fault. testdata/keptshadow.c rewrites the same
+// pages all the time, which keeps the shadow, maps and drops others, and
+// drops a page the shadow has, which has it forked again. The recording must do
+// both, every interval must stay replayable through the trial replay, and
+// a replay from every interval start (each stored, --all-starts) must
+// reach the recorded crash. Each of the three rules of a kept shadow's
+// originals, left out, failed it (by hand): the diverged pages' content
+// from the start, the dropped ones written, none of them zeros.
+func TestKeptShadowOriginals(t *testing.T) {
+	requireRoot(t)
+	t.Setenv("TPREC_DEBUG", "1")
+	forBackends(t, func(t *testing.T, backend string) {
+		target, out, done := startTarget(t, cc(t, "testdata/keptshadow.c", t.TempDir()))
+		waitReady(t, out)
+		ck, stderr := crashWith(t, target, done, 2500*time.Millisecond,
+			func(pid int) error { return syscall.Kill(pid, syscall.SIGSEGV) }, "--backend", backend, "--all-starts")
+		kept, refork := strings.Count(stderr, "shadow kept ("), strings.Count(stderr, "shadow not kept: a diverged page is not in memory")
+		if kept < 3 || refork == 0 {
+			t.Fatalf("%d boundaries kept the shadow, %d forked it again for a dropped page; want both:\n%s", kept, refork, stderr)
+		}
+		if note := pageSetNote(t, ck); !strings.HasPrefix(note, "pages touched by a trial replay") {
+			t.Fatalf("not minimized: %s", note)
+		}
+		// Every interval of the window: the trial replay, from its first,
+		// would leave out those before one it diverged in.
+		allReplayable(t, ck)
+		ivs := intervalsIn(t, ck)
+		if len(ivs) < 5 || t.Failed() {
+			keepFailed(t, ck)
+			t.Fatalf("%d intervals", len(ivs))
+		}
+		for _, iv := range ivs {
+			got, code := runTool(t, "tpreplay", "--from", fmt.Sprint(iv.Index), ck)
+			if code != 0 || !verifiedRe.MatchString(got) {
+				keepFailed(t, ck)
+				t.Fatalf("--from %d: exit %d:\n%s", iv.Index, code, got)
+			}
+		}
+		t.Logf("%d boundaries kept the shadow, %d forked it again; replays from %d interval starts verified", kept, refork, len(ivs))
+	})
+}

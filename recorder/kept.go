@@ -1,0 +1,142 @@
+package recorder
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+
+	"github.com/tprec/tprec/format"
+	"github.com/tprec/tprec/proc"
+)
+
+// A shadow kept across boundaries.
+//
+// A shadow forked at every boundary makes the target pay a copy-on-write
+// fault for its first write to every page in every interval: 3-4 us a page
+// on this project's VM (scripts/bench/cow.c), 8-10 ms of a redis-server's
+// time per 250 ms interval for the 2,300 pages it rewrites, plus the fork
+// in the stop. A program that rewrites the same pages interval after
+// interval (a server's working set) pays that for nothing new.
+//
+// So a boundary keeps the interval's shadow for the next interval while
+// the pages that no longer share their frame with it (the diverged pages:
+// written since its fork, or mapped since) are few: it reads their content
+// from the stopped target into tprec's memory (diverged), which is their
+// content at the next interval's start. The target then writes them in
+// place, without a fault. At the next boundary an original comes from
+// there for a diverged page and from the shadow for the others, as
+// before; a diverged page whose content did not change was not written.
+// The shadow is forked again when the diverged pages pass keptShadowPages,
+// when one of them is not in memory in the target (dropped by
+// madvise(MADV_DONTNEED) or swapped out: its start content is then
+// neither the shadow's nor one read without faulting it in), when the
+// target's memory cgroup is short of room, and at every boundary of a
+// dump.
+type diverged struct {
+	addrs   []uint64 // ascending
+	content []byte   // content[i*PageSize:] is addrs[i]'s
+}
+
+// keptShadowPages bounds the pages a kept shadow's boundary reads in the
+// stop (1-3 ms per 1,000 pages here) and that tprec holds twice (this
+// interval's and the last one's): 16 MiB each. Tests set it to 0 to have a
+// shadow forked at every boundary.
+var keptShadowPages = 4096
+
+// find returns addr's content at the interval start, or nil.
+func (d *diverged) find(addr uint64) []byte {
+	if d == nil {
+		return nil
+	}
+	i, ok := slices.BinarySearch(d.addrs, addr)
+	if !ok {
+		return nil
+	}
+	return d.content[i*format.PageSize : (i+1)*format.PageSize]
+}
+
+// divergedPages lists the pages of the target's private mappings in snap
+// that do not share their frame with sh (the rule of writtenAndFresh), and
+// whether all of them are in memory in the target.
+func divergedPages(snap *pageSnapshot, sh *shadow) (addrs []uint64, present bool, err error) {
+	present = true
+	for _, m := range snap.maps {
+		if m.Shared || proc.Special(m) || m.Path == "[vdso]" {
+			continue
+		}
+		t := snap.rangeOf(m.Start, m.End)
+		shEnts, err := sh.pm.Range(m.Start, m.End)
+		if err != nil {
+			return nil, false, err
+		}
+		for i := range t {
+			if pageWritten(t[i], shEnts[i]) {
+				addrs = append(addrs, m.Start+uint64(i)*format.PageSize)
+				if t[i]&proc.PMPresent == 0 {
+					present = false
+				}
+			}
+		}
+	}
+	return addrs, present, nil
+}
+
+// keepShadow decides, in the stop of a boundary that closes an interval
+// recorded against sh (its diverged pages at the start: div), whether sh
+// serves the next interval too, and if so reads the diverged pages' content
+// now. It returns nil, and why, for a shadow to be forked again.
+func (s *session) keepShadow(snap *pageSnapshot, sh *shadow) (*diverged, string) {
+	if why, _ := s.roomShort(); why != "" {
+		return nil, "memory cgroup short of room"
+	}
+	addrs, present, err := divergedPages(snap, sh)
+	switch {
+	case err != nil:
+		return nil, err.Error()
+	case !present:
+		return nil, "a diverged page is not in memory"
+	case len(addrs) > keptShadowPages:
+		return nil, fmt.Sprintf("%d diverged pages", len(addrs))
+	}
+	d := &diverged{addrs: addrs, content: s.divergedBuf(len(addrs))}
+	if err := proc.ReadPages(s.pid, addrs, d.content); err != nil {
+		return nil, err.Error()
+	}
+	return d, ""
+}
+
+// divergedBuf returns a buffer for n pages, from two that take turns: the
+// content read at the last boundary is still needed by the save of the
+// interval it started, and the one before it by nothing.
+func (s *session) divergedBuf(n int) []byte {
+	s.divTurn ^= 1
+	b := s.divBufs[s.divTurn]
+	if cap(b) < n*format.PageSize {
+		b = make([]byte, n*format.PageSize, (n+n/4)*format.PageSize)
+		s.divBufs[s.divTurn] = b
+	}
+	return b[:n*format.PageSize]
+}
+
+// unchanged returns the pages of written that div held at the interval
+// start and next holds with the same content at its end: not written.
+func unchanged(written []uint64, div, next *diverged) []uint64 {
+	if div == nil || next == nil {
+		return nil
+	}
+	var same []uint64
+	for _, a := range written {
+		if was, now := div.find(a), next.find(a); was != nil && now != nil && bytes.Equal(was, now) {
+			same = append(same, a)
+		}
+	}
+	return same
+}
+
+// addrsOrNil returns d's pages, none for a nil d.
+func (d *diverged) addrsOrNil() []uint64 {
+	if d == nil {
+		return nil
+	}
+	return d.addrs
+}
