@@ -39,8 +39,9 @@ type diverged struct {
 
 // keptShadowPages bounds the pages a kept shadow's boundary reads in the
 // stop (1-3 ms per 1,000 pages here) and that tprec holds twice (this
-// interval's and the last one's): 16 MiB each. Tests set it to 0 to have a
-// shadow forked at every boundary.
+// interval's and the last one's): 16 MiB each, and at most a quarter of
+// --max-memory. Tests set it to 0 to have a shadow forked at every
+// boundary.
 var keptShadowPages = 4096
 
 // find returns addr's content at the interval start, or nil.
@@ -95,7 +96,7 @@ func (s *session) keepShadow(snap *pageSnapshot, sh *shadow) (*diverged, string)
 		return nil, err.Error()
 	case !present:
 		return nil, "a diverged page is not in memory"
-	case len(addrs) > keptShadowPages:
+	case len(addrs) > min(keptShadowPages, int(s.o.MaxMemory/4/format.PageSize)):
 		return nil, fmt.Sprintf("%d diverged pages", len(addrs))
 	}
 	d := &diverged{addrs: addrs, content: s.divergedBuf(len(addrs))}
@@ -114,6 +115,7 @@ func (s *session) divergedBuf(n int) []byte {
 	if cap(b) < n*format.PageSize {
 		b = make([]byte, n*format.PageSize, (n+n/4)*format.PageSize)
 		s.divBufs[s.divTurn] = b
+		keptMemory(int64(cap(s.divBufs[0]) + cap(s.divBufs[1])))
 	}
 	return b[:n*format.PageSize]
 }

@@ -7,11 +7,12 @@ import (
 )
 
 // memLimit is the Go memory limit tprec runs under (main sets it from
-// --max-memory), what the checkpoints being finished add to it (extra), and
-// what the interval being recorded is expected to hold (recording).
+// --max-memory), what the checkpoints being finished add to it (extra),
+// what the interval being recorded is expected to hold (recording), and the
+// copies of a kept shadow's diverged pages (kept, kept.go).
 var memLimit struct {
 	sync.Mutex
-	base, extra, recording int64
+	base, extra, recording, kept int64
 	set                    bool // base was read from the runtime
 	assembling, gcPercent  int  // dumps assembling; GOGC before the first
 }
@@ -26,7 +27,7 @@ func applyLimit() bool {
 		}
 		memLimit.base, memLimit.set = cur, true
 	}
-	debug.SetMemoryLimit(memLimit.base + memLimit.extra + memLimit.recording)
+	debug.SetMemoryLimit(memLimit.base + memLimit.extra + memLimit.recording + memLimit.kept)
 	return true
 }
 
@@ -90,5 +91,14 @@ func recordingMemory(n int64) {
 	memLimit.Lock()
 	defer memLimit.Unlock()
 	memLimit.recording = n
+	applyLimit()
+}
+
+// keptMemory raises the Go memory limit, if one is set, by the n bytes of
+// the buffers that hold a kept shadow's diverged pages.
+func keptMemory(n int64) {
+	memLimit.Lock()
+	defer memLimit.Unlock()
+	memLimit.kept = n
 	applyLimit()
 }
