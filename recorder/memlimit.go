@@ -13,8 +13,8 @@ import (
 var memLimit struct {
 	sync.Mutex
 	base, extra, recording, kept int64
-	set                    bool // base was read from the runtime
-	assembling, gcPercent  int  // dumps assembling; GOGC before the first
+	set                          bool // base was read from the runtime
+	assembling, gcPercent        int  // dumps assembling; GOGC before the first
 }
 
 // applyLimit sets the Go memory limit from memLimit; it must be held.
