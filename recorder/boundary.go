@@ -636,6 +636,10 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 		if same := unchanged(written, div, next); len(same) > 0 {
 			written = withoutPages(written, same)
 		}
+		s.divSeen, s.divChanged = 0, 0
+		if div != nil && next != nil {
+			s.divSeen, s.divChanged = len(div.addrs), countIn(div.addrs, written)
+		}
 	}
 	var buf []byte
 	read := func() {

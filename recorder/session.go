@@ -172,8 +172,12 @@ type session struct {
 	kept    *shadow
 	divBufs [2][]byte
 	divTurn int
-	vforks  vforkCaptures // what vfork children wrote into the target (vfork.go)
-	zombie  int           // killed shadow the target still has to reap
+	// divSeen, divChanged: a kept shadow's diverged pages at the start of
+	// the last interval saved, and how many of them it changed (0, 0 after
+	// an interval with a new shadow).
+	divSeen, divChanged int
+	vforks              vforkCaptures // what vfork children wrote into the target (vfork.go)
+	zombie              int           // killed shadow the target still has to reap
 	// deferred is work a boundary leaves for after the target resumes
 	// (runDeferred): saving the closed interval's originals.
 	deferred []func()
