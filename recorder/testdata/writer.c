@@ -1,7 +1,8 @@
-/* Writes every page of a private anonymous buffer, and reads a file into
- * another (the kernel writes those pages: faults in kernel mode), over and
- * over for 1.5 s, so that every recording interval sees the same written
- * set through page faults and through /proc/PID/pagemap. */
+/* Writes every page of a private anonymous buffer, and reads /dev/urandom
+ * into another (the kernel writes those pages: faults in kernel mode), over
+ * and over for 1.5 s, so that every recording interval sees the same
+ * written set through page faults and through /proc/PID/pagemap, and
+ * every page changes in every interval. */
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +20,7 @@ int main(void)
 		return 1;
 	memset(a, 1, PAGES * 4096);
 	memset(b, 1, PAGES * 4096);
-	int fd = open("/dev/zero", O_RDONLY);
+	int fd = open("/dev/urandom", O_RDONLY);
 	struct timespec t0, now;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (unsigned n = 0;; n++) {
@@ -28,7 +29,7 @@ int main(void)
 			return 0;
 		for (int i = 0; i < PAGES; i++)
 			a[i * 4096] = (char)n;
-		if (pread(fd, b, PAGES * 4096, 0) < 0)
+		if (read(fd, b, PAGES * 4096) <= 0)
 			return 2;
 		struct timespec ts = {0, 20 * 1000 * 1000};
 		nanosleep(&ts, NULL);
