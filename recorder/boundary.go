@@ -561,6 +561,7 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 	if err != nil {
 		return snap, fail(err)
 	}
+	diverging := written // before the rules below change it: keepShadow
 	// A shadow kept from an earlier interval (kept.go): the pages it no
 	// longer shared at the start held what was read then, not zeros; one
 	// that is now in neither process was dropped during the interval.
@@ -592,7 +593,7 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 	var next *diverged
 	if later {
 		var why string
-		if next, why = s.keepShadow(snap, sh); next != nil {
+		if next, why = s.keepShadow(snap, sh, diverging, slices.Equal(iv.meta.Maps, snap.maps)); next != nil {
 			keep = true
 			clk.mark(fmt.Sprintf("shadow kept (%d diverged pages read)", len(next.addrs)))
 		} else {
@@ -909,6 +910,16 @@ func (s *session) readSnapshotOf(maps []format.Mapping, keep func(format.Mapping
 		snap.ents[i] = e
 	}
 	return snap, nil
+}
+
+// entry returns the entry of the page at addr, false where the snapshot has
+// no mapping or no entries.
+func (p *pageSnapshot) entry(addr uint64) (uint64, bool) {
+	i := sort.Search(len(p.maps), func(i int) bool { return p.maps[i].End > addr })
+	if i == len(p.maps) || p.maps[i].Start > addr || p.ents[i] == nil {
+		return 0, false
+	}
+	return p.ents[i][(addr-p.maps[i].Start)/format.PageSize], true
 }
 
 // rangeOf returns the entries of [start, end), zero (not present) where the

@@ -86,24 +86,42 @@ func divergedPages(snap *pageSnapshot, sh *shadow) (addrs []uint64, present bool
 }
 
 // keepShadow decides, in the stop of a boundary that closes an interval
-// recorded against sh (its diverged pages at the start: div), whether sh
-// serves the next interval too, and if so reads the diverged pages' content
-// now. It returns nil, and why, for a shadow to be forked again.
-func (s *session) keepShadow(snap *pageSnapshot, sh *shadow) (*diverged, string) {
+// recorded against sh, whether sh serves the next interval too, and if so
+// reads the diverged pages' content now. It returns nil, and why, for a
+// shadow to be forked again. written is what the close found diverged over
+// the closing interval's mappings (writtenAndFresh); when the mappings are
+// the same now (same), those are the pages, without a second look at the
+// shadow's pagemap.
+func (s *session) keepShadow(snap *pageSnapshot, sh *shadow, written []uint64, same bool) (*diverged, string) {
 	if why, _ := s.roomShort(); why != "" {
 		return nil, "memory cgroup short of room"
 	}
-	if s.divSeen > 0 && 2*s.divChanged < s.divSeen {
-		return nil, fmt.Sprintf("%d of %d diverged pages changed in the last interval", s.divChanged, s.divSeen)
+	limit := min(keptShadowPages, int(s.o.MaxMemory/4/format.PageSize))
+	if len(written) > limit {
+		return nil, fmt.Sprintf("%d pages written", len(written))
 	}
-	addrs, present, err := divergedPages(snap, sh)
+	var addrs []uint64
+	present, err := true, error(nil)
+	if same {
+		addrs = slices.Clone(written) // the close goes on changing its list
+		for _, a := range addrs {
+			if e, ok := snap.entry(a); !ok || e&proc.PMPresent == 0 {
+				present = false
+				break
+			}
+		}
+	} else {
+		addrs, present, err = divergedPages(snap, sh)
+	}
 	switch {
 	case err != nil:
 		return nil, err.Error()
 	case !present:
 		return nil, "a diverged page is not in memory"
-	case len(addrs) > min(keptShadowPages, int(s.o.MaxMemory/4/format.PageSize)):
+	case len(addrs) > limit:
 		return nil, fmt.Sprintf("%d diverged pages", len(addrs))
+	case s.divSeen > 0 && 2*s.divChanged < s.divSeen:
+		return nil, fmt.Sprintf("%d of %d diverged pages changed in the last interval", s.divChanged, s.divSeen)
 	}
 	d := &diverged{addrs: addrs, content: s.divergedBuf(len(addrs))}
 	if err := proc.ReadPages(s.pid, addrs, d.content); err != nil {

@@ -305,7 +305,7 @@ func TestKeptShadowOriginals(t *testing.T) {
 	forBackends(t, func(t *testing.T, backend string) {
 		target, out, done := startTarget(t, cc(t, "testdata/keptshadow.c", t.TempDir()))
 		waitReady(t, out)
-		ck, stderr := crashWith(t, target, done, 2500*time.Millisecond,
+		ck, stderr := crashWith(t, target, done, 2800*time.Millisecond,
 			func(pid int) error { return syscall.Kill(pid, syscall.SIGSEGV) }, "--backend", backend, "--all-starts")
 		kept, refork := strings.Count(stderr, "shadow kept ("), strings.Count(stderr, "shadow not kept: a diverged page is not in memory")
 		if kept < 3 || refork == 0 {
