@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/tprec/tprec/format"
+	"github.com/tprec/tprec/internal/parallel"
 	"github.com/tprec/tprec/proc"
 )
 
@@ -123,8 +124,15 @@ func (s *session) keepShadow(snap *pageSnapshot, sh *shadow, written []uint64, s
 	case s.divSeen > 0 && 2*s.divChanged < s.divSeen:
 		return nil, fmt.Sprintf("%d of %d diverged pages changed in the last interval", s.divChanged, s.divSeen)
 	}
+	// In parts on every CPU: a redis-server's 2,500 pages, scattered
+	// over its heap, took 2.4-3.4 ms in one piece and 1.6-2.0 ms in two
+	// (by hand).
 	d := &diverged{addrs: addrs, content: s.divergedBuf(len(addrs))}
-	if err := proc.ReadPages(s.pid, addrs, d.content); err != nil {
+	const part = 512
+	if err := parallel.Each((len(addrs)+part-1)/part, func(i int) error {
+		lo, hi := i*part, min((i+1)*part, len(addrs))
+		return proc.ReadPages(s.pid, addrs[lo:hi], d.content[lo*format.PageSize:hi*format.PageSize])
+	}); err != nil {
 		return nil, err.Error()
 	}
 	return d, ""
