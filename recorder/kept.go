@@ -60,30 +60,15 @@ func (d *diverged) find(addr uint64) []byte {
 	return d.content[i*format.PageSize : (i+1)*format.PageSize]
 }
 
-// divergedPages lists the pages of the target's private mappings in snap
-// that do not share their frame with sh (the rule of writtenAndFresh), and
-// whether all of them are in memory in the target.
-func divergedPages(snap *pageSnapshot, sh *shadow) (addrs []uint64, present bool, err error) {
-	present = true
-	for _, m := range snap.maps {
-		if m.Shared || proc.Special(m) || m.Path == "[vdso]" {
-			continue
-		}
-		t := snap.rangeOf(m.Start, m.End)
-		shEnts, err := sh.pm.Range(m.Start, m.End)
-		if err != nil {
-			return nil, false, err
-		}
-		for i := range t {
-			if pageWritten(t[i], shEnts[i]) {
-				addrs = append(addrs, m.Start+uint64(i)*format.PageSize)
-				if t[i]&proc.PMPresent == 0 {
-					present = false
-				}
-			}
+// allPresent reports whether every page of addrs is in memory in the
+// target, by snap.
+func allPresent(snap *pageSnapshot, addrs []uint64) bool {
+	for _, a := range addrs {
+		if e, ok := snap.entry(a); !ok || e&proc.PMPresent == 0 {
+			return false
 		}
 	}
-	return addrs, present, nil
+	return true
 }
 
 // keepShadow decides, in the stop of a boundary that closes an interval
@@ -101,23 +86,16 @@ func (s *session) keepShadow(snap *pageSnapshot, sh *shadow, written []uint64, s
 	if len(written) > limit {
 		return nil, fmt.Sprintf("%d pages written", len(written))
 	}
-	var addrs []uint64
-	present, err := true, error(nil)
-	if same {
-		addrs = slices.Clone(written) // the close goes on changing its list
-		for _, a := range addrs {
-			if e, ok := snap.entry(a); !ok || e&proc.PMPresent == 0 {
-				present = false
-				break
-			}
+	addrs := written
+	if !same {
+		var err error
+		if addrs, _, err = s.writtenAndFresh(snap.maps, snap, sh); err != nil {
+			return nil, err.Error()
 		}
-	} else {
-		addrs, present, err = divergedPages(snap, sh)
 	}
+	addrs = slices.Clone(addrs) // the close goes on changing its list
 	switch {
-	case err != nil:
-		return nil, err.Error()
-	case !present:
+	case !allPresent(snap, addrs):
 		return nil, "a diverged page is not in memory"
 	case len(addrs) > limit:
 		return nil, fmt.Sprintf("%d diverged pages", len(addrs))
