@@ -106,21 +106,34 @@ func ThreadNames(pid int) []format.ThreadName {
 // "dc" flag of /proc/PID/smaps), adjacent ones merged: a fork's child does
 // not get them. V8 (node) marks its heap so.
 func DontForkRanges(pid int) ([][2]uint64, error) {
+	return FlagRanges(pid, "dc")
+}
+
+// WipeOnForkRanges lists the ranges of pid's memory that a fork's child
+// gets as zeros ("wf": MADV_WIPEONFORK, and MAP_DROPPABLE mappings, where
+// glibc 2.41 keeps the vDSO getrandom's state), adjacent ones merged.
+func WipeOnForkRanges(pid int) ([][2]uint64, error) {
+	return FlagRanges(pid, "wf")
+}
+
+// FlagRanges lists the ranges of pid's mappings whose VmFlags in
+// /proc/PID/smaps have flag, adjacent ones merged.
+func FlagRanges(pid int, flag string) ([][2]uint64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
 	if err != nil {
 		return nil, fmt.Errorf("read smaps: %w", err)
 	}
-	return parseDontFork(b), nil
+	return parseFlagRanges(b, flag), nil
 }
 
-// parseDontFork parses /proc/PID/smaps for DontForkRanges.
-func parseDontFork(b []byte) [][2]uint64 {
+// parseFlagRanges parses /proc/PID/smaps for FlagRanges.
+func parseFlagRanges(b []byte, flag string) [][2]uint64 {
 	var out [][2]uint64
 	var lo, hi uint64
 	for _, line := range bytes.Split(b, []byte("\n")) {
 		if rest, ok := bytes.CutPrefix(line, []byte("VmFlags:")); ok {
 			for _, f := range bytes.Fields(rest) {
-				if string(f) != "dc" || hi <= lo {
+				if string(f) != flag || hi <= lo {
 					continue
 				}
 				if n := len(out); n > 0 && out[n-1][1] == lo {

@@ -35,7 +35,10 @@ import (
 // madvise(MADV_DONTNEED) or swapped out: its start content is then
 // neither the shadow's nor one read without faulting it in), when the
 // target's memory cgroup is short of room, and at every boundary of a
-// dump.
+// dump. A page of a wipe-on-fork mapping (MADV_WIPEONFORK, MAP_DROPPABLE)
+// is never a diverged page: a fork, the dump's shadow too, gets it as
+// zeros, so its originals stay the zeros of a fresh page, as with a shadow
+// forked at every boundary (TestVDSOGetrandom: glibc's getrandom state).
 type diverged struct {
 	addrs   []uint64 // ascending
 	content []byte   // content[i*PageSize:] is addrs[i]'s
@@ -94,6 +97,18 @@ func (s *session) keepShadow(snap *pageSnapshot, sh *shadow, written []uint64, s
 		}
 	}
 	addrs = slices.Clone(addrs) // the close goes on changing its list
+	// A fork's child gets a wipe-on-fork page as zeros, so the dump's
+	// final content of one is zeros too (its dump shadow is a fork), and
+	// the originals must be what a shadow forked at the interval start
+	// gives: zeros, as a fresh page. It stays out of the diverged pages.
+	if !slices.Equal(snap.maps, s.wfMaps) {
+		wf, err := proc.WipeOnForkRanges(s.pid)
+		if err != nil {
+			return nil, err.Error()
+		}
+		s.wf, s.wfMaps = wf, snap.maps
+	}
+	addrs = outsideRanges(addrs, s.wf)
 	switch {
 	case !allPresent(snap, addrs):
 		return nil, "a diverged page is not in memory"
@@ -128,6 +143,26 @@ func (s *session) divergedBuf(n int) []byte {
 		keptMemory(int64(cap(s.divBufs[0]) + cap(s.divBufs[1])))
 	}
 	return b[:n*format.PageSize]
+}
+
+// outsideRanges returns the pages of addrs (ascending) outside the ranges
+// rs (ascending, disjoint).
+func outsideRanges(addrs []uint64, rs [][2]uint64) []uint64 {
+	if len(rs) == 0 {
+		return addrs
+	}
+	out := addrs[:0]
+	j := 0
+	for _, a := range addrs {
+		for j < len(rs) && rs[j][1] <= a {
+			j++
+		}
+		if j < len(rs) && rs[j][0] <= a {
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
 }
 
 // countIn returns how many pages of a are in b (both ascending).

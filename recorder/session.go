@@ -176,8 +176,12 @@ type session struct {
 	// the last interval saved, and how many of them it changed (0, 0 after
 	// an interval with a new shadow).
 	divSeen, divChanged int
-	vforks              vforkCaptures // what vfork children wrote into the target (vfork.go)
-	zombie              int           // killed shadow the target still has to reap
+	// wf: the target's wipe-on-fork ranges when its mappings were wfMaps
+	// (keepShadow).
+	wf     [][2]uint64
+	wfMaps []format.Mapping
+	vforks vforkCaptures // what vfork children wrote into the target (vfork.go)
+	zombie int           // killed shadow the target still has to reap
 	// deferred is work a boundary leaves for after the target resumes
 	// (runDeferred): saving the closed interval's originals.
 	deferred []func()
