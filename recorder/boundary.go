@@ -591,7 +591,7 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 	grown := newPages(iv.meta.Maps, snap)
 	written = withoutPages(written, fresh) // zeros at the start: nothing to read
 	var next *diverged
-	if later {
+	if later && s.o.KeepShadow {
 		var why string
 		if next, why = s.keepShadow(snap, sh, diverging, slices.Equal(iv.meta.Maps, snap.maps)); next != nil {
 			keep = true

@@ -175,10 +175,6 @@ func TestEBPFFaultsAgreeWithPagemap(t *testing.T) {
 	requireKernel(t)
 	for _, kept := range []bool{false, true} {
 		t.Run(map[bool]string{false: "forked", true: "kept"}[kept], func(t *testing.T) {
-			if !kept {
-				defer func(n int) { keptShadowPages = n }(keptShadowPages)
-				keptShadowPages = 0
-			}
 			faultsAgree(t, kept)
 		})
 	}
@@ -202,7 +198,7 @@ func faultsAgree(t *testing.T, kept bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var log strings.Builder
-	err := Record(ctx, Options{Cmd: []string{prog}, Interval: 200 * time.Millisecond, Backend: "ebpf", OutputDir: t.TempDir(), Log: &log}, nil)
+	err := Record(ctx, Options{Cmd: []string{prog}, Interval: 200 * time.Millisecond, Backend: "ebpf", OutputDir: t.TempDir(), Log: &log, KeepShadow: kept}, nil)
 	if err != nil {
 		t.Fatalf("record: %v\n%s", err, log.String())
 	}

@@ -47,9 +47,8 @@ type diverged struct {
 // keptShadowPages bounds the pages a kept shadow's boundary reads in the
 // stop (1-3 ms per 1,000 pages here) and that tprec holds twice (this
 // interval's and the last one's): 16 MiB each, and at most a quarter of
-// --max-memory. Tests set it to 0 to have a shadow forked at every
-// boundary.
-var keptShadowPages = 4096
+// --max-memory.
+const keptShadowPages = 4096
 
 // find returns addr's content at the interval start, or nil.
 func (d *diverged) find(addr uint64) []byte {

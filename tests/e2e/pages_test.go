@@ -306,7 +306,7 @@ func TestKeptShadowOriginals(t *testing.T) {
 		target, out, done := startTarget(t, cc(t, "testdata/keptshadow.c", t.TempDir()))
 		waitReady(t, out)
 		ck, stderr := crashWith(t, target, done, 2800*time.Millisecond,
-			func(pid int) error { return syscall.Kill(pid, syscall.SIGSEGV) }, "--backend", backend, "--all-starts")
+			func(pid int) error { return syscall.Kill(pid, syscall.SIGSEGV) }, "--backend", backend, "--all-starts", "--keep-shadow")
 		kept, refork := strings.Count(stderr, "shadow kept ("), strings.Count(stderr, "shadow not kept: a diverged page is not in memory")
 		if kept < 3 || refork == 0 {
 			t.Fatalf("%d boundaries kept the shadow, %d forked it again for a dropped page; want both:\n%s", kept, refork, stderr)
