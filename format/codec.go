@@ -41,8 +41,9 @@ const (
 	// loader's list of objects (Header.Modules). Version 5.1 stores the
 	// words of page blocks relative to their address (FlagPageWords).
 	// Version 7.1 appends to HEADR the order a replay of several threads
-	// runs them in (Header.Schedule).
-	VersionMinor = 1
+	// runs them in (Header.Schedule). Version 7.2 appends to HEADR where
+	// the recording CPU lays out each XSAVE component (Header.XSave).
+	VersionMinor = 2
 
 	fileHeaderSize    = 16
 	sectionHeaderSize = 16

@@ -17,6 +17,7 @@ const (
 	minSignal     = 8 + 8 + 8 + 4 + regsSize
 	minModule     = 4 + 5*8
 	minThreadName = 8 + 4
+	minXComponent = 1 + 4 + 4
 	indexSize     = 16 + 4 + 4
 	blockSize     = 8 + 4 + 4
 )
@@ -61,6 +62,17 @@ func decodeHeader(d *dec, h *Header) {
 	}
 	if d.remaining() > 0 { // version 7.1
 		h.Schedule = Schedule(d.u8("schedule")) // the replayer refuses one it does not know
+	}
+	if d.remaining() > 0 { // version 7.2
+		if n := d.count("xsave component", minXComponent); n > 0 {
+			h.XSave = make([]XComponent, n)
+			for i := range h.XSave {
+				c := &h.XSave[i]
+				c.Index = d.u8("xsave component number")
+				c.Offset = d.u32("xsave component offset")
+				c.Size = d.u32("xsave component size")
+			}
+		}
 	}
 }
 

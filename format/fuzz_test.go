@@ -15,6 +15,9 @@ func TestWriteSeeds(t *testing.T) {
 	small, store := smallCheckpointV6()
 	small7, _ := smallCheckpointV6()
 	small.Header.Schedule = ScheduleLate // version 7.1
+	small71, _ := smallCheckpointV6()
+	small71.Header.Schedule = ScheduleLate
+	small.Header.XSave = []XComponent{{2, 576, 256}, {5, 832, 64}, {6, 896, 512}, {7, 1408, 1024}} // version 7.2
 	small5, _ := smallCheckpointV5()
 	old, _ := smallCheckpoint()
 	old = legacy(old)
@@ -37,15 +40,19 @@ func TestWriteSeeds(t *testing.T) {
 	// small-5.1.tpc by version 5.1 (repeats of the compared record's
 	// outputs), small-6.0.tpc by version 6.0 (the last outputs by number
 	// kept in the slot of another key, smallCheckpointV6), small-7.0.tpc by
-	// version 7.0 (no thread schedule); they are never
+	// version 7.0 (no thread schedule), small-7.1.tpc by version 7.1 (no
+	// XSAVE layout); they are never
 	// rewritten: files of those versions must
 	// stay readable.
-	frozen := map[string]bool{"small-1.0.tpc": true, "small-2.0.tpc": true, "small-2.1.tpc": true, "small-3.0.tpc": true, "small-3.1.tpc": true, "small-4.0.tpc": true, "small-4.1.tpc": true, "small-4.2.tpc": true, "small-5.0.tpc": true, "small-5.1.tpc": true, "small-6.0.tpc": true, "small-7.0.tpc": true}
+	frozen := map[string]bool{"small-1.0.tpc": true, "small-2.0.tpc": true, "small-2.1.tpc": true, "small-3.0.tpc": true, "small-3.1.tpc": true, "small-4.0.tpc": true, "small-4.1.tpc": true, "small-4.2.tpc": true, "small-5.0.tpc": true, "small-5.1.tpc": true, "small-6.0.tpc": true, "small-7.0.tpc": true, "small-7.1.tpc": true}
 	for name := range frozen {
-		if name == "small-5.0.tpc" || name == "small-5.1.tpc" || name == "small-6.0.tpc" || name == "small-7.0.tpc" {
+		if name == "small-5.0.tpc" || name == "small-5.1.tpc" || name == "small-6.0.tpc" || name == "small-7.0.tpc" || name == "small-7.1.tpc" {
 			c := small5
 			if name == "small-6.0.tpc" || name == "small-7.0.tpc" {
 				c = small7
+			}
+			if name == "small-7.1.tpc" {
+				c = small71
 			}
 			seeds = append(seeds, struct {
 				name  string

@@ -79,6 +79,22 @@ type Header struct {
 	// their code between calls, the one the dump's trial replay verified
 	// (version 7.1; ScheduleEager in older files).
 	Schedule Schedule
+	// XSave is where the recording CPU puts each XSAVE component beyond
+	// x87 and SSE in the standard layout of the images the file holds
+	// (Thread.XState...), from CPUID leaf 0xD (version 7.2; empty in older
+	// files). CPUs differ there: an AMD CPU with AVX-512 puts the opmask
+	// registers at byte 832, an Intel one at 1088, so a replay on the
+	// other kind moves each component to its own offset.
+	XSave []XComponent
+}
+
+// XComponent is one XSAVE state component of the recording CPU: its number
+// (2 AVX, 5 opmask, 6 ZMM_Hi256, 7 Hi16_ZMM, 9 PKRU...), and its offset and
+// size in bytes in a standard-format image.
+type XComponent struct {
+	Index  uint8
+	Offset uint32
+	Size   uint32
 }
 
 // Schedule is the order in which a replay of several threads runs each

@@ -229,7 +229,13 @@ func encodeHeader(h *Header) []byte {
 		e.int(t.Tid)
 		e.str(t.Name)
 	}
-	e.u8(uint8(h.Schedule)) // version 7.1
+	e.u8(uint8(h.Schedule))     // version 7.1
+	e.u32(uint32(len(h.XSave))) // version 7.2
+	for _, c := range h.XSave {
+		e.u8(c.Index)
+		e.u32(c.Offset)
+		e.u32(c.Size)
+	}
 	return e.b
 }
 

@@ -94,9 +94,10 @@ func GetXState(tid int) ([]byte, error) {
 }
 
 // SetXState writes an XSAVE image taken by GetXState, on this machine or
-// another: the image is first fitted to what this kernel takes for the
-// thread (fitXState).
-func SetXState(tid int, x []byte) error {
+// another whose CPU lays it out as from says (nil: unknown, as in a file
+// older than the layout's record): the image is first fitted to what this
+// kernel takes for the thread (fitXState).
+func SetXState(tid int, x []byte, from *XSaveLayout) error {
 	if len(x) == 0 {
 		return nil
 	}
@@ -104,7 +105,7 @@ func SetXState(tid int, x []byte) error {
 	if err != nil {
 		return fmt.Errorf("write xstate of %d: %w", tid, err)
 	}
-	b := fitXState(x, local)
+	b := fitXState(x, local, from, LocalXSaveLayout(XSaveMask(local)))
 	if &b[0] == &x[0] {
 		b = append([]byte(nil), x...)
 	}

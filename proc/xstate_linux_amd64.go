@@ -3,6 +3,8 @@ package proc
 import (
 	"encoding/binary"
 	"slices"
+
+	"github.com/tprec/tprec/format"
 )
 
 // cpuid executes the CPUID instruction (cpuid_amd64.s).
@@ -24,6 +26,48 @@ const (
 	xsaveLegacyBV = 3   // x87 and SSE, in the legacy area
 )
 
+// XSaveLayout is where a CPU puts each XSAVE component beyond x87 and SSE
+// in a standard-format image: Offset and Size by component number (0 for
+// one it does not have). CPUs differ: an Intel CPU with AVX-512 puts the
+// opmask registers at byte 1088, behind the room of MPX's components, an
+// AMD one at 832 (CI met both kinds of machine).
+type XSaveLayout [64]struct{ Offset, Size uint32 }
+
+// LocalXSaveLayout is this CPU's layout, for the components this kernel
+// saves for user space (mask, an image's feature mask at xsaveUserMask).
+func LocalXSaveLayout(mask uint64) XSaveLayout {
+	var l XSaveLayout
+	for i := 2; i < 64; i++ {
+		if mask&(1<<i) != 0 {
+			eax, ebx, _, _ := cpuid(0xd, uint32(i))
+			l[i].Offset, l[i].Size = ebx, eax
+		}
+	}
+	return l
+}
+
+// XSaveComponents is this CPU's layout of the components of mask, for a
+// checkpoint's header (format.Header.XSave).
+func XSaveComponents(mask uint64) []format.XComponent {
+	l := LocalXSaveLayout(mask)
+	var cs []format.XComponent
+	for i, c := range l {
+		if c.Size != 0 {
+			cs = append(cs, format.XComponent{Index: uint8(i), Offset: c.Offset, Size: c.Size})
+		}
+	}
+	return cs
+}
+
+// XSaveMask is the feature mask an image holds (what its kernel saves for
+// user space), 0 for an image too short to have one.
+func XSaveMask(x []byte) uint64 {
+	if len(x) < xsaveMin {
+		return 0
+	}
+	return binary.LittleEndian.Uint64(x[xsaveUserMask:])
+}
+
 // xsaveComponent returns where component i lies in a standard-format image
 // on this CPU (offset and size 0 when the CPU has no such component).
 func xsaveComponent(i int) (off, size int) {
@@ -37,48 +81,62 @@ func xsaveComponent(i int) (off, size int) {
 // another machine than the one that recorded it: an image of 2,688 bytes
 // from a CPU with AVX-512 cannot be written as is where the kernel wants
 // 11,008 (PTRACE_SETREGSET fails with EFAULT), nor one holding a component
-// this CPU lacks (EINVAL). The x87/SSE area is copied, then every
-// component the image has in use and this CPU saves too, at the offset
-// this CPU gives it when the image is laid out the same way (the end of
-// its last component, by this CPU's offsets, is its size; with components
-// this CPU lacks, the shared ones fit in it), else AVX alone, which lies
-// at the same place on every CPU (AMD's CPUs with AVX-512 put its
-// components elsewhere than Intel's). What cannot be carried over
-// stays in its initial state: the replay CPU was already checked to have
-// every instruction-set extension of the recording one (replayer.CheckCPU),
-// so this is state such as the protection-key register of a CPU with
-// protection keys, and a register that mattered shows as a divergence.
-func fitXState(x, local []byte) []byte {
+// this CPU lacks (EINVAL), and an AMD CPU puts AVX-512's components
+// elsewhere than an Intel one. The x87/SSE area is copied, then every
+// component the image has in use and this CPU saves too, moved from where
+// from (the recording CPU's layout) puts it to where here (this CPU's)
+// does. Without from (a file older than the layout's record), the image is
+// taken to be laid out as here when the end of its last component by
+// here's offsets is its size (with components this CPU lacks, the shared
+// ones fit in it); else only AVX, which lies at the same place on every
+// CPU, is carried. What cannot be carried over stays in its initial state:
+// the replay CPU was already checked to have every instruction-set
+// extension of the recording one (replayer.CheckCPU), so this is state
+// such as the protection-key register of a CPU with protection keys, and a
+// register that mattered shows as a divergence.
+func fitXState(x, local []byte, from *XSaveLayout, here XSaveLayout) []byte {
 	le := binary.LittleEndian
 	if len(x) < xsaveMin || len(local) < xsaveMin {
 		return x
 	}
-	recMask, here := le.Uint64(x[xsaveUserMask:]), le.Uint64(local[xsaveUserMask:])
-	if len(x) == len(local) && recMask == here {
+	recMask, hereMask := le.Uint64(x[xsaveUserMask:]), le.Uint64(local[xsaveUserMask:])
+	if len(x) == len(local) && recMask == hereMask && (from == nil || sameLayout(*from, here, recMask)) {
 		return x
 	}
 	bv := le.Uint64(x[xsaveBV:])
-	sameLayout := false
-	if rec := recMask | bv; rec&^here == 0 {
-		sameLayout = recMask != 0 && layoutEnd(rec) == len(x)
-	} else {
-		// Components this CPU lacks have no offset here: the image must at
-		// least hold the shared ones where this CPU puts them.
-		end := layoutEnd(rec & here)
-		sameLayout = recMask != 0 && end > 0 && end <= len(x)
+	src := from
+	if src == nil {
+		src = &here
+		if rec := recMask | bv; rec&^hereMask == 0 {
+			if recMask == 0 || layoutEnd(here, rec) != len(x) {
+				src = nil
+			}
+		} else if end := layoutEnd(here, rec&hereMask); recMask == 0 || end == 0 || end > len(x) {
+			// Components this CPU lacks have no offset here: the image
+			// must at least hold the shared ones where this CPU puts them.
+			src = nil
+		}
 	}
 	out := slices.Clone(local)
 	copy(out[:xsaveUserMask], x[:xsaveUserMask])
 	kept := bv & xsaveLegacyBV
 	for i := 2; i < 63; i++ {
-		if bv&(1<<i) == 0 || here&(1<<i) == 0 || (!sameLayout && i != 2) {
+		if bv&(1<<i) == 0 || hereMask&(1<<i) == 0 {
 			continue
 		}
-		off, size := xsaveComponent(i)
-		if size == 0 || off < xsaveMin || off+size > len(x) || off+size > len(out) {
+		to := here[i]
+		at := to // AVX: 576 on every CPU
+		if src != nil {
+			at = src[i]
+		} else if i != 2 {
 			continue
 		}
-		copy(out[off:off+size], x[off:off+size])
+		size := int(to.Size)
+		if size == 0 || int(at.Size) != size || int(to.Offset) < xsaveMin || int(at.Offset) < xsaveMin ||
+			int(at.Offset)+size > len(x) || int(to.Offset)+size > len(out) {
+			continue
+		}
+		copy(out[to.Offset:int(to.Offset)+size], x[at.Offset:int(at.Offset)+size])
 		kept |= 1 << i
 	}
 	le.PutUint64(out[xsaveBV:], kept)
@@ -86,19 +144,29 @@ func fitXState(x, local []byte) []byte {
 	return out
 }
 
-// layoutEnd is where the last of the components in mask ends, by this CPU's
-// offsets (0 when this CPU has no offset for one of them).
-func layoutEnd(mask uint64) int {
+// sameLayout reports whether a and b put every component of mask at the
+// same place.
+func sameLayout(a, b XSaveLayout, mask uint64) bool {
+	for i := 2; i < 64; i++ {
+		if mask&(1<<i) != 0 && a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// layoutEnd is where the last of the components in mask ends, by l's
+// offsets (0 when l has no offset for one of them).
+func layoutEnd(l XSaveLayout, mask uint64) int {
 	end := xsaveMin
 	for i := 2; i < 63; i++ {
 		if mask&(1<<i) == 0 {
 			continue
 		}
-		off, size := xsaveComponent(i)
-		if size == 0 {
+		if l[i].Size == 0 {
 			return 0
 		}
-		end = max(end, off+size)
+		end = max(end, int(l[i].Offset+l[i].Size))
 	}
 	return end
 }

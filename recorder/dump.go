@@ -223,6 +223,7 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 	clk.mark("unions")
 	c := &format.Checkpoint{Header: s.hdr, Final: final, End: end}
 	c.Header.ThreadNames = proc.ThreadNames(s.pid)
+	c.Header.XSave = proc.XSaveComponents(proc.XSaveMask(end.XState))
 	saved := map[format.Hash]*blob{}
 	filePages := map[uint64][]format.PageRef{}
 	fileCache := filePageCache{}

@@ -285,11 +285,12 @@ const (
 // tracer thread.
 type engine struct {
 	c      *format.Checkpoint
-	sched  format.Schedule // the order threads run their code between calls in (threads.go)
-	end    format.EndState // what the replay must reach: c.End, or an interval start (Options.Until)
-	rseqs  []format.Rseq   // left out of the digests (format.DigestPage)
-	peeked map[uint64]bool // lazy pages the end comparison read without serving (peek)
-	until  int             // position in c.Intervals where the replay ends (len when at c.End)
+	sched  format.Schedule   // the order threads run their code between calls in (threads.go)
+	xsave  *proc.XSaveLayout // the recording CPU's XSAVE layout (nil: not in the file)
+	end    format.EndState   // what the replay must reach: c.End, or an interval start (Options.Until)
+	rseqs  []format.Rseq     // left out of the digests (format.DigestPage)
+	peeked map[uint64]bool   // lazy pages the end comparison read without serving (peek)
+	until  int               // position in c.Intervals where the replay ends (len when at c.End)
 	pages  format.PageSource
 	opts   Options
 	k      int           // position of the start interval in c.Intervals
@@ -469,7 +470,7 @@ func prepare(c *format.Checkpoint, pages format.PageSource, opts Options) (*engi
 	if sched > format.ScheduleLate {
 		return nil, fmt.Errorf("checkpoint asks for a thread %v, which this build does not know", sched)
 	}
-	e := &engine{c: c, end: end, until: until, pages: pages, opts: opts, k: k, first: first, thread: thread, brkEnd: heapEnd(c, k), rseqs: rseqs, stopReq: new(atomic.Int32), sched: sched}
+	e := &engine{c: c, end: end, until: until, pages: pages, opts: opts, k: k, first: first, thread: thread, brkEnd: heapEnd(c, k), rseqs: rseqs, stopReq: new(atomic.Int32), sched: sched, xsave: xsaveLayout(c.Header.XSave)}
 	if e.hwbp, e.noHW = HardwareBreakpoints(); !e.hwbp && opts.Verbose {
 		e.logf("the debug registers do not work on this machine (%s): breakpoints are int3, watchpoints single steps", e.noHW)
 	}
@@ -579,6 +580,22 @@ func boundaryEnd(c *format.Checkpoint, k, until int, pages format.PageSource, rs
 		}
 	}
 	return u, end, nil
+}
+
+// xsaveLayout is the recording CPU's XSAVE layout the header gives, nil
+// for a file without one (older than 7.2). A component number the layout
+// cannot hold is left out (a corrupt file: its images keep AVX at most).
+func xsaveLayout(cs []format.XComponent) *proc.XSaveLayout {
+	if len(cs) == 0 {
+		return nil
+	}
+	var l proc.XSaveLayout
+	for _, c := range cs {
+		if int(c.Index) < len(l) {
+			l[c.Index].Offset, l[c.Index].Size = c.Offset, c.Size
+		}
+	}
+	return &l
 }
 
 // heapEnd is where the program's brk area ends at the start of interval k:
@@ -1237,7 +1254,7 @@ func (e *engine) deliver(ev *format.SignalEvent, regs proc.Regs) (proc.Regs, err
 	if err := proc.SetRegs(e.stub.tid, at); err != nil {
 		return regs, fmt.Errorf("deliver %s: %w", name, err)
 	}
-	if err := proc.SetXState(e.stub.tid, h.XState); err != nil {
+	if err := proc.SetXState(e.stub.tid, h.XState, e.xsave); err != nil {
 		return regs, fmt.Errorf("deliver %s: %w", name, err)
 	}
 	if err := proc.SetSigmask(e.stub.tid, h.SigMask); err != nil {
@@ -1312,7 +1329,7 @@ func (e *engine) launch() error {
 	if err := e.installSeccomp(); err != nil {
 		return err
 	}
-	if err := setThreadState(e.stub.tid, e.thread); err != nil {
+	if err := setThreadState(e.stub.tid, e.thread, e.xsave); err != nil {
 		return err
 	}
 	if err := e.makeThreads(); err != nil {

@@ -219,7 +219,7 @@ func (c *engine) copyThreads(e *engine) error {
 		if err != nil {
 			return fmt.Errorf("thread %d: %w", tid, err)
 		}
-		if err := setThreadState(child, st); err != nil {
+		if err := setThreadState(child, st, nil); err != nil {
 			return fmt.Errorf("thread %d: %w", tid, err)
 		}
 		if atEntry {

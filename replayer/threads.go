@@ -318,7 +318,7 @@ func (e *engine) makeThreads() error {
 			return fmt.Errorf("make thread for %d: %w", t.Tid, err)
 		}
 		rt.tid = child
-		if err := setThreadState(child, t); err != nil {
+		if err := setThreadState(child, t, e.xsave); err != nil {
 			return fmt.Errorf("thread %d: %w", t.Tid, err)
 		}
 		if !e.hasCalls(rt) {
@@ -503,7 +503,7 @@ func (e *engine) startThread(rec *format.Syscall, regs proc.Regs) (*rthread, err
 	if flags&unix.CLONE_SETTLS != 0 {
 		t.Regs.FsBase = tls
 	}
-	if err := setThreadState(child, t); err != nil {
+	if err := setThreadState(child, t, nil); err != nil {
 		return nil, fmt.Errorf("thread %d: %w", tid, err)
 	}
 	rt := &rthread{rec: t, tid: child, state: threadFresh}
@@ -623,14 +623,16 @@ func readThreadState(tid int) (format.Thread, error) {
 	return t, nil
 }
 
-// setThreadState gives thread tid of the stub a recorded thread's state.
-func setThreadState(tid int, t format.Thread) error {
+// setThreadState gives thread tid of the stub a thread's state: one
+// recorded on a CPU that lays XSAVE images out as from says, or, with from
+// nil, one readThreadState read here.
+func setThreadState(tid int, t format.Thread, from *proc.XSaveLayout) error {
 	r := t.Regs
 	r.OrigRax = ^uint64(0)
 	if err := proc.SetRegs(tid, r); err != nil {
 		return fmt.Errorf("set registers: %w", err)
 	}
-	if err := proc.SetXState(tid, t.XState); err != nil {
+	if err := proc.SetXState(tid, t.XState, from); err != nil {
 		return err
 	}
 	if err := proc.SetSigmask(tid, t.SigMask); err != nil {
