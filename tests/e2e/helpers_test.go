@@ -312,6 +312,14 @@ func attachAndCrash(t *testing.T, target *exec.Cmd, done chan error, after time.
 // and tprec's stderr.
 func crashWith(t *testing.T, target *exec.Cmd, done chan error, after time.Duration, send func(pid int) error, extra ...string) (string, string) {
 	t.Helper()
+	return crashWithin(t, target, done, after, send, 60*time.Second, extra...)
+}
+
+// crashWithin is crashWith for a dump that may take up to limit: one whose
+// trial replay may spend its whole budget (twice replayer.DefaultTimeout,
+// twice that again without debug registers) and then write every page.
+func crashWithin(t *testing.T, target *exec.Cmd, done chan error, after time.Duration, send func(pid int) error, limit time.Duration, extra ...string) (string, string) {
+	t.Helper()
 	dir := t.TempDir()
 	pid := target.Process.Pid
 	rec := startTprec(t, append([]string{"--pid", fmt.Sprint(pid), "--output", dir}, extra...)...)
@@ -323,7 +331,7 @@ func crashWith(t *testing.T, target *exec.Cmd, done chan error, after time.Durat
 	diesOfSIGSEGV(t, done, func() string {
 		return fmt.Sprintf("its threads:\n%s\ntprec stderr (with its goroutines):\n%s", threadStates(pid), rec.quit())
 	})
-	return rec.oneCheckpoint(t, dir), rec.stderr.String()
+	return rec.oneCheckpointWithin(t, dir, limit), rec.stderr.String()
 }
 
 // diesOfSIGSEGV requires that the target whose end done reports die of
@@ -352,7 +360,14 @@ func diesOf(t *testing.T, done chan error, sig syscall.Signal, limit time.Durati
 // checkpoint into dir, which it returns.
 func (r *recording) oneCheckpoint(t *testing.T, dir string) string {
 	t.Helper()
-	if err := r.wait(t, 60*time.Second); err != nil {
+	return r.oneCheckpointWithin(t, dir, 60*time.Second)
+}
+
+// oneCheckpointWithin is oneCheckpoint for a tprec that may take up to
+// limit to end.
+func (r *recording) oneCheckpointWithin(t *testing.T, dir string, limit time.Duration) string {
+	t.Helper()
+	if err := r.wait(t, limit); err != nil {
 		t.Fatalf("tprec: %v\n%s", err, r.stderr)
 	}
 	t.Logf("tprec:\n%s", r.stderr)

@@ -879,7 +879,11 @@ func TestParallelWorkersRunningAtEnd(t *testing.T) {
 		for attempt := 1; ; attempt++ {
 			target, _, done := startTarget(t, xz, "-T2", "-c", in)
 			time.Sleep(300 * time.Millisecond)
-			ck, log := crashWith(t, target, done, 1500*time.Millisecond, func(pid int) error { return unix.Tgkill(pid, pid, unix.SIGSEGV) }, "--backend", backend)
+			// The retry below needs tprec's end: a trial whose worker
+			// stops at every pass spends its whole budget (2 x 34 s for
+			// this window, twice that without debug registers), then
+			// writes every page. A CI run waited 60 s for it and failed.
+			ck, log := crashWithin(t, target, done, 1500*time.Millisecond, func(pid int) error { return unix.Tgkill(pid, pid, unix.SIGSEGV) }, 200*time.Second, "--backend", backend)
 			if strings.Contains(log, "trial replay failed") {
 				// A worker stopped where no jmp could be placed (none of
 				// 16 recordings on 2026-11-27 since several instructions
