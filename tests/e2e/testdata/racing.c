@@ -14,7 +14,12 @@
 //          before it faults, so the end compares it.
 //   lock:  the other thread spins holding a mutex the main thread then asks
 //          for: in the recording the main thread waits in futex and the
-//          release wakes it, in a replay the mutex is free by then.
+//          release wakes it, in a replay the mutex is free by then. The
+//          main thread sleeps in 1 ms steps until the other one holds the
+//          mutex (a flag it sets): on a busy machine the other thread was
+//          not always running by the end of the first, the main thread
+//          took the mutex first, and the recording had another contention
+//          than the one this is about.
 //   lockspin: as lock, but the main thread spins 0.1 s (no call) between
 //          waking the other thread and asking for the mutex, so that
 //          replay runs the other thread's whole hold at once: the futex
@@ -36,7 +41,7 @@
 static int p1[2], p2[2];
 static int locking, spinning, late;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static volatile int clockv;
+static volatile int clockv, held;
 static struct {
 	volatile int seen;
 	volatile long last;
@@ -47,8 +52,10 @@ static void *other(void *arg) {
 	char c;
 	if (read(p1[0], &c, 1) != 1)
 		return NULL;
-	if (locking)
+	if (locking) {
 		pthread_mutex_lock(&lock);
+		held = 1;
+	}
 	for (volatile long i = 0; i < 100000000L; i++)
 		;
 	if (locking) {
@@ -94,7 +101,9 @@ int main(int argc, char **argv) {
 		for (volatile long i = 0; i < 50000000L; i++)
 			;
 	else
-		nanosleep(&ms, NULL);
+		do
+			nanosleep(&ms, NULL);
+		while (locking && !held);
 	if (locking) {
 		pthread_mutex_lock(&lock);
 		state.last++;
