@@ -65,8 +65,10 @@ func checkCarried(t *testing.T, got, want []byte, from, here XSaveLayout) {
 	}
 }
 
-func TestXStateFromAnotherCPU(t *testing.T) {
-	rec := recordedXState(t)
+// writeXState writes x, laid out as from says, into a stopped thread, reads
+// it back and hands check what the thread holds, with this CPU's layout.
+func writeXState(t *testing.T, x []byte, from *XSaveLayout, check func(got []byte, here XSaveLayout)) {
+	t.Helper()
 	onStoppedSleeper(t, func(pid int, mem *Mem) error {
 		orig, err := GetXState(pid)
 		if err != nil {
@@ -74,7 +76,7 @@ func TestXStateFromAnotherCPU(t *testing.T) {
 		}
 		here := LocalXSaveLayout(XSaveMask(orig))
 		t.Logf("this kernel's image: %d bytes, mask %#x, opmask at %d", len(orig), XSaveMask(orig), here[5].Offset)
-		if err := SetXState(pid, rec, &intelAVX512); err != nil {
+		if err := SetXState(pid, x, from); err != nil {
 			return err
 		}
 		got, err := GetXState(pid)
@@ -84,8 +86,15 @@ func TestXStateFromAnotherCPU(t *testing.T) {
 		if len(got) != len(orig) {
 			t.Errorf("image of %d bytes after the write, %d before", len(got), len(orig))
 		}
-		checkCarried(t, got, rec, intelAVX512, here)
+		check(got, here)
 		return SetXState(pid, orig, nil)
+	})
+}
+
+func TestXStateFromAnotherCPU(t *testing.T) {
+	rec := recordedXState(t)
+	writeXState(t, rec, &intelAVX512, func(got []byte, here XSaveLayout) {
+		checkCarried(t, got, rec, intelAVX512, here)
 	})
 }
 
@@ -94,27 +103,14 @@ func TestXStateFromAnotherCPU(t *testing.T) {
 // is carried (the test file's, recorded on an Intel CPU, on an AMD one).
 func TestXStateWithoutLayout(t *testing.T) {
 	rec := recordedXState(t)
-	onStoppedSleeper(t, func(pid int, mem *Mem) error {
-		orig, err := GetXState(pid)
-		if err != nil {
-			return err
-		}
-		here := LocalXSaveLayout(XSaveMask(orig))
-		if err := SetXState(pid, rec, nil); err != nil {
-			return err
-		}
-		got, err := GetXState(pid)
-		if err != nil {
-			return err
-		}
+	writeXState(t, rec, nil, func(got []byte, here XSaveLayout) {
 		want := rec
 		if layoutEnd(here, XSaveMask(rec)) != len(rec) {
-			t.Logf("this CPU lays the image out otherwise (opmask at %d): AVX alone is carried", here[5].Offset)
+			t.Logf("this CPU lays the image out otherwise: AVX alone is carried")
 			want = bytes.Clone(rec)
 			binary.LittleEndian.PutUint64(want[xsaveBV:], binary.LittleEndian.Uint64(rec[xsaveBV:])&(xsaveLegacyBV|4))
 		}
 		checkCarried(t, got, want, intelAVX512, here)
-		return SetXState(pid, orig, nil)
 	})
 }
 
