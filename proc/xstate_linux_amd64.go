@@ -68,13 +68,6 @@ func XSaveMask(x []byte) uint64 {
 	return binary.LittleEndian.Uint64(x[xsaveUserMask:])
 }
 
-// xsaveComponent returns where component i lies in a standard-format image
-// on this CPU (offset and size 0 when the CPU has no such component).
-func xsaveComponent(i int) (off, size int) {
-	eax, ebx, _, _ := cpuid(0xd, uint32(i))
-	return int(ebx), int(eax)
-}
-
 // fitXState returns x, an XSAVE image GetXState took on this machine or
 // another, laid out for a thread whose image here is local (same size and
 // feature mask as the kernel expects for it). A checkpoint is replayed on

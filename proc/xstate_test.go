@@ -182,8 +182,8 @@ func TestXStateWithComponentThisCPULacks(t *testing.T) {
 		}
 		bv := le.Uint64(x[xsaveBV:]) | xsaveLegacyBV | 1<<missing
 		if here&4 != 0 {
-			off, size := xsaveComponent(2)
-			for i := off; i < off+size; i++ {
+			avx := LocalXSaveLayout(here)[2]
+			for i := int(avx.Offset); i < int(avx.Offset+avx.Size); i++ {
 				x[i] = byte(3 * i)
 			}
 			bv |= 4
