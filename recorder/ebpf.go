@@ -136,6 +136,8 @@ type openLog struct {
 	delta  uint64 // log sequence number = eBPF sequence number - delta
 	reason string // first reason the interval cannot be replayed
 	mmaps  []int  // positions in calls of file mmaps, resolved at the boundary
+	// dontFork: a call marked a range MADV_DONTFORK (dontForkCall).
+	dontFork bool
 	// memCalls are the positions of every call that mapped, unmapped or
 	// moved memory: what resolveMmaps looks through after a file mmap.
 	memCalls []int
@@ -285,6 +287,9 @@ func (l *openLog) push(rec *format.Syscall, why string, fs uint64, drop bool) {
 	}
 	if format.FileMmap(rec) {
 		l.mmaps = append(l.mmaps, l.calls.len())
+	}
+	if dontForkCall(rec) {
+		l.dontFork = true
 	}
 	if _, n := format.MemoryChanges(rec); n > 0 {
 		l.memCalls = append(l.memCalls, l.calls.len())
@@ -838,6 +843,9 @@ func (e *ebpfSource) sync(s *session) error {
 		l.closeGaps()
 		s.cur.syscalls = l.calls
 		s.cur.pendingMmaps, s.cur.memCalls = l.mmaps, l.memCalls
+		if l.dontFork {
+			s.dontForkDue.Store(true)
+		}
 		if l.reason != "" {
 			s.notReplayable(l.reason)
 		}

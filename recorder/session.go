@@ -140,7 +140,9 @@ type session struct {
 	restartOrig map[int]*proc.SyscallInfo
 	// shadows counts the shadows made; dontFork are the ranges marked
 	// MADV_DONTFORK at the last look while the target was stopped, and
-	// dontForkDue says a look after it resumed found some (allowFork).
+	// dontForkDue says the next shadow must look again in the stop: a look
+	// after it resumed found some, or the log has a madvise marking some
+	// (allowFork).
 	shadows      int
 	stops        uint64       // stops taken (handle): what a stop's cached reads are keyed by
 	seccomp      seccompState // the leader's seccomp filters (seccomp.go)

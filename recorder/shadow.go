@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/proc"
 	"golang.org/x/sys/unix"
 )
@@ -52,11 +53,23 @@ func (s *session) createShadow() (*shadow, error) {
 
 // dontForkEvery: the first shadow looks for ranges marked MADV_DONTFORK
 // while the target is stopped; a process in which none was marked at the
-// last look is looked at again every dontForkEvery shadows, after the
-// target resumes (reading /proc/PID/smaps walks its page tables:
-// milliseconds for a large process, which its stop would pay), and while
-// it is stopped again only when that look found some.
+// last look is looked at again while it is stopped when its syscall log
+// shows a madvise(MADV_DONTFORK) (dontForkCall), and every dontForkEvery
+// shadows after the target resumes, for ranges marked otherwise (a
+// driver's mapping): reading /proc/PID/smaps walks its page tables,
+// milliseconds for a large process, which its stop would pay. A look
+// after it resumed that found some makes the next shadow look in the stop.
 const dontForkEvery = 8
+
+// dontForkCall reports whether rec is a madvise that marked a range
+// MADV_DONTFORK: the next shadow must look for such ranges in the stop.
+// Without it, node launched under tprec (or attached while starting) marks
+// its heap after the first shadow, and the next shadows, up to
+// dontForkEvery of them, had none of it: every original saved there read
+// as zeros and every trial replay of the window crashed in V8's code.
+func dontForkCall(rec *format.Syscall) bool {
+	return rec.Nr == unix.SYS_MADVISE && rec.Ret == 0 && rec.Args[2] == unix.MADV_DONTFORK
+}
 
 // allowFork lets the shadow get the target's ranges marked MADV_DONTFORK,
 // which a fork's child does not get: V8 (node) marks its heap so, and the
@@ -70,12 +83,14 @@ func (s *session) allowFork() ([][2]uint64, error) {
 		if s.shadows%dontForkEvery == 0 {
 			pid := s.pid
 			s.deferred = append(s.deferred, func() {
-				rs, err := proc.DontForkRanges(pid)
-				s.dontForkDue.Store(err == nil && len(rs) > 0)
+				if rs, err := proc.DontForkRanges(pid); err == nil && len(rs) > 0 {
+					s.dontForkDue.Store(true)
+				}
 			})
 		}
 		return nil, nil
 	}
+	s.dontForkDue.Store(false)
 	rs, err := proc.DontForkRanges(s.pid)
 	if err != nil {
 		return nil, err

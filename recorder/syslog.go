@@ -88,6 +88,9 @@ func (s *session) appendSyscall(rec format.Syscall, problem string) {
 		s.notReplayable(why)
 	}
 	s.noteMmap(&rec)
+	if dontForkCall(&rec) {
+		s.dontForkDue.Store(true)
+	}
 	if _, n := format.MemoryChanges(&rec); n > 0 {
 		s.cur.memCalls = append(s.cur.memCalls, s.cur.syscalls.len())
 	}
