@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tprec/tprec/format"
 	"golang.org/x/sys/unix"
 )
 
@@ -116,5 +117,39 @@ func TestStubIsolation(t *testing.T) {
 	}
 	if len(fds) != 0 {
 		t.Errorf("stub holds %d file descriptors", len(fds))
+	}
+}
+
+// The start state of an interval gets, from the mmap's record, the pages of
+// a file mapped before it and still mapped there that it lacks (not present
+// at the boundary), and only those: not over the start state's own, not
+// outside the mapping, not of a mapping unmapped before the start.
+func TestMappedAtStart(t *testing.T) {
+	const base, pg = 0x7f0000000000, 4096
+	h := func(b byte) format.Hash { return format.Hash{b} }
+	mmapRec := func(seq, addr uint64, pages ...format.PageRef) format.Syscall {
+		return format.Syscall{Seq: seq, Nr: unix.SYS_MMAP, Ret: int64(addr), Pages: pages,
+			Args: [6]uint64{0, 2 * pg, unix.PROT_READ, unix.MAP_SHARED, 3, 0}}
+	}
+	c := &format.Checkpoint{
+		Syscalls: []format.Syscall{
+			mmapRec(1, base, format.PageRef{Addr: base, Hash: h(1)}, format.PageRef{Addr: base + pg, Hash: h(2)}),
+			mmapRec(2, base+0x10000, format.PageRef{Addr: base + 0x10000, Hash: h(3)}),
+			{Seq: 3, Nr: unix.SYS_MUNMAP, Args: [6]uint64{base + 0x10000, 2 * pg}},
+			{Seq: 4, Nr: unix.SYS_GETPID},
+			mmapRec(5, base+0x20000, format.PageRef{Addr: base + 0x20000, Hash: h(5)}),
+		},
+		Intervals: []format.Interval{{Index: 0, FirstSeq: 1}, {Index: 1, FirstSeq: 4}},
+	}
+	state := map[uint64]format.Hash{base + pg: h(9)}
+	mappedAtStart(c, 1, state)
+	want := map[uint64]format.Hash{base: h(1), base + pg: h(9)}
+	if fmt.Sprint(state) != fmt.Sprint(want) {
+		t.Fatalf("start state of interval 1: %v, want %v", state, want)
+	}
+	state = map[uint64]format.Hash{}
+	mappedAtStart(c, 0, state)
+	if len(state) != 0 {
+		t.Fatalf("start state of interval 0 (nothing mapped before it): %v", state)
 	}
 }

@@ -1,7 +1,9 @@
 package replayer
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/tprec/tprec/format"
@@ -167,6 +169,7 @@ func (e *engine) rebuild() error {
 	}
 
 	state := e.c.StartState(e.k)
+	mappedAtStart(e.c, e.k, state)
 	regs := regions(e.c, e.k)
 	for _, r := range regs {
 		flags := uint64(unix.MAP_PRIVATE | unix.MAP_ANONYMOUS | unix.MAP_FIXED_NOREPLACE)
@@ -278,6 +281,29 @@ func (e *engine) writePages(addrs []uint64, state map[uint64]format.Hash) error 
 		buf = append(buf, data...)
 	}
 	return flush()
+}
+
+// mappedAtStart adds to state, the start state of interval k, the pages of
+// the files the window mapped before that start and still maps there that
+// state lacks: pages the program had not touched yet at the boundary (not
+// present then), whose content is the file's, in the mmap's record. A
+// replay of the whole window maps them from the record; one from k has
+// them nowhere else. The ptrace backend often began a boundary right after
+// a python3 loop's mmap (opening the mapped file at that stop took the
+// time left), and every replay from there reached the file's first read
+// and reported a touched page not in the checkpoint.
+func mappedAtStart(c *format.Checkpoint, k int, state map[uint64]format.Hash) {
+	for _, m := range format.FileMappedBefore(c.Syscalls, c.Intervals[k].FirstSeq) {
+		i, ok := slices.BinarySearchFunc(c.Syscalls, m.Seq, func(r format.Syscall, seq uint64) int { return cmp.Compare(r.Seq, seq) })
+		if !ok {
+			continue
+		}
+		for _, p := range c.Syscalls[i].Pages {
+			if _, have := state[p.Addr]; !have && p.Addr >= m.Lo && p.Addr < m.Hi {
+				state[p.Addr] = p.Hash
+			}
+		}
+	}
 }
 
 // rebuildLazy leaves every page of the recreated regions inaccessible; the
