@@ -252,8 +252,8 @@ func (s *session) openIntervalFrom(now time.Time, snap *pageSnapshot) error {
 		s.withoutShadow(iv, "shadows killed", "the last ones were killed (out of memory), and tprec waits a few intervals before the next, so as not to call the OOM killer at every interval", "")
 	} else if why := s.shadowNoRoom(); why != "" {
 		s.withoutShadow(iv, "memory cgroup near its limit", why, fmt.Sprintf("no shadow: %s; recording goes on, but an interval without a shadow cannot start a replay; tprec makes one again when there is room", why))
-	} else {
-		sh, err = s.createShadow()
+	} else if sh, err = s.createShadow(); sh != nil {
+		sh.maps = maps
 	}
 	if refused := (cloneRefused{}); errors.As(err, &refused) {
 		s.withoutShadow(iv, "clone refused", refused.Error(), fmt.Sprintf("%v; recording goes on, but an interval without a shadow cannot start a replay; trying again at each boundary", refused))

@@ -84,6 +84,9 @@ func (s *session) keepShadow(snap *pageSnapshot, sh *shadow, written []uint64, s
 	if why, _ := s.roomShort(); why != "" {
 		return nil, "memory cgroup short of room"
 	}
+	if a, ok := filesAsForked(sh.maps, snap.maps); !ok {
+		return nil, fmt.Sprintf("a file was mapped at %#x since the shadow's fork", a)
+	}
 	limit := min(keptShadowPages, int(s.o.MaxMemory/4/format.PageSize))
 	if len(written) > limit {
 		return nil, fmt.Sprintf("%d pages written", len(written))
@@ -128,6 +131,34 @@ func (s *session) keepShadow(snap *pageSnapshot, sh *shadow, written []uint64, s
 		return nil, err.Error()
 	}
 	return d, ""
+}
+
+// filesAsForked reports whether every file mapping of now is backed at
+// every address by what the shadow mapped there when it was forked
+// (forked), and if not the first address where it is not. A page of a file
+// mapped since then that the target had not touched is a diverged page of
+// neither kind (absent in both processes), and its original would be read
+// from the shadow: from nothing (the page left out), or from another file
+// the shadow still maps there. A python3 loop that maps two files in turn
+// at the same address replayed one's bytes where it had read the other's
+// (and a file mapped once lacked the original of every page it read after
+// the boundary). So such a boundary forks a new shadow. Anonymous memory
+// needs no such rule: a page absent in the target reads as zeros from
+// either, and one absent only in the shadow is a diverged page.
+func filesAsForked(forked, now []format.Mapping) (uint64, bool) {
+	for _, m := range now {
+		if m.Inode == 0 {
+			continue
+		}
+		for a := m.Start; a < m.End; {
+			w := mappingAt(forked, a)
+			if w == nil || !sameBacking(*w, m, a) {
+				return a, false
+			}
+			a = min(w.End, m.End)
+		}
+	}
+	return 0, true
 }
 
 // divergedBuf returns a buffer for n pages, from two that take turns: the

@@ -23,6 +23,9 @@ type shadow struct {
 	// the pages that no longer shared their frame with it at this
 	// interval's start, with their content then.
 	div *diverged
+	// maps are the target's mappings when the shadow was forked: its own
+	// (keepShadow compares them with the target's now).
+	maps []format.Mapping
 }
 
 // badStack is the stack pointer the shadow starts with: inside the first page,
