@@ -21,8 +21,7 @@ type Options struct {
 	FullPages   bool // keep every present page instead of the touched ones
 	AllStarts   bool // store the memory at every interval start, not only the first replayable one
 	// KeepShadow: a boundary may keep the interval's shadow for the next
-	// one (kept.go); off unless tprec is told --keep-shadow (a CI run
-	// failed TestPython3MmapAttached/ptrace with it on, not explained).
+	// one (kept.go); tprec sets it unless told --keep-shadow=false.
 	KeepShadow bool
 	// NoClockLog leaves the vDSO's clock reads to the vDSO patch's
 	// syscalls instead of recording them in the process (clocklog.go).

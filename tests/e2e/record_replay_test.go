@@ -252,10 +252,9 @@ func TestPython3MmapAcrossBoundary(t *testing.T) {
 	forBackends(t, func(t *testing.T, backend string) {
 		for _, shadow := range []string{"forked", "kept"} {
 			t.Run(shadow, func(t *testing.T) {
-				flags := []string{"--backend", backend, "--all-starts"}
+				flags := []string{"--backend", backend, "--all-starts", "--keep-shadow=" + fmt.Sprint(shadow == "kept")}
 				if shadow == "kept" {
 					t.Setenv("TPREC_DEBUG", "1")
-					flags = append(flags, "--keep-shadow")
 				}
 				target, out, done := startTarget(t, "/usr/bin/python3", "-S", script, dir)
 				waitReady(t, out)

@@ -38,7 +38,7 @@ func main() {
 			&cli.BoolFlag{Name: "on-exit", Usage: "also write a checkpoint when the process exits normally"},
 			&cli.BoolFlag{Name: "full-pages", Usage: "keep every present page (large) instead of only the pages the window touches"},
 			&cli.BoolFlag{Name: "all-starts", Usage: "store the memory at every interval start, so that tpreplay --from K starts at K itself (larger: a busy server rewrites the same pages every interval)"},
-			&cli.BoolFlag{Name: "keep-shadow", Usage: "experimental: keep an interval's shadow for the next while the pages written since its fork are few, copying them in the boundary's stop, so that a program rewriting its working set pays no copy-on-write faults (one CI run failed a python3 test with it)"},
+			&cli.BoolFlag{Name: "keep-shadow", Value: true, Usage: "keep an interval's shadow for the next while the pages written since its fork are few and no file was mapped since, copying them in the boundary's stop, so that a program rewriting its working set pays no copy-on-write faults (false: a shadow forked at every boundary)"},
 			&cli.BoolFlag{Name: "clock-log", Value: true, Usage: "record the vDSO's clock reads in the process, not as syscalls (eBPF backend; false: each read is a syscall)"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print nothing but errors"},
 			&cli.DurationFlag{Name: "status", Value: 10 * time.Second, Usage: "print a status line this often (0: never)"},
