@@ -288,10 +288,12 @@ func (e *engine) writePages(addrs []uint64, state map[uint64]format.Hash) error 
 // state lacks: pages the program had not touched yet at the boundary (not
 // present then), whose content is the file's, in the mmap's record. A
 // replay of the whole window maps them from the record; one from k has
-// them nowhere else. The ptrace backend often began a boundary right after
-// a python3 loop's mmap (opening the mapped file at that stop took the
-// time left), and every replay from there reached the file's first read
-// and reported a touched page not in the checkpoint.
+// them nowhere else when no interval gave them an original (the one that
+// unmapped the file does, from its shadow, but a shadow kept from before
+// the mmap had none of it: every replay from such a start, in CI a later
+// piece of the trial replay, reported a touched page not in the
+// checkpoint), nor the final pages (a page the kernel reclaimed again
+// before the end, or a file unmapped by then).
 func mappedAtStart(c *format.Checkpoint, k int, state map[uint64]format.Hash) {
 	for _, m := range format.FileMappedBefore(c.Syscalls, c.Intervals[k].FirstSeq) {
 		i, ok := slices.BinarySearchFunc(c.Syscalls, m.Seq, func(r format.Syscall, seq uint64) int { return cmp.Compare(r.Seq, seq) })
