@@ -319,6 +319,25 @@ const (
 	displaceSeveral
 )
 
+// displaced reads the size bytes of code at rip and decodes the
+// instructions a jmp there would displace, which make at least its 5
+// bytes; nil when they run past size or one cannot be moved.
+func (e *engine) displaced(rip uint64, size int) (code []byte, insts []x86asm.Inst, n int) {
+	code = make([]byte, size)
+	if e.touch(rip, size) != nil || e.mem.ReadAt(code, rip) != nil {
+		return nil, nil, 0
+	}
+	for n < 5 {
+		inst, err := x86.Decode(code[n:])
+		if err != nil || !relocatable(inst) {
+			return nil, nil, 0
+		}
+		insts = append(insts, inst)
+		n += inst.Len
+	}
+	return code, insts, n
+}
+
 // patchInProcess sets up the comparison with goal in the process,
 // displacing the instructions at the goal as d says.
 func (e *engine) patchInProcess(goal format.Regs, now uint64, d displacing) (*endInProcess, error) {
@@ -329,27 +348,23 @@ func (e *engine) patchInProcess(goal format.Regs, now uint64, d displacing) (*en
 	}
 	// Only the code of a file the program does not write: JIT code may be
 	// rewritten, or read, at the end rip.
-	if m, ok := e.mappingAt(rip); !ok || m.Inode == 0 || m.Prot&format.ProtWrite != 0 || m.Prot&format.ProtExec == 0 {
+	m, ok := e.mappingAt(rip)
+	if !ok || m.Inode == 0 || m.Prot&format.ProtWrite != 0 || m.Prot&format.ProtExec == 0 {
 		return nil, nil
 	}
-	// The displaced instructions: whole, in rip's page, from rip on for
-	// at least the 5 bytes of the jmp.
-	code := make([]byte, min(32, pageSize-int(rip%pageSize)))
-	if err := e.touch(rip, len(code)); err != nil {
-		return nil, nil
+	// The displaced instructions: whole, in rip's mapping, from rip on for
+	// at least the 5 bytes of the jmp. Read from rip's page first, and
+	// from the next page too only when they run into it: a busyworker
+	// replay whose worker was to stop at the last 4 bytes of a page (an
+	// instruction crossing into the next) compared its every pass there
+	// at a ptrace stop.
+	inPage := min(32, pageSize-int(rip%pageSize))
+	code, insts, n := e.displaced(rip, inPage)
+	if end := min(32, int(m.End-rip)); insts == nil && end > inPage {
+		code, insts, n = e.displaced(rip, end)
 	}
-	if err := e.mem.ReadAt(code, rip); err != nil {
+	if insts == nil {
 		return nil, nil
-	}
-	var insts []x86asm.Inst
-	n := 0
-	for n < 5 {
-		inst, err := x86.Decode(code[n:])
-		if err != nil || !relocatable(inst) {
-			return nil, nil
-		}
-		insts = append(insts, inst)
-		n += inst.Len
 	}
 	for sys, site := range c.sites {
 		if at := site.patchAt(sys); rip < sys+2 && at < rip+uint64(n) {

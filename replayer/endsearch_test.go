@@ -211,3 +211,17 @@ func TestEndSearchInProcessEndbr(t *testing.T) {
 	}
 	punJumps = true
 }
+
+// testdata/loopcross.c loops over an add to memory that begins 6 bytes
+// before the end of a page and ends in the next, then a xor and a jmp back.
+// A jmp over that add needs bytes of the next page, and the displaced
+// instructions were read from the end's page only: an end there was
+// searched with a stop at every pass (a busyworker replay in CI whose worker
+// was to stop at the last 4 bytes of a page). All three ends are now
+// searched in the process.
+func TestEndSearchInProcessAcrossPages(t *testing.T) {
+	needRoot(t)
+	if inProcess, _ := searchEnds(t, "loopcross", 4001, 4004); inProcess != 3 {
+		t.Errorf("%d of 3 ends searched in the process, want 3", inProcess)
+	}
+}
