@@ -1,6 +1,9 @@
 package format
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 func TestDigestPageMasks(t *testing.T) {
 	page := func(fill func(p []byte)) []byte {
@@ -45,5 +48,39 @@ func TestDigestPageMasks(t *testing.T) {
 	}
 	if far[0x100] != 0 || far[1] != 1 {
 		t.Error("DigestPage changed its input")
+	}
+}
+
+// DeadStacks gives, for each thread but the one named, the part of its
+// stack's mapping below its red zone, at most DeadStack: not a neighbouring
+// thread's stack below the mapping, and nothing for a thread whose stack
+// pointer lies in no mapping.
+func TestDeadStacks(t *testing.T) {
+	const mb = 1 << 20
+	maps := []Mapping{
+		{Start: 0x7f0000000000, End: 0x7f0000000000 + 8*mb}, // thread A's stack
+		{Start: 0x7f0000000000 + 8*mb, End: 0x7f0000000000 + 8*mb + 4096},
+		{Start: 0x7f0000000000 + 8*mb + 4096, End: 0x7f0000000000 + 16*mb + 4096}, // thread B's
+		{Start: 0x7ffd00000000, End: 0x7ffd00000000 + 20*mb},                     // [stack], larger than DeadStack
+	}
+	thread := func(tid int, rsp uint64) Thread { return Thread{Tid: tid, Regs: Regs{Rsp: rsp}} }
+	threads := []Thread{
+		thread(1, 0x7ffd00000000+20*mb-0x1000),
+		thread(2, 0x7f0000000000+0x5000),
+		thread(3, 0x7f0000000000+16*mb),
+		thread(4, 0x1000), // in no mapping
+	}
+	got := DeadStacks(threads, 1, maps)
+	want := [][2]uint64{
+		{0x7f0000000000, 0x7f0000000000 + 0x5000 - 128},
+		{0x7f0000000000 + 8*mb + 4096, 0x7f0000000000 + 16*mb - 128},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("thread 1 excepted: %#x, want %#x", got, want)
+	}
+	got = DeadStacks(threads[:1], 2, maps)
+	top := uint64(0x7ffd00000000 + 20*mb - 0x1000)
+	if want := [][2]uint64{{top - DeadStack, top - 128}}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("the main stack: %#x, want %#x", got, want)
 	}
 }

@@ -113,6 +113,33 @@ func (c *Checkpoint) StartState(k int) map[uint64]Hash {
 // the dead part of the stack (the largest default stack).
 const DeadStack = 8 << 20
 
+// DeadStacks lists the dead parts of the stacks of threads (but the one
+// numbered except) whose mappings are maps: for each, from its stack
+// pointer's 128-byte red zone down to the start of the mapping holding the
+// stack pointer, at most DeadStack. A digest masks that part of one
+// thread's stack only (DigestMasked); a replay may leave other bytes there
+// in the other threads' stacks than the recording did (a lock call's
+// frames, left by a wait the replay did not make), and compares those
+// pages without them when it has their recorded content.
+func DeadStacks(threads []Thread, except int, maps []Mapping) [][2]uint64 {
+	var out [][2]uint64
+	for _, t := range threads {
+		rsp := t.Regs.Rsp
+		if t.Tid == except || rsp < 256 {
+			continue
+		}
+		i := sort.Search(len(maps), func(i int) bool { return maps[i].End > rsp })
+		if i == len(maps) || maps[i].Start > rsp {
+			continue
+		}
+		lo := max(maps[i].Start, rsp-min(rsp, DeadStack))
+		if hi := rsp - 128; lo < hi {
+			out = append(out, [2]uint64{lo, hi})
+		}
+	}
+	return out
+}
+
 // MaxDigests bounds the page digests of an end state.
 const MaxDigests = 256
 

@@ -94,6 +94,20 @@ func minimize(ctx context.Context, c *format.Checkpoint, store format.PageSource
 	for p := range ends {
 		keep[p] = true
 	}
+	// An end page in the dead part of another thread's stack keeps its
+	// final content, which a replay compares without that part
+	// (format.DeadStacks): a trial whose threads left the same bytes there
+	// read the page from its process, never served, and a later replay
+	// that found the lock free where the recording waited on it had no
+	// recorded content to compare with.
+	if n := len(c.Intervals); n > 0 {
+		dead := format.DeadStacks(c.End.Threads, c.End.Tid, c.Intervals[n-1].Maps)
+		for _, d := range c.End.Digests {
+			if slices.ContainsFunc(dead, func(r [2]uint64) bool { return r[0] < d.Addr+format.PageSize && d.Addr < r[1] }) {
+				keep[d.Addr], ends[d.Addr] = true, true
+			}
+		}
+	}
 	// The live part of the stack stays whole, touched or not: a debugger
 	// walking the call chain from the end (or from an interval start) needs
 	// the frames of callers the window never returned to. It is small.
@@ -198,7 +212,8 @@ func minimize(ctx context.Context, c *format.Checkpoint, store format.PageSource
 // replay that arrives at their start is still verified there.
 //
 // The pages of ends (their addresses) also keep their final content: the
-// trial's end search compared words of them in the process (EndWords), and
+// trial's end search compared words of them in the process (EndWords), or
+// they are end pages in another thread's dead stack (minimize), and
 // tpreplay needs that content to do the same.
 func storeOneStart(c *format.Checkpoint, k int, ends map[uint64]bool) {
 	start := map[uint64]format.Hash{}

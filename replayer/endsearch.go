@@ -708,7 +708,8 @@ func (e *engine) retargetCall(s *endInProcess, k int, rsp uint64) {
 // page d where the program's memory differs from what the recording ended
 // with, when the checkpoint holds that content, the page is readable in the
 // process (served, not guarded), and the word lies outside what the end's
-// digest leaves out (format.DigestMasked).
+// digest leaves out (format.DigestMasked) and what the end comparison does
+// not count (the other threads' dead stacks: deadStacksOnly).
 func (e *engine) watchEndWord(d format.PageRef) {
 	s := e.bp.inproc
 	if s == nil || len(s.words) >= endWords || e.sigSearch != nil || e.dbg != nil && len(e.dbg.watches) > 0 {
@@ -732,12 +733,16 @@ func (e *engine) watchEndWord(d format.PageRef) {
 		ones[i] = 0xff
 	}
 	kept := format.DigestMasked(d.Addr, ones, e.rseqs, rsp)
+	dead := e.otherDeadStacks()
 	le := binary.LittleEndian
 	for off := 0; off < pageSize; off += 8 {
 		if le.Uint64(kept[off:]) != ^uint64(0) || le.Uint64(rec[off:]) == le.Uint64(got[off:]) {
 			continue
 		}
 		addr := d.Addr + uint64(off)
+		if slices.ContainsFunc(dead, func(r [2]uint64) bool { return addr >= r[0] && addr < r[1] }) {
+			continue // the end does not compare it (deadStacksOnly)
+		}
 		if slices.Contains(s.words, addr) {
 			return
 		}

@@ -374,6 +374,11 @@ type engine struct {
 	// for the same page at every pass where only memory differs, and
 	// reading it decompressed a page block each time.
 	endPages map[uint64][]byte
+	// deadStacks are the dead parts of the other threads' stacks where
+	// the replay is to end, once computed (otherDeadStacks); deadLogged,
+	// the end pages a replay was told differ only there.
+	deadStacks *[][2]uint64
+	deadLogged map[uint64]bool
 }
 
 // prepare checks that c can be replayed here and plans the run.
