@@ -61,7 +61,7 @@ func TestDeadStacks(t *testing.T) {
 		{Start: 0x7f0000000000, End: 0x7f0000000000 + 8*mb}, // thread A's stack
 		{Start: 0x7f0000000000 + 8*mb, End: 0x7f0000000000 + 8*mb + 4096},
 		{Start: 0x7f0000000000 + 8*mb + 4096, End: 0x7f0000000000 + 16*mb + 4096}, // thread B's
-		{Start: 0x7ffd00000000, End: 0x7ffd00000000 + 20*mb},                     // [stack], larger than DeadStack
+		{Start: 0x7ffd00000000, End: 0x7ffd00000000 + 20*mb},                      // [stack], larger than DeadStack
 	}
 	thread := func(tid int, rsp uint64) Thread { return Thread{Tid: tid, Regs: Regs{Rsp: rsp}} }
 	threads := []Thread{

@@ -244,11 +244,7 @@ os.kill(os.getpid(), signal.SIGSEGV)
 // new shadow when a file was mapped since the kept one's fork.
 func TestPython3MmapAcrossBoundary(t *testing.T) {
 	requireRoot(t)
-	dir := t.TempDir()
-	script := filepath.Join(dir, "maptwo.py")
-	if err := os.WriteFile(script, []byte(pythonMmapTwoFiles), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	script, dir := pythonScript(t, "maptwo.py", pythonMmapTwoFiles), t.TempDir()
 	forBackends(t, func(t *testing.T, backend string) {
 		for _, shadow := range []string{"forked", "kept"} {
 			t.Run(shadow, func(t *testing.T) {
