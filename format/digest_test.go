@@ -71,7 +71,7 @@ func TestDeadStacks(t *testing.T) {
 		thread(4, 0x1000), // in no mapping
 	}
 	got := DeadStacks(threads, 1, maps)
-	want := [][2]uint64{
+	want := []Span{
 		{0x7f0000000000, 0x7f0000000000 + 0x5000 - 128},
 		{0x7f0000000000 + 8*mb + 4096, 0x7f0000000000 + 16*mb - 128},
 	}
@@ -80,7 +80,7 @@ func TestDeadStacks(t *testing.T) {
 	}
 	got = DeadStacks(threads[:1], 2, maps)
 	top := uint64(0x7ffd00000000 + 20*mb - 0x1000)
-	if want := [][2]uint64{{top - DeadStack, top - 128}}; fmt.Sprint(got) != fmt.Sprint(want) {
+	if want := []Span{{top - DeadStack, top - 128}}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("the main stack: %#x, want %#x", got, want)
 	}
 }

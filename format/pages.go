@@ -1,6 +1,7 @@
 package format
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"fmt"
 	"slices"
@@ -121,8 +122,8 @@ const DeadStack = 8 << 20
 // in the other threads' stacks than the recording did (a lock call's
 // frames, left by a wait the replay did not make), and compares those
 // pages without them when it has their recorded content.
-func DeadStacks(threads []Thread, except int, maps []Mapping) [][2]uint64 {
-	var out [][2]uint64
+func DeadStacks(threads []Thread, except int, maps []Mapping) []Span {
+	var out []Span
 	for _, t := range threads {
 		rsp := t.Regs.Rsp
 		if t.Tid == except || rsp < 256 {
@@ -134,7 +135,7 @@ func DeadStacks(threads []Thread, except int, maps []Mapping) [][2]uint64 {
 		}
 		lo := max(maps[i].Start, rsp-min(rsp, DeadStack))
 		if hi := rsp - 128; lo < hi {
-			out = append(out, [2]uint64{lo, hi})
+			out = append(out, Span{lo, hi})
 		}
 	}
 	return out
@@ -309,6 +310,15 @@ type Span struct{ Lo, Hi uint64 }
 
 // Overlaps reports whether the span and [lo, hi) share an address.
 func (a Span) Overlaps(lo, hi uint64) bool { return a.Lo < hi && lo < a.Hi }
+
+// Contains reports whether addr lies in the span.
+func (a Span) Contains(addr uint64) bool { return a.Lo <= addr && addr < a.Hi }
+
+// SyscallIndex returns the position in c.Syscalls (sorted by Seq) of the
+// record numbered seq, or where it would be, and whether it is there.
+func (c *Checkpoint) SyscallIndex(seq uint64) (int, bool) {
+	return slices.BinarySearchFunc(c.Syscalls, seq, func(r Syscall, seq uint64) int { return cmp.Compare(r.Seq, seq) })
+}
 
 // MemoryChanges returns the ranges a successful call mapped, unmapped or
 // moved: one range, or for mremap the old one and the new one.

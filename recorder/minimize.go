@@ -1,7 +1,6 @@
 package recorder
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -103,7 +102,7 @@ func minimize(ctx context.Context, c *format.Checkpoint, store format.PageSource
 	if n := len(c.Intervals); n > 0 {
 		dead := format.DeadStacks(c.End.Threads, c.End.Tid, c.Intervals[n-1].Maps)
 		for _, d := range c.End.Digests {
-			if slices.ContainsFunc(dead, func(r [2]uint64) bool { return r[0] < d.Addr+format.PageSize && d.Addr < r[1] }) {
+			if slices.ContainsFunc(dead, func(r format.Span) bool { return r.Overlaps(d.Addr, d.Addr+format.PageSize) }) {
 				keep[d.Addr], ends[d.Addr] = true, true
 			}
 		}
@@ -532,7 +531,7 @@ func waitsOnExit(c *format.Checkpoint, iv, next format.Interval) bool {
 	if !waiting {
 		return false
 	}
-	lo, _ := slices.BinarySearchFunc(c.Syscalls, iv.FirstSeq, func(r format.Syscall, seq uint64) int { return cmp.Compare(r.Seq, seq) })
+	lo, _ := c.SyscallIndex(iv.FirstSeq)
 	last := 0
 	for i := lo; i < len(c.Syscalls) && c.Syscalls[i].Seq < next.FirstSeq; i++ {
 		if tid := c.Syscalls[i].Tid; tid != last {

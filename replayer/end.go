@@ -963,10 +963,9 @@ func (e *engine) digestsDiffer(digests []format.PageRef, rseqs []format.Rseq, rs
 // recorder keeps such pages: minimize) and it has the recorded digest; log
 // says so once per page.
 func (e *engine) deadStacksOnly(d format.PageRef, got []byte, rseqs []format.Rseq, rsp uint64, log bool) bool {
-	dead := e.otherDeadStacks()
-	var in [][2]uint64
-	for _, r := range dead {
-		if r[0] < d.Addr+pageSize && d.Addr < r[1] {
+	var in []format.Span
+	for _, r := range e.otherDeadStacks() {
+		if r.Overlaps(d.Addr, d.Addr+pageSize) {
 			in = append(in, r)
 		}
 	}
@@ -986,7 +985,7 @@ func (e *engine) deadStacksOnly(d format.PageRef, got []byte, rseqs []format.Rse
 		if got[i] == want[i] {
 			continue
 		}
-		if !slices.ContainsFunc(in, func(r [2]uint64) bool { return a >= r[0] && a < r[1] }) {
+		if !slices.ContainsFunc(in, func(r format.Span) bool { return r.Contains(a) }) {
 			return false
 		}
 	}
@@ -1002,17 +1001,13 @@ func (e *engine) deadStacksOnly(d format.PageRef, got []byte, rseqs []format.Rse
 
 // otherDeadStacks lists the dead parts of the stacks of the threads other
 // than the ending one, where the replay is to end (deadStacksOnly).
-func (e *engine) otherDeadStacks() [][2]uint64 {
-	if e.deadStacks == nil {
-		ivs := e.c.Intervals
-		threads, maps := e.c.End.Threads, ivs[len(ivs)-1].Maps
-		if e.until < len(ivs) {
-			threads, maps = ivs[e.until].Threads, ivs[e.until].Maps
-		}
-		dead := format.DeadStacks(threads, e.end.Tid, maps)
-		e.deadStacks = &dead
+func (e *engine) otherDeadStacks() []format.Span {
+	ivs := e.c.Intervals
+	threads, maps := e.c.End.Threads, ivs[len(ivs)-1].Maps
+	if e.until < len(ivs) {
+		threads, maps = ivs[e.until].Threads, ivs[e.until].Maps
 	}
-	return *e.deadStacks
+	return format.DeadStacks(threads, e.end.Tid, maps)
 }
 
 // recordedEndPage is the content the page at addr had where the replay is to

@@ -740,7 +740,7 @@ func (e *engine) watchEndWord(d format.PageRef) {
 			continue
 		}
 		addr := d.Addr + uint64(off)
-		if slices.ContainsFunc(dead, func(r [2]uint64) bool { return addr >= r[0] && addr < r[1] }) {
+		if slices.ContainsFunc(dead, func(r format.Span) bool { return r.Contains(addr) }) {
 			continue // the end does not compare it (deadStacksOnly)
 		}
 		if slices.Contains(s.words, addr) {

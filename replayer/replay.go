@@ -374,10 +374,8 @@ type engine struct {
 	// for the same page at every pass where only memory differs, and
 	// reading it decompressed a page block each time.
 	endPages map[uint64][]byte
-	// deadStacks are the dead parts of the other threads' stacks where
-	// the replay is to end, once computed (otherDeadStacks); deadLogged,
-	// the end pages a replay was told differ only there.
-	deadStacks *[][2]uint64
+	// deadLogged: the end pages a replay was told differ only in the
+	// other threads' dead stacks (deadStacksOnly).
 	deadLogged map[uint64]bool
 }
 

@@ -1,9 +1,7 @@
 package replayer
 
 import (
-	"cmp"
 	"fmt"
-	"slices"
 	"sort"
 
 	"github.com/tprec/tprec/format"
@@ -296,7 +294,7 @@ func (e *engine) writePages(addrs []uint64, state map[uint64]format.Hash) error 
 // before the end, or a file unmapped by then).
 func mappedAtStart(c *format.Checkpoint, k int, state map[uint64]format.Hash) {
 	for _, m := range format.FileMappedBefore(c.Syscalls, c.Intervals[k].FirstSeq) {
-		i, ok := slices.BinarySearchFunc(c.Syscalls, m.Seq, func(r format.Syscall, seq uint64) int { return cmp.Compare(r.Seq, seq) })
+		i, ok := c.SyscallIndex(m.Seq)
 		if !ok {
 			continue
 		}
