@@ -334,6 +334,7 @@ func runTrial(ctx context.Context, c *format.Checkpoint, store format.PageSource
 // with the pages every piece served. o gives the schedule and the timeout.
 func trialReplay(ctx context.Context, c *format.Checkpoint, store format.PageSource, n int, hw bool, o replayer.Options) (*replayer.Result, error) {
 	o.Lazy, o.WrittenFirst = true, true
+	o.Stub = trialStub
 	if fp, ok := store.(filePager); ok {
 		o.FilePage = fp.filePage
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/proc"
+	"github.com/tprec/tprec/replayer"
 	"golang.org/x/sys/unix"
 )
 
@@ -303,6 +304,11 @@ func Record(ctx context.Context, o Options, requests <-chan struct{}) error {
 	for tid := range s.threads {
 		s.waiters.add(tid, tid == s.pid)
 	}
+	// A dump's trial replay asks whether the debug registers work (a
+	// process started and traced once): asked at the first dump, the
+	// answer took 15-100 ms of it, waiting behind redis-server's crash
+	// handler for a CPU. Ask now, while nothing waits for it.
+	go replayer.HardwareBreakpoints()
 	ticker := time.NewTicker(o.Interval)
 	defer ticker.Stop()
 	defer s.watchdog()() // before the source closes

@@ -1,6 +1,7 @@
 package recorder
 
 import (
+	"fmt"
 	"os"
 	"runtime"
 	"strconv"
@@ -23,30 +24,30 @@ import (
 // (bpftrace on signal_generate), never without tprec. An idle-policy
 // thread never preempts a normal one at its wakeup. Threads made meanwhile
 // inherit the policy; off puts every thread back to what tprec had.
+//
+// off puts them back at ownSched, not at the policy of the thread that
+// called on: a thread made from one at SCHED_IDLE inherits it, and a yield
+// turned on from such a thread would leave every thread there at its end.
 type cpuYield struct {
-	saved *unix.SchedAttr
+	yielding bool
 }
 
 func (y *cpuYield) on() {
-	if y.saved != nil {
+	if y.yielding {
 		return
 	}
-	attr, err := unix.SchedGetAttr(0, 0)
-	if err != nil {
-		return
-	}
-	y.saved = attr
+	y.yielding = true
 	yielding.Store(true)
 	applySched(&unix.SchedAttr{Policy: unix.SCHED_IDLE})
 }
 
 func (y *cpuYield) off() {
-	if y.saved == nil {
+	if !y.yielding {
 		return
 	}
-	a := *y.saved
-	y.saved = nil
+	y.yielding = false
 	yielding.Store(false)
+	a := ownSched
 	applySched(&a)
 }
 
@@ -55,19 +56,77 @@ func (y *cpuYield) off() {
 var yielding atomic.Bool
 
 // applySched sets the scheduling attributes of every thread of tprec, but
-// those lowered (lowered.lower), which stay at SCHED_IDLE.
+// those lowered (lowered.lower), which stay at SCHED_IDLE, and of every
+// thread of the trial replays under way (trialStubs).
 func applySched(a *unix.SchedAttr) {
-	ents, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		if tid, err := strconv.Atoi(e.Name()); err == nil {
-			if _, low := loweredTids.Load(tid); low && a.Policy != unix.SCHED_IDLE {
+	setThreadsSched("/proc/self/task", a, func(tid int) bool {
+		_, low := loweredTids.Load(tid)
+		return low && a.Policy != unix.SCHED_IDLE
+	})
+	trialStubs.Range(func(pid, _ any) bool {
+		setThreadsSched(fmt.Sprintf("/proc/%d/task", pid.(int)), a, nil)
+		return true
+	})
+}
+
+// setThreadsSched sets a on every thread listed in dir (a /proc task
+// directory) but those skip reports, and again on threads that appeared
+// meanwhile (made from a thread not yet set, they inherited the policy it
+// had), until a look finds none.
+func setThreadsSched(dir string, a *unix.SchedAttr, skip func(tid int) bool) {
+	done := map[int]bool{}
+	for {
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			return
+		}
+		more := false
+		for _, e := range ents {
+			tid, err := strconv.Atoi(e.Name())
+			if err != nil || done[tid] {
 				continue
 			}
-			attr := *a
-			unix.SchedSetAttr(tid, &attr, 0)
+			done[tid], more = true, true
+			if skip == nil || !skip(tid) {
+				attr := *a
+				unix.SchedSetAttr(tid, &attr, 0)
+			}
+		}
+		if !more {
+			return
+		}
+	}
+}
+
+// trialStubs holds the pids of the trial replays' processes under way
+// (trialStub). Their threads follow tprec's own policy: SCHED_IDLE while a
+// cpuYield is on, so that a replay does not preempt the crash handler
+// either, and tprec's own policy again once it is off. A process inherits
+// the policy of the thread that starts it, so a trial started while
+// redis-server's crash handler ran replayed the whole window at SCHED_IDLE,
+// long after the handler had ended, behind any other thread that wanted
+// its CPU.
+var trialStubs sync.Map
+
+// trialStub is the trial replays' replayer.Options.Stub. The process is
+// ours and not reaped while it is listed, so its pid names no other.
+func trialStub(pid int, alive bool) {
+	if !alive {
+		trialStubs.Delete(pid)
+		return
+	}
+	trialStubs.Store(pid, true)
+	// A cpuYield that turns on or off meanwhile applies its policy to
+	// the process too, once listed; whichever comes last must win.
+	for {
+		y := yielding.Load()
+		attr := ownSched
+		if y {
+			attr = unix.SchedAttr{Policy: unix.SCHED_IDLE}
+		}
+		setThreadsSched(fmt.Sprintf("/proc/%d/task", pid), &attr, nil)
+		if yielding.Load() == y {
+			return
 		}
 	}
 }

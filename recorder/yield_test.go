@@ -1,8 +1,11 @@
 package recorder
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -140,4 +143,75 @@ func TestWatchdogRaises(t *testing.T) {
 	if p := policyOf(t, reader); p != ownSched.Policy {
 		t.Fatalf("reader not raised with a quarter-full ring: policy %d", p)
 	}
+}
+
+// A trial replay's process follows tprec's policy once listed
+// (trialStub): SCHED_IDLE while a cpuYield is on, tprec's own policy once
+// it is off, whatever policy it was started at; and no longer once it is
+// taken off the list.
+func TestTrialStubFollowsYield(t *testing.T) {
+	if !raisable() {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI=true: this process may not go back from SCHED_IDLE (no CAP_SYS_NICE)")
+		}
+		t.Skip("skipped: without CAP_SYS_NICE nothing is lowered (run as root)")
+	}
+	own := ownSched.Policy
+	if own == unix.SCHED_IDLE {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI=true: the test runs at SCHED_IDLE, where lowering changes nothing")
+		}
+		t.Skip("skipped: the test itself runs at SCHED_IDLE, where lowering changes nothing")
+	}
+	// A process of two threads started while tprec yields: it inherits
+	// SCHED_IDLE, as a trial's stub did.
+	var y cpuYield
+	y.on()
+	cmd := exec.Command("python3", "-c", "import threading, time; threading.Thread(target=time.sleep, args=(30,)).start(); time.sleep(30)")
+	if err := cmd.Start(); err != nil {
+		y.off()
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	pid := cmd.Process.Pid
+	tids := func() []int {
+		for {
+			ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ents) == 2 {
+				var ids []int
+				for _, e := range ents {
+					id, _ := strconv.Atoi(e.Name())
+					ids = append(ids, id)
+				}
+				return ids
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	want := func(when string, p uint32) {
+		t.Helper()
+		for _, tid := range tids {
+			if got := policyOf(t, tid); got != p {
+				t.Errorf("%s: thread %d at policy %d, want %d", when, tid, got, p)
+			}
+		}
+	}
+	want("started while yielding", unix.SCHED_IDLE)
+	trialStub(pid, true)
+	want("listed while yielding", unix.SCHED_IDLE)
+	y.off()
+	want("after the yield", own)
+	y.on()
+	want("in a second yield", unix.SCHED_IDLE)
+	trialStub(pid, false)
+	y.off()
+	want("off the list, after the yield", unix.SCHED_IDLE)
+	// Listed while tprec does not yield: tprec's own policy.
+	trialStub(pid, true)
+	want("listed outside a yield", own)
+	trialStub(pid, false)
 }

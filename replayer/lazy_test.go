@@ -1,6 +1,8 @@
 package replayer
 
 import (
+	"fmt"
+	"os"
 	"slices"
 	"testing"
 
@@ -87,4 +89,31 @@ func TestLazyWrittenFirstServesTheSamePages(t *testing.T) {
 		t.Errorf("served %d pages with the written ones first, %d without; they differ", len(first.Served), len(res.Served))
 	}
 	t.Logf("%d pages served, %d of them written up front", len(first.Served), first.WrittenFirst)
+}
+
+// Options.Stub is told of the replay's process once it exists and again
+// before it is killed, while it is still there (unreaped, so its pid names
+// no other process): the recorder sets its trial replays' scheduling
+// policy through it.
+func TestStubHook(t *testing.T) {
+	needRoot(t)
+	rec, _ := crashRecording(t)
+	type call struct {
+		pid          int
+		alive, there bool
+	}
+	var calls []call
+	o := Options{Lazy: true, Stub: func(pid int, alive bool) {
+		_, err := os.Stat(fmt.Sprintf("/proc/%d/task/%d", pid, pid))
+		calls = append(calls, call{pid, alive, err == nil})
+	}}
+	if _, err := run(t, rec.c, rec.pages, o); err != nil {
+		t.Fatalf("replay: %v", err)
+	}
+	if len(calls) != 2 || calls[0].pid != calls[1].pid || !calls[0].alive || calls[1].alive || !calls[0].there || !calls[1].there {
+		t.Fatalf("Stub calls %+v, want the replay's pid alive, then not, the process there both times", calls)
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", calls[0].pid)); err == nil {
+		t.Errorf("process %d still there after the replay", calls[0].pid)
+	}
 }

@@ -66,6 +66,11 @@ type Options struct {
 	// recording CPU had (CheckCPU): the caller has said so to the user.
 	// An instruction this CPU lacks then ends the replay as a divergence.
 	AnyCPU bool
+	// Stub, when set, is called with the pid of the process the replay
+	// runs in once it exists (alive), and again before it is killed: the
+	// recorder sets the scheduling policy of its trial replays' processes
+	// (recorder/yield.go).
+	Stub func(pid int, alive bool)
 }
 
 // Result describes a verified replay.
@@ -184,6 +189,9 @@ func Run(ctx context.Context, c *format.Checkpoint, pages format.PageSource, opt
 	defer tr.Do(func() error {
 		if e.mem != nil {
 			e.mem.Close()
+		}
+		if e.stub != nil && opts.Stub != nil {
+			opts.Stub(e.stub.pid, false)
 		}
 		e.stub.kill()
 		e.inproc.close()
@@ -1317,6 +1325,9 @@ func (e *engine) launch() error {
 	var err error
 	if e.stub, err = startStub(e.base, e.opts.CPU); err != nil {
 		return err
+	}
+	if e.opts.Stub != nil {
+		e.opts.Stub(e.stub.pid, true)
 	}
 	if e.mem, err = proc.OpenMem(e.stub.pid); err != nil {
 		return err

@@ -19,6 +19,8 @@
 # directory that keeps each run's tprec log (with TPREC_DEBUG=1, the dump's
 # steps: assemble, digests, trial replay, write; with GODEBUG=gctrace=1, the
 # Go collector's cycles); CKS, a directory that keeps each run's checkpoint.
+# BUSY_AFTER=N starts N CPU hogs 0.3 s after each crash, for 15 s (a
+# supervisor restarting the crashed service keeps the CPUs busy so).
 # To measure without touching BENCHMARKS.md:
 # RAW=/tmp/raw.txt DOC=/tmp/table.md.
 # Needs root, gcc, gdb (gcore), /usr/bin/python3, gzip, redis-server and
@@ -31,6 +33,7 @@ INTERVAL=${INTERVAL:-250ms}
 KEEP=${KEEP:-8}
 HEAP_MB=${HEAP_MB:-512}
 GZIP_MB=${GZIP_MB:-400}
+BUSY_AFTER=${BUSY_AFTER:-0}
 RAW=${RAW:-bench-checkpoints.txt}
 DOC=${DOC:-BENCHMARKS.md}
 WORKLOADS=${WORKLOADS:-redis python gzip}
@@ -118,9 +121,18 @@ record() {
 	local t1=$(date +%s.%N)
 	sleep "$SECS"
 	"$WORK/tgkill" "$TPID"
+	local hogs=()
+	if [ "$BUSY_AFTER" -gt 0 ]; then
+		sleep 0.3
+		for _ in $(seq "$BUSY_AFTER"); do
+			timeout 15 sh -c 'while :; do :; done' &
+			hogs+=($!)
+		done
+	fi
 	wait "$TPID" 2>/dev/null || true
 	wait "$REC" 2>/dev/null || true
 	REC=
+	[ ${#hogs[@]} -eq 0 ] || { kill "${hogs[@]}" 2>/dev/null || true; wait "${hogs[@]}" 2>/dev/null || true; }
 	[ -z "$LOGS" ] || { mkdir -p "$LOGS" && cp "$log" "$LOGS/$w-$run.log"; }
 	local since=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f", b - a + '"$SECS"'}')
 	stop
