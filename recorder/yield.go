@@ -23,11 +23,9 @@ import (
 // SIGSEGV from the kernel's return to user mode after a reschedule IPI
 // (bpftrace on signal_generate), never without tprec. An idle-policy
 // thread never preempts a normal one at its wakeup. Threads made meanwhile
-// inherit the policy; off puts every thread back to what tprec had.
-//
-// off puts them back at ownSched, not at the policy of the thread that
-// called on: a thread made from one at SCHED_IDLE inherits it, and a yield
-// turned on from such a thread would leave every thread there at its end.
+// inherit the policy; off puts every thread back at ownSched (not at the
+// policy of the thread that called on, which may itself have inherited
+// SCHED_IDLE: a yield turned on from there left every thread at it).
 type cpuYield struct {
 	yielding bool
 }
@@ -63,10 +61,11 @@ func applySched(a *unix.SchedAttr) {
 		_, low := loweredTids.Load(tid)
 		return low && a.Policy != unix.SCHED_IDLE
 	})
-	trialStubs.Range(func(pid, _ any) bool {
-		setThreadsSched(fmt.Sprintf("/proc/%d/task", pid.(int)), a, nil)
-		return true
-	})
+	trialStubs.Lock()
+	defer trialStubs.Unlock()
+	for pid := range trialStubs.pids {
+		setThreadsSched(fmt.Sprintf("/proc/%d/task", pid), a, nil)
+	}
 }
 
 // setThreadsSched sets a on every thread listed in dir (a /proc task
@@ -106,29 +105,34 @@ func setThreadsSched(dir string, a *unix.SchedAttr, skip func(tid int) bool) {
 // redis-server's crash handler ran replayed the whole window at SCHED_IDLE,
 // long after the handler had ended, behind any other thread that wanted
 // its CPU.
-var trialStubs sync.Map
+// The lock is held while their policy is set, so that a pid taken off the
+// list is not used after: the process is killed and reaped right after,
+// and the pid may then name another.
+var trialStubs struct {
+	sync.Mutex
+	pids map[int]bool
+}
 
-// trialStub is the trial replays' replayer.Options.Stub. The process is
-// ours and not reaped while it is listed, so its pid names no other.
+// trialStub is the trial replays' replayer.Options.Stub.
 func trialStub(pid int, alive bool) {
+	trialStubs.Lock()
+	defer trialStubs.Unlock()
 	if !alive {
-		trialStubs.Delete(pid)
+		delete(trialStubs.pids, pid)
 		return
 	}
-	trialStubs.Store(pid, true)
-	// A cpuYield that turns on or off meanwhile applies its policy to
-	// the process too, once listed; whichever comes last must win.
-	for {
-		y := yielding.Load()
-		attr := ownSched
-		if y {
-			attr = unix.SchedAttr{Policy: unix.SCHED_IDLE}
-		}
-		setThreadsSched(fmt.Sprintf("/proc/%d/task", pid), &attr, nil)
-		if yielding.Load() == y {
-			return
-		}
+	if trialStubs.pids == nil {
+		trialStubs.pids = map[int]bool{}
 	}
+	trialStubs.pids[pid] = true
+	// A cpuYield that turns on or off after yielding is read here sets
+	// the process too once this returns (it changes yielding first, then
+	// applySched waits for the lock).
+	attr := ownSched
+	if yielding.Load() {
+		attr = unix.SchedAttr{Policy: unix.SCHED_IDLE}
+	}
+	setThreadsSched(fmt.Sprintf("/proc/%d/task", pid), &attr, nil)
 }
 
 // lowered is a thread of tprec that does work nothing waits for at the

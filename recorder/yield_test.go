@@ -43,16 +43,23 @@ func policyOf(t *testing.T, tid int) uint32 {
 	return a.Policy
 }
 
-// A lowered thread runs at SCHED_IDLE until raised; held, it stays raised
-// whatever it asks; a cpuYield neither raises it nor lets a raise leave
-// SCHED_IDLE; a thread made before any of this keeps tprec's own policy.
-func TestLoweredThread(t *testing.T) {
+// requireRaisable skips the test (fails it under CI=true) where this
+// process may not go back from SCHED_IDLE.
+func requireRaisable(t *testing.T) {
+	t.Helper()
 	if !raisable() {
 		if os.Getenv("CI") == "true" {
 			t.Fatal("CI=true: this process may not go back from SCHED_IDLE (no CAP_SYS_NICE)")
 		}
 		t.Skip("skipped: without CAP_SYS_NICE nothing is lowered (run as root)")
 	}
+}
+
+// ownPolicy is requireRaisable, and returns tprec's own policy, which must
+// not be SCHED_IDLE itself.
+func ownPolicy(t *testing.T) uint32 {
+	t.Helper()
+	requireRaisable(t)
 	own := ownSched.Policy
 	if own == unix.SCHED_IDLE {
 		if os.Getenv("CI") == "true" {
@@ -60,6 +67,14 @@ func TestLoweredThread(t *testing.T) {
 		}
 		t.Skip("skipped: the test itself runs at SCHED_IDLE, where lowering changes nothing")
 	}
+	return own
+}
+
+// A lowered thread runs at SCHED_IDLE until raised; held, it stays raised
+// whatever it asks; a cpuYield neither raises it nor lets a raise leave
+// SCHED_IDLE; a thread made before any of this keeps tprec's own policy.
+func TestLoweredThread(t *testing.T) {
+	own := ownPolicy(t)
 	var l lowered
 	tid, run := onThread(t)
 	run(l.lower)
@@ -104,12 +119,7 @@ func TestLoweredThread(t *testing.T) {
 // The watchdog raises the saving once it has waited lowWait at SCHED_IDLE,
 // and the ring buffer reader once the ring is more than an eighth full.
 func TestWatchdogRaises(t *testing.T) {
-	if !raisable() {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI=true: this process may not go back from SCHED_IDLE (no CAP_SYS_NICE)")
-		}
-		t.Skip("skipped: without CAP_SYS_NICE nothing is lowered (run as root)")
-	}
+	requireRaisable(t)
 	const size = 1 << 20
 	var cons, prod uint64
 	e := &ebpfSource{ring: &ringReader{ringRing: ringRing{consPos: &cons, prodPos: &prod, mask: size - 1}}}
@@ -150,19 +160,7 @@ func TestWatchdogRaises(t *testing.T) {
 // it is off, whatever policy it was started at; and no longer once it is
 // taken off the list.
 func TestTrialStubFollowsYield(t *testing.T) {
-	if !raisable() {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI=true: this process may not go back from SCHED_IDLE (no CAP_SYS_NICE)")
-		}
-		t.Skip("skipped: without CAP_SYS_NICE nothing is lowered (run as root)")
-	}
-	own := ownSched.Policy
-	if own == unix.SCHED_IDLE {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI=true: the test runs at SCHED_IDLE, where lowering changes nothing")
-		}
-		t.Skip("skipped: the test itself runs at SCHED_IDLE, where lowering changes nothing")
-	}
+	own := ownPolicy(t)
 	// A process of two threads started while tprec yields: it inherits
 	// SCHED_IDLE, as a trial's stub did.
 	var y cpuYield
