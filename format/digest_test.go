@@ -83,4 +83,18 @@ func TestDeadStacks(t *testing.T) {
 	if want := []Span{{top - DeadStack, top - 128}}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("the main stack: %#x, want %#x", got, want)
 	}
+	// DeadStacksAt takes an interval start's threads and map, or at the
+	// end the end's threads with the last interval's map.
+	c := &Checkpoint{
+		Intervals: []Interval{{Threads: threads[:1], Maps: maps}, {Threads: threads[1:2], Maps: maps}},
+		End:       EndState{Threads: threads[2:3]},
+	}
+	for u, want := range [][]Span{DeadStacks(threads[:1], 0, maps), DeadStacks(threads[1:2], 0, maps), DeadStacks(threads[2:3], 0, maps)} {
+		if got := c.DeadStacksAt(u, 0); len(got) != 1 || fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("DeadStacksAt(%d): %#x, want %#x", u, got, want)
+		}
+	}
+	if got := (&Checkpoint{}).DeadStacksAt(0, 0); got != nil {
+		t.Errorf("DeadStacksAt of no interval: %#x", got)
+	}
 }

@@ -141,6 +141,19 @@ func DeadStacks(threads []Thread, except int, maps []Mapping) []Span {
 	return out
 }
 
+// DeadStacksAt is DeadStacks for the threads but except where the interval
+// at position u starts (their states and its map), or at the end of the
+// window for u == len(c.Intervals) (the end's threads, the last map).
+func (c *Checkpoint) DeadStacksAt(u, except int) []Span {
+	switch {
+	case u < len(c.Intervals):
+		return DeadStacks(c.Intervals[u].Threads, except, c.Intervals[u].Maps)
+	case len(c.Intervals) > 0:
+		return DeadStacks(c.End.Threads, except, c.Intervals[len(c.Intervals)-1].Maps)
+	}
+	return nil
+}
+
 // MaxDigests bounds the page digests of an end state.
 const MaxDigests = 256
 

@@ -99,12 +99,10 @@ func minimize(ctx context.Context, c *format.Checkpoint, store format.PageSource
 	// read the page from its process, never served, and a later replay
 	// that found the lock free where the recording waited on it had no
 	// recorded content to compare with.
-	if n := len(c.Intervals); n > 0 {
-		dead := format.DeadStacks(c.End.Threads, c.End.Tid, c.Intervals[n-1].Maps)
-		for _, d := range c.End.Digests {
-			if slices.ContainsFunc(dead, func(r format.Span) bool { return r.Overlaps(d.Addr, d.Addr+format.PageSize) }) {
-				keep[d.Addr], ends[d.Addr] = true, true
-			}
+	dead := c.DeadStacksAt(len(c.Intervals), c.End.Tid)
+	for _, d := range c.End.Digests {
+		if slices.ContainsFunc(dead, func(r format.Span) bool { return r.Overlaps(d.Addr, d.Addr+format.PageSize) }) {
+			keep[d.Addr], ends[d.Addr] = true, true
 		}
 	}
 	// The live part of the stack stays whole, touched or not: a debugger

@@ -108,10 +108,10 @@ func setThreadsSched(dir string, a *unix.SchedAttr, skip func(tid int) bool) {
 // The lock is held while their policy is set, so that a pid taken off the
 // list is not used after: the process is killed and reaped right after,
 // and the pid may then name another.
-var trialStubs struct {
+var trialStubs = struct {
 	sync.Mutex
 	pids map[int]bool
-}
+}{pids: map[int]bool{}}
 
 // trialStub is the trial replays' replayer.Options.Stub.
 func trialStub(pid int, alive bool) {
@@ -120,9 +120,6 @@ func trialStub(pid int, alive bool) {
 	if !alive {
 		delete(trialStubs.pids, pid)
 		return
-	}
-	if trialStubs.pids == nil {
-		trialStubs.pids = map[int]bool{}
 	}
 	trialStubs.pids[pid] = true
 	// A cpuYield that turns on or off after yielding is read here sets

@@ -1002,12 +1002,7 @@ func (e *engine) deadStacksOnly(d format.PageRef, got []byte, rseqs []format.Rse
 // otherDeadStacks lists the dead parts of the stacks of the threads other
 // than the ending one, where the replay is to end (deadStacksOnly).
 func (e *engine) otherDeadStacks() []format.Span {
-	ivs := e.c.Intervals
-	threads, maps := e.c.End.Threads, ivs[len(ivs)-1].Maps
-	if e.until < len(ivs) {
-		threads, maps = ivs[e.until].Threads, ivs[e.until].Maps
-	}
-	return format.DeadStacks(threads, e.end.Tid, maps)
+	return e.c.DeadStacksAt(e.until, e.end.Tid)
 }
 
 // recordedEndPage is the content the page at addr had where the replay is to
