@@ -718,10 +718,12 @@ func goMemory(t *testing.T, pid int) (int64, string) {
 
 // --max-memory bounds what tprec holds: recording Debian's redis-server
 // under redis-benchmark with --max-memory 32M, tprec's own memory (the eBPF
-// ring buffer aside) stays within twice the ring's budget and 56 MiB more
-// (the interval being recorded, the program, its stacks). Counting 96 bytes
-// a logged call, where one takes about 170, and letting the Go heap double
-// what is live, it held 230 MB of heap for a 64 MiB ring.
+// ring buffer aside) stays within twice the ring's budget and 64 MiB more.
+// The Go heap grows to twice what is live before a collection (the ring,
+// the interval being recorded: about 44 MB live here) and the runtime keeps
+// some freed memory; then the program and its stacks. It held 114-118 MiB
+// on an AMD EPYC host, 86 MiB in a CI run. Counting 96 bytes a logged call,
+// where one takes about 170, it held 230 MB of heap for a 64 MiB ring.
 func TestMemoryWithinBudget(t *testing.T) {
 	requireRoot(t)
 	target, _ := redisUnderLoad(t, "6433")
@@ -742,7 +744,7 @@ func TestMemoryWithinBudget(t *testing.T) {
 		t.Fatalf("tprec: %v\n%s", err, rec.stderr)
 	}
 	t.Logf("tprec's memory without the ring buffer: at most %.1f MiB, its largest mappings then:\n%sstatus:\n%s", float64(peak)/(1<<20), peakMaps, rec.stderr)
-	if limit := int64(2*budget + 56<<20); peak > limit {
+	if limit := int64(2*budget + 64<<20); peak > limit {
 		t.Errorf("tprec held %.1f MiB with --max-memory 32M, want at most %.0f MiB; its largest mappings then:\n%s", float64(peak)/(1<<20), float64(limit)/(1<<20), peakMaps)
 	}
 	if !strings.Contains(rec.stderr.String(), "history in") {
