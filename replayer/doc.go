@@ -3,7 +3,9 @@
 //
 // The algorithm: a tiny static stub (one page of code built in memory, run from
 // a memfd) is started under ptrace and from then on driven only by syscalls
-// injected through its `syscall; int3` gadget. Its address space is emptied and
+// injected through its `syscall; int3` gadget, or, while the address space is
+// rebuilt, through a loop in the same page that makes a table of calls in one
+// stop. Its address space is emptied and
 // rebuilt from the memory map of the chosen start interval: every recorded
 // region is mapped anonymous and private at its recorded address and protection,
 // every page of the interval's start state is written through /proc/PID/mem, and

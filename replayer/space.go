@@ -156,29 +156,27 @@ func (e *engine) rebuild() error {
 	if err != nil {
 		return err
 	}
+	var calls []call
 	for _, m := range cur {
 		if m.Path == "[vsyscall]" || (m.Start <= s.base && s.base < m.End) {
 			continue
 		}
-		if _, err := s.injectOK(fmt.Sprintf("unmap stub region %#x-%#x %s", m.Start, m.End, m.Path),
-			unix.SYS_MUNMAP, m.Start, m.End-m.Start); err != nil {
-			return err
-		}
+		calls = append(calls, call{fmt.Sprintf("unmap stub region %#x-%#x %s", m.Start, m.End, m.Path),
+			unix.SYS_MUNMAP, [6]uint64{m.Start, m.End - m.Start}})
 	}
-
 	state := e.c.StartState(e.k)
 	mappedAtStart(e.c, e.k, state)
 	regs := regions(e.c, e.k)
 	for _, r := range regs {
 		flags := uint64(unix.MAP_PRIVATE | unix.MAP_ANONYMOUS | unix.MAP_FIXED_NOREPLACE)
-		ret, err := s.injectOK(fmt.Sprintf("map %#x-%#x %s", r.Start, r.End, r.Path),
-			unix.SYS_MMAP, r.Start, r.End-r.Start, uint64(r.Prot), flags, ^uint64(0), 0)
-		if err != nil {
-			return err
-		}
-		if uint64(ret) != r.Start {
-			return fmt.Errorf("map %#x-%#x %s: kernel chose %#x", r.Start, r.End, r.Path, ret)
-		}
+		calls = append(calls, call{fmt.Sprintf("map %#x-%#x %s", r.Start, r.End, r.Path),
+			unix.SYS_MMAP, [6]uint64{r.Start, r.End - r.Start, uint64(r.Prot), flags, ^uint64(0), 0}})
+	}
+	if err := s.injectBatch(e.mem, calls); err != nil {
+		return err
+	}
+	if err := checkMapped(s.pid, regs); err != nil {
+		return err
 	}
 
 	// Write every non-zero page of the start state, in runs of adjacent pages.
@@ -214,6 +212,7 @@ func (e *engine) rebuild() error {
 	// makes accessible there are fresh zero pages in both. Nor does one whose
 	// absent pages are known to be zeros.
 	guarded := 0
+	calls = calls[:0]
 	for _, r := range regs {
 		if r.Prot == 0 {
 			continue
@@ -231,16 +230,41 @@ func (e *engine) rebuild() error {
 			for b < r.End && absent(b) {
 				b += pageSize
 			}
-			if _, err := s.injectOK(fmt.Sprintf("guard %#x-%#x", a, b), unix.SYS_MPROTECT, a, b-a, unix.PROT_NONE); err != nil {
-				return err
-			}
+			calls = append(calls, call{fmt.Sprintf("guard %#x-%#x", a, b), unix.SYS_MPROTECT, [6]uint64{a, b - a, unix.PROT_NONE}})
 			e.guards.add(guard{start: a, end: b, prot: r.Prot})
 			guarded += int((b - a) / pageSize)
 			a = b
 		}
 	}
+	if err := s.injectBatch(e.mem, calls); err != nil {
+		return err
+	}
 	e.logf("rebuilt %d regions, wrote %d pages, %d pages not in the checkpoint guarded, %d checkpoint pages outside the map",
 		len(regs), len(addrs), guarded, outside)
+	return nil
+}
+
+// checkMapped reports an error unless the process has a mapping at every
+// address of regs (sorted, none overlapping): the batch that mapped them
+// keeps no results, and a kernel older than 4.17 takes MAP_FIXED_NOREPLACE
+// for a hint, which it may place elsewhere.
+func checkMapped(pid int, regs []region) error {
+	maps, err := proc.ReadMaps(pid)
+	if err != nil {
+		return err
+	}
+	i := 0
+	for _, r := range regs {
+		for at := r.Start; at < r.End; {
+			for i < len(maps) && maps[i].End <= at {
+				i++
+			}
+			if i == len(maps) || maps[i].Start > at {
+				return fmt.Errorf("map %#x-%#x %s: the kernel did not map it at that address", r.Start, r.End, r.Path)
+			}
+			at = maps[i].End
+		}
+	}
 	return nil
 }
 
@@ -345,6 +369,7 @@ func (e *engine) rebuildLazy(regs []region, state map[uint64]format.Hash) error 
 		sort.Slice(first, func(i, j int) bool { return first[i] < first[j] })
 	}
 	written := 0
+	var guards []call
 	for _, r := range regs {
 		if r.Prot == 0 {
 			continue
@@ -383,13 +408,14 @@ func (e *engine) rebuildLazy(regs []region, state map[uint64]format.Hash) error 
 				end = in[i]
 			}
 			if end > at {
-				if _, err := e.stub.injectOK(fmt.Sprintf("guard %#x-%#x", at, end), unix.SYS_MPROTECT, at, end-at, unix.PROT_NONE); err != nil {
-					return err
-				}
+				guards = append(guards, call{fmt.Sprintf("guard %#x-%#x", at, end), unix.SYS_MPROTECT, [6]uint64{at, end - at, unix.PROT_NONE}})
 				e.guards.add(guard{start: at, end: end, prot: r.Prot, zero: e.zeroWhenAbsent(r.Mapping)})
 			}
 			at = end + pageSize
 		}
+	}
+	if err := e.stub.injectBatch(e.mem, guards); err != nil {
+		return err
 	}
 	// Pages of such a mapping the start state lacks (not present there)
 	// come from the file too, when the trial can read it (Options.FilePage).
