@@ -721,7 +721,7 @@ func goMemory(t *testing.T, pid int) (int64, string) {
 // ring buffer aside) stays within twice the ring's budget and 64 MiB more.
 // The Go heap grows to twice what is live before a collection (the ring,
 // the interval being recorded: about 44 MB live here) and the runtime keeps
-// some freed memory; then the program and its stacks. It held 114-118 MiB
+// some freed memory; then the program and its stacks. It held 113-118 MiB
 // on an AMD EPYC host, 86 MiB in a CI run. Counting 96 bytes a logged call,
 // where one takes about 170, it held 230 MB of heap for a 64 MiB ring.
 func TestMemoryWithinBudget(t *testing.T) {
