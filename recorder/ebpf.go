@@ -1030,11 +1030,13 @@ func (e *ebpfSource) catchUp() {
 // watch raises the reader when the ring buffer is more than 1/16th
 // full: lowered on a machine other work keeps busy, it could fall behind
 // until the programs hold the target for it (catchUp). It then stays
-// raised for starvedHold.
-func (e *ebpfSource) watch() {
-	if e.ring.pending() > (e.ring.mask+1)/16 {
+// raised for starvedHold. It reports whether the ring holds records.
+func (e *ebpfSource) watch() bool {
+	n := e.ring.pending()
+	if n > (e.ring.mask+1)/16 {
 		e.low.rescue()
 	}
+	return n > 0
 }
 
 // heldFor reports the stops catchUp held and for how long in all.

@@ -124,6 +124,7 @@ type session struct {
 	// deferLow is the tracer thread while it saves a boundary's originals
 	// after the target resumed (drain, watchdog).
 	deferLow lowered
+	looks    atomic.Int64 // the watchdog's looks, for tests
 	// heldSignal is the fatal signal s.ctl is stopped in the delivery of
 	// while its checkpoint is taken; 0 once the dump shadow's injection
 	// has queued it again (proc.Call.Signal).
@@ -328,24 +329,43 @@ func Record(ctx context.Context, o Options, requests <-chan struct{}) error {
 
 // watchdog starts the goroutine that raises lowered threads (lowered):
 // the saving of originals once it has waited lowWait, the ring buffer
-// reader when its source says so (recordSource.watch). The function it
-// returns stops it.
+// reader when its source says so (recordSource.watch). It looks every
+// watchPeriod while the ring buffer holds records or the saving waits, and
+// less often while neither does (watchIdlePeriod); a lowering of the saving
+// has it look often again at once. The function it returns stops it.
 func (s *session) watchdog() (stop func()) {
 	done, ended := make(chan struct{}), make(chan struct{})
+	wake := make(chan struct{}, 1)
+	s.deferLow.mu.Lock()
+	s.deferLow.wake = wake
+	s.deferLow.mu.Unlock()
 	go func() {
 		defer close(ended)
-		t := time.NewTicker(watchPeriod)
+		period := watchPeriod
+		t := time.NewTimer(period)
 		defer t.Stop()
 		for {
 			select {
 			case <-done:
 				return
+			case <-wake:
+				period = watchPeriod
+				t.Reset(period)
+				continue
 			case <-t.C:
 			}
-			s.src.watch()
-			if s.deferLow.lowFor() > lowWait {
+			s.looks.Add(1)
+			busy := s.src.watch()
+			low := s.deferLow.lowFor()
+			if low > lowWait {
 				s.deferLow.rescue()
 			}
+			if busy || low > 0 {
+				period = watchPeriod
+			} else {
+				period = min(2*period, watchIdlePeriod)
+			}
+			t.Reset(period)
 		}
 	}()
 	return func() {

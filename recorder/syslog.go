@@ -32,8 +32,9 @@ type source interface {
 	// catchUp runs after the session handled an own signal: the source
 	// may hold the stopped thread until its reader has caught up.
 	catchUp()
-	// watch runs every watchPeriod while recording (session.watchdog).
-	watch()
+	// watch runs every watchPeriod while recording (session.watchdog), or
+	// less often while it reports that there is nothing to watch.
+	watch() (busy bool)
 	// heldFor reports how many stops catchUp held, and for how long.
 	heldFor() (int, time.Duration)
 	// opened is called when an interval has started, the target still
@@ -64,7 +65,7 @@ func (ptraceSource) sync(s *session) error                                      
 func (ptraceSource) opened(s *session) error                                     { return nil }
 func (ptraceSource) ownSignal(sig int) bool                                      { return false }
 func (ptraceSource) catchUp()                                                    {}
-func (ptraceSource) watch()                                                      {}
+func (ptraceSource) watch() bool                                                 { return false }
 func (ptraceSource) heldFor() (int, time.Duration)                               { return 0, 0 }
 func (ptraceSource) close()                                                      {}
 func (ptraceSource) checkWritten(*session, []format.Mapping, []uint64, []uint64) {}

@@ -155,6 +155,48 @@ func TestWatchdogRaises(t *testing.T) {
 	}
 }
 
+// With nothing to watch (the ring buffer empty, the saving not lowered),
+// the watchdog looks less and less often; records in the ring have it look
+// every watchPeriod again, and so does a lowering of the saving, which it
+// then raises. A timer that fires late only makes fewer looks.
+func TestWatchdogBacksOffWhileIdle(t *testing.T) {
+	requireRaisable(t)
+	const size = 1 << 20
+	var cons, prod uint64
+	e := &ebpfSource{ring: &ringReader{ringRing: ringRing{consPos: &cons, prodPos: &prod, mask: size - 1}}}
+	s := &session{src: e}
+	saver, runSaver := onThread(t)
+	stop := s.watchdog()
+	defer stop()
+	const span = 500 * time.Millisecond
+	looks := func() int64 {
+		n := s.looks.Load()
+		time.Sleep(span)
+		return s.looks.Load() - n
+	}
+	idle := looks()
+	if idle < 2 || idle >= int64(span/watchPeriod)/2 {
+		t.Fatalf("%d looks in %v with nothing to watch, want from 2 to %d", idle, span, int64(span/watchPeriod)/2-1)
+	}
+	t.Logf("%d looks in %v with nothing to watch", idle, span)
+	atomic.StoreUint64(&prod, size/64) // records, too few for a rescue
+	busy := looks()
+	t.Logf("%d looks in %v with records in the ring", busy, span)
+	if busy <= idle {
+		t.Errorf("%d looks in %v with records in the ring, against %d without", busy, span, idle)
+	}
+	atomic.StoreUint64(&cons, size/64)
+	looks()
+	t0 := time.Now()
+	runSaver(s.deferLow.lower)
+	for policyOf(t, saver) == unix.SCHED_IDLE && time.Since(t0) < 2*time.Second {
+		time.Sleep(time.Millisecond)
+	}
+	if p := policyOf(t, saver); p != ownSched.Policy {
+		t.Fatalf("saving not raised after %v at SCHED_IDLE: policy %d", time.Since(t0), p)
+	}
+}
+
 // A trial replay's process follows tprec's policy once listed
 // (trialStub): SCHED_IDLE while a cpuYield is on, tprec's own policy once
 // it is off, whatever policy it was started at; and no longer once it is
