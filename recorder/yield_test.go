@@ -116,14 +116,25 @@ func TestLoweredThread(t *testing.T) {
 	}
 }
 
+// watchRing is the consumer and producer positions of a ring buffer of
+// watchRingSize bytes that no program writes: a test moves them.
+type watchRing struct{ cons, prod uint64 }
+
+const watchRingSize = 1 << 20
+
+// watchedSession is a session for the watchdog alone, its eBPF source
+// reading the ring buffer that ring describes.
+func watchedSession() (*session, *ebpfSource, *watchRing) {
+	ring := &watchRing{}
+	e := &ebpfSource{ring: &ringReader{ringRing: ringRing{consPos: &ring.cons, prodPos: &ring.prod, mask: watchRingSize - 1}}}
+	return &session{src: e}, e, ring
+}
+
 // The watchdog raises the saving once it has waited lowWait at SCHED_IDLE,
 // and the ring buffer reader once the ring is more than an eighth full.
 func TestWatchdogRaises(t *testing.T) {
 	requireRaisable(t)
-	const size = 1 << 20
-	var cons, prod uint64
-	e := &ebpfSource{ring: &ringReader{ringRing: ringRing{consPos: &cons, prodPos: &prod, mask: size - 1}}}
-	s := &session{src: e}
+	s, e, ring := watchedSession()
 	saver, runSaver := onThread(t)
 	reader, runReader := onThread(t)
 	runReader(e.low.lower)
@@ -146,7 +157,7 @@ func TestWatchdogRaises(t *testing.T) {
 	if p := policyOf(t, reader); p != unix.SCHED_IDLE {
 		t.Fatalf("reader raised with an empty ring: policy %d", p)
 	}
-	atomic.StoreUint64(&prod, size/4)
+	atomic.StoreUint64(&ring.prod, watchRingSize/4)
 	for t1 := time.Now(); policyOf(t, reader) == unix.SCHED_IDLE && time.Since(t1) < 2*time.Second; {
 		time.Sleep(time.Millisecond)
 	}
@@ -161,10 +172,7 @@ func TestWatchdogRaises(t *testing.T) {
 // then raises. A timer that fires late only makes fewer looks.
 func TestWatchdogBacksOffWhileIdle(t *testing.T) {
 	requireRaisable(t)
-	const size = 1 << 20
-	var cons, prod uint64
-	e := &ebpfSource{ring: &ringReader{ringRing: ringRing{consPos: &cons, prodPos: &prod, mask: size - 1}}}
-	s := &session{src: e}
+	s, _, ring := watchedSession()
 	saver, runSaver := onThread(t)
 	stop := s.watchdog()
 	defer stop()
@@ -179,13 +187,13 @@ func TestWatchdogBacksOffWhileIdle(t *testing.T) {
 		t.Fatalf("%d looks in %v with nothing to watch, want from 2 to %d", idle, span, int64(span/watchPeriod)/2-1)
 	}
 	t.Logf("%d looks in %v with nothing to watch", idle, span)
-	atomic.StoreUint64(&prod, size/64) // records, too few for a rescue
+	atomic.StoreUint64(&ring.prod, watchRingSize/64) // records, too few for a rescue
 	busy := looks()
 	t.Logf("%d looks in %v with records in the ring", busy, span)
 	if busy <= idle {
 		t.Errorf("%d looks in %v with records in the ring, against %d without", busy, span, idle)
 	}
-	atomic.StoreUint64(&cons, size/64)
+	atomic.StoreUint64(&ring.cons, watchRingSize/64)
 	looks()
 	t0 := time.Now()
 	runSaver(s.deferLow.lower)
