@@ -368,7 +368,8 @@ func TestSyscallLogTimeDeltas(t *testing.T) {
 	for i := uint64(0); i < 1000; i++ { // a clock read every 3 µs
 		add(228, ts(24856, 126_000_000+3000*i+i%7))
 	}
-	raw := encodeSyscallsRaw(len(calls), slicePointers(calls))
+	raw := encodeSyscallsRaw(len(calls), slicePointers(calls), true)
+	sameFromReusedVariable(t, calls, raw)
 	got, err := UnpackSyscalls(PackSyscalls(calls))
 	if err != nil {
 		t.Fatal(err)
@@ -416,7 +417,8 @@ func TestSyscallLogRepeatedOutputs(t *testing.T) {
 			add(0, 3, nil)                             // empty
 		}
 	}
-	raw := encodeSyscallsRaw(len(calls), slicePointers(calls))
+	raw := encodeSyscallsRaw(len(calls), slicePointers(calls), true)
+	sameFromReusedVariable(t, calls, raw)
 	got, err := UnpackSyscalls(PackSyscalls(calls))
 	if err != nil {
 		t.Fatal(err)
@@ -436,7 +438,7 @@ func TestSyscallLogRepeatedOutputs(t *testing.T) {
 
 	// A repeat of an output no earlier record had.
 	one := []Syscall{{Seq: 1, Tid: 7, Nr: 0, Args: [6]uint64{3}, Out: []OutBuf{{Addr: 0x5000, Data: block[:8]}}}}
-	raw = encodeSyscallsRaw(1, slicePointers(one))
+	raw = encodeSyscallsRaw(1, slicePointers(one), true)
 	// The outputs stream is the address difference 0x5000 (svarint, 3 bytes),
 	// then the length 8<<1; set its repeat bit.
 	i := bytes.Index(raw, []byte{0x80, 0xc0, 0x02, 16})

@@ -337,3 +337,23 @@ func sameCheckpoint(a, b *Checkpoint) error {
 	}
 	return fmt.Errorf("models differ")
 }
+
+// sameFromReusedVariable checks that calls, handed to the encoder one after
+// the other in one reused variable (the recorder's packing of its logs),
+// encode to raw, their encoding from the slice: the model must then keep
+// copies of what it compares with, not pointers to the variable.
+func sameFromReusedVariable(t *testing.T, calls []Syscall, raw []byte) {
+	t.Helper()
+	var v Syscall
+	reused := func(yield func(*Syscall) bool) {
+		for i := range calls {
+			v = calls[i]
+			if !yield(&v) {
+				return
+			}
+		}
+	}
+	if got := encodeSyscallsRaw(len(calls), reused, false); !bytes.Equal(got, raw) {
+		t.Errorf("encoded from a reused variable: %d bytes, from the slice: %d bytes, not the same", len(got), len(raw))
+	}
+}

@@ -200,7 +200,7 @@ func PackSyscalls(calls []Syscall) []byte {
 // it compares with; output bytes must not change): the recorder packs its
 // logs without making a record per call.
 func PackSyscallSeq(n int, calls iter.Seq[*Syscall]) []byte {
-	return packed(&codec{}, encodeSyscallsRaw(n, calls))
+	return packed(&codec{}, encodeSyscallsRaw(n, calls, false))
 }
 
 // UnpackSyscalls decodes what PackSyscalls encoded.

@@ -134,6 +134,7 @@ func (s *session) stretchHolds() bool {
 type stepClock struct {
 	t         time.Time
 	cpu, user time.Duration
+	faults    int64 // tprec's own minor page faults
 	steps     []string
 }
 
@@ -142,7 +143,7 @@ func newStepClock() *stepClock {
 		return nil
 	}
 	c := &stepClock{t: time.Now()}
-	c.cpu, c.user = cpuUsed()
+	c.cpu, c.user, c.faults = cpuUsed()
 	return c
 }
 
@@ -151,30 +152,40 @@ func (c *stepClock) mark(name string) {
 		return
 	}
 	now := time.Now()
-	cpu, user := cpuUsed()
+	cpu, user, faults := cpuUsed()
 	step := fmt.Sprintf("%s %v", name, now.Sub(c.t).Round(time.Microsecond))
+	var notes []string
 	if d, u := cpu-c.cpu, user-c.user; u >= time.Millisecond {
-		step += fmt.Sprintf(" (cpu %v, of which children's user time %v)", d.Round(time.Millisecond), u.Round(time.Millisecond))
+		notes = append(notes, fmt.Sprintf("cpu %v, of which children's user time %v", d.Round(time.Millisecond), u.Round(time.Millisecond)))
 	} else if d >= time.Millisecond {
-		step += fmt.Sprintf(" (cpu %v)", d.Round(time.Millisecond))
+		notes = append(notes, fmt.Sprintf("cpu %v", d.Round(time.Millisecond)))
+	}
+	if f := faults - c.faults; f >= 100 {
+		notes = append(notes, fmt.Sprintf("%d page faults", f))
+	}
+	if len(notes) > 0 {
+		step += " (" + strings.Join(notes, ", ") + ")"
 	}
 	c.steps = append(c.steps, step)
-	c.t, c.cpu, c.user = now, cpu, user
+	c.t, c.cpu, c.user, c.faults = now, cpu, user, faults
 }
 
 // cpuUsed is the user and system time of this process and of its children
-// waited for, and the children's user time alone.
-func cpuUsed() (total, childUser time.Duration) {
+// waited for, the children's user time alone, and this process's minor
+// page faults (each a few microseconds of system time in a VM).
+func cpuUsed() (total, childUser time.Duration, faults int64) {
 	for _, who := range []int{unix.RUSAGE_SELF, unix.RUSAGE_CHILDREN} {
 		var ru unix.Rusage
 		if unix.Getrusage(who, &ru) == nil {
 			total += time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 			if who == unix.RUSAGE_CHILDREN {
 				childUser = time.Duration(ru.Utime.Nano())
+			} else {
+				faults = ru.Minflt
 			}
 		}
 	}
-	return total, childUser
+	return total, childUser, faults
 }
 
 func (c *stepClock) log(s *session, what string) {
