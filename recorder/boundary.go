@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tprec/tprec/format"
+	"github.com/tprec/tprec/internal/hugepage"
 	"github.com/tprec/tprec/proc"
 
 	"golang.org/x/sys/unix"
@@ -631,7 +632,12 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 				}
 			}
 			if len(rest) < len(part) {
-				buf := make([]byte, len(rest)*format.PageSize)
+				if cap(s.restBuf) < len(rest)*format.PageSize {
+					s.restBuf = nil
+					s.restBuf = hugepage.Bytes((len(rest) + len(rest)/4) * format.PageSize)
+					s.noteKeptBuffers()
+				}
+				buf := s.restBuf[:len(rest)*format.PageSize]
 				s.readShadow(iv, sh, rest, buf)
 				for j, i := range at {
 					part[i] = rest[j]
@@ -738,6 +744,10 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 		s.deferred = append(s.deferred, stream)
 	} else {
 		s.deferred = append(s.deferred, func() { read(); store() })
+	}
+	if keep {
+		n := len(next.addrs)
+		s.deferred = append(s.deferred, func() { s.growDivergedBuf(n) })
 	}
 	return snap, nil
 }

@@ -95,7 +95,7 @@ func recordingMemory(n int64) {
 }
 
 // keptMemory raises the Go memory limit, if one is set, by the n bytes of
-// the buffers that hold a kept shadow's diverged pages.
+// the buffers that hold a kept shadow's pages (noteKeptBuffers).
 func keptMemory(n int64) {
 	memLimit.Lock()
 	defer memLimit.Unlock()

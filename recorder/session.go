@@ -176,6 +176,10 @@ type session struct {
 	kept    *shadow
 	divBufs [2][]byte
 	divTurn int
+	// restBuf holds, at a boundary after a kept shadow, the originals
+	// read from the shadow of the pages that did not diverge, before they
+	// go to their places among the others.
+	restBuf []byte
 	// divSeen, divChanged: a kept shadow's diverged pages at the start of
 	// the last interval saved, and how many of them it changed (0, 0 after
 	// an interval with a new shadow).

@@ -70,3 +70,15 @@ func inner(p unsafe.Pointer, size uintptr) []byte {
 	}
 	return unsafe.Slice((*byte)(unsafe.Add(p, lo-a)), hi-lo)
 }
+
+// Bytes returns n zero bytes already faulted in, on huge pages where Make
+// gets them: for a buffer that is filled later at a time a fault costs
+// more (while a traced process is held).
+func Bytes(n int) []byte {
+	b, filled := Make[byte](n)
+	for i := 0; i < len(b); i += 4096 {
+		b[i] = 0
+	}
+	filled()
+	return b
+}
