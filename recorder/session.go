@@ -606,8 +606,13 @@ func (s *session) interrupt() error {
 }
 
 // wanted reports whether setup, a boundary or a dump waits for a stop.
+// None does while a crash handler is left alone (quiet): a stop there sets
+// recording up afresh, which is what the quiet is for not doing.
 func (s *session) wanted() bool {
-	return s.state == stateStarting && !s.quiet() || s.want.boundary || s.want.dump
+	if s.state == stateStarting {
+		return !s.quiet()
+	}
+	return s.want.boundary || s.want.dump
 }
 
 // crashQuiet is how long tprec leaves a process alone after a crash its
@@ -1474,8 +1479,13 @@ func (s *session) crash(t *thread, sig int) error {
 	requeued := s.heldSignal == 0
 	s.ctl, s.heldSignal = s.pid, 0
 	// If a handler survives the signal, recording starts afresh, once
-	// the handler had time to run undisturbed (crashQuiet).
+	// the handler had time to run undisturbed (crashQuiet). A boundary a
+	// tick asked for just before the crash is moot: its interval went
+	// into the checkpoint. Left standing, it had the stop its interrupt
+	// brought, in the handler, set recording up again (gawk, whose
+	// handler prints a message and aborts: found by a sweep).
 	s.state = stateStarting
+	s.want.boundary = false
 	if s.crashCaught {
 		s.quietUntil, s.quietLong = time.Now().Add(crashQuiet), false
 		s.yield.on()

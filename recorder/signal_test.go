@@ -178,3 +178,31 @@ func TestHandlerStillRunningUnblocked(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestNothingWantedWhileCrashHandlerRuns checks that while a crash handler
+// is left alone (quiet), no stop of the process sets anything up: not the
+// recording afresh, and not a boundary or a dump asked for before the
+// crash. gawk's handler, which prints a message and aborts, was stopped
+// for 0.8 s under load to record it afresh: a boundary a tick had asked for
+// just before the crash was still wanted at the next stop.
+func TestNothingWantedWhileCrashHandlerRuns(t *testing.T) {
+	s := &session{state: stateStarting, quietUntil: time.Now().Add(time.Minute)}
+	for _, w := range []struct{ boundary, dump bool }{{false, false}, {true, false}, {false, true}} {
+		s.want = w
+		if s.wanted() {
+			t.Errorf("in a crash handler's quiet, with boundary %v and dump %v wanted: a stop would set up recording", w.boundary, w.dump)
+		}
+	}
+	s.quietUntil, s.want = time.Time{}, struct{ boundary, dump bool }{}
+	if !s.wanted() {
+		t.Error("after the quiet, a stop does not set up recording")
+	}
+	s.state = stateRecording
+	if s.wanted() {
+		t.Error("recording, nothing asked for: a stop is wanted")
+	}
+	s.want.boundary = true
+	if !s.wanted() {
+		t.Error("recording, a boundary asked for: no stop is wanted")
+	}
+}
