@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"iter"
 	"slices"
-
-	"github.com/tprec/tprec/internal/hugepage"
 )
 
 // The syscall log of version 4 keeps the record model of versions 2 and 3
@@ -285,11 +283,7 @@ func encodeSyscallsRaw(n int, calls iter.Seq[*Syscall], stable bool) []byte {
 	// The streams every record may use, looked up once; the per-number ones
 	// once per record with outputs.
 	head, out, pages := st(streamHead, 0), st(streamOutput, 0), st(streamPages, 0)
-	// The two largest buffers, written once each: on huge pages where the
-	// kernel gives them (hugepage).
-	headBuf, headFilled := hugepage.Make[byte](8 * n)
-	defer headFilled()
-	head.b = headBuf[:0]
+	head.b = make([]byte, 0, 8*n)
 	var values [8]*enc
 	for k := range values {
 		values[k] = st(streamValue, int64(k))
@@ -388,9 +382,7 @@ func encodeSyscallsRaw(n int, calls iter.Seq[*Syscall], stable bool) []byte {
 	slices.SortFunc(ids, func(a, b streamID) int {
 		return cmp.Or(cmp.Compare(a.kind, b.kind), cmp.Compare(a.key, b.key))
 	})
-	rawBuf, rawFilled := hugepage.Make[byte](size + 16)
-	defer rawFilled()
-	raw := enc{b: rawBuf[:0]}
+	raw := enc{b: make([]byte, 0, size+16)}
 	raw.uvarint(uint64(n))
 	raw.uvarint(uint64(len(ids)))
 	for _, id := range ids {
@@ -478,8 +470,7 @@ func decodeSyscalls(d *dec, major uint16) []Syscall {
 		}
 		return nil
 	}
-	out, filled := hugepage.Make[Syscall](int(n))
-	defer filled()
+	out := make([]Syscall, n)
 	m := newLogModel(major, true)
 	// The streams every record may use, looked up once; those of a number
 	// once per number.

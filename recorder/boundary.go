@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/tprec/tprec/format"
-	"github.com/tprec/tprec/internal/hugepage"
 	"github.com/tprec/tprec/proc"
 
 	"golang.org/x/sys/unix"
@@ -634,7 +633,7 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 			if len(rest) < len(part) {
 				if cap(s.restBuf) < len(rest)*format.PageSize {
 					s.restBuf = nil
-					s.restBuf = hugepage.Bytes((len(rest) + len(rest)/4) * format.PageSize)
+					s.restBuf = make([]byte, (len(rest)+len(rest)/4)*format.PageSize)
 					s.noteKeptBuffers()
 				}
 				buf := s.restBuf[:len(rest)*format.PageSize]

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/tprec/tprec/format"
-	"github.com/tprec/tprec/internal/hugepage"
 	"github.com/tprec/tprec/internal/parallel"
 	"github.com/tprec/tprec/proc"
 	"github.com/tprec/tprec/syscalls"
@@ -273,9 +272,7 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 	// The intervals' logs are decoded side by side, each into its own part
 	// of the list (a quarter second for half a million calls on one CPU).
 	assemble := func() error {
-		var filled func()
-		c.Syscalls, filled = hugepage.Make[format.Syscall](n)
-		defer filled()
+		c.Syscalls = make([]format.Syscall, n)
 		parts := make([][]format.Syscall, len(views))
 		at := 0
 		for i := range views {

@@ -6,7 +6,6 @@ import (
 	"slices"
 
 	"github.com/tprec/tprec/format"
-	"github.com/tprec/tprec/internal/hugepage"
 	"github.com/tprec/tprec/internal/parallel"
 	"github.com/tprec/tprec/proc"
 )
@@ -170,8 +169,6 @@ func filesAsForked(forked, now []format.Mapping) (uint64, bool) {
 func (s *session) divergedBuf(n int) []byte {
 	s.divTurn ^= 1
 	if cap(s.divBufs[s.divTurn]) < n*format.PageSize {
-		// Not on huge pages: the kernel may compact memory to find one,
-		// and the target waits.
 		s.divBufs[s.divTurn] = nil
 		s.divBufs[s.divTurn] = make([]byte, (n+n/4)*format.PageSize)
 		s.noteKeptBuffers()
@@ -189,7 +186,11 @@ func (s *session) growDivergedBuf(n int) {
 	next := s.divTurn ^ 1
 	if cap(s.divBufs[next]) < (n+n/8)*format.PageSize {
 		s.divBufs[next] = nil // the old one can go before the new one is touched
-		s.divBufs[next] = hugepage.Bytes((n + n/4) * format.PageSize)
+		b := make([]byte, (n+n/4)*format.PageSize)
+		for i := 0; i < len(b); i += format.PageSize {
+			b[i] = 0 // fault it in now
+		}
+		s.divBufs[next] = b
 		s.noteKeptBuffers()
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/klauspost/compress/s2"
 	"github.com/pierrec/lz4/v4"
 	"github.com/tprec/tprec/format"
-	"github.com/tprec/tprec/internal/hugepage"
 	"github.com/tprec/tprec/internal/pagedelta"
 )
 
@@ -173,10 +172,8 @@ func (r *ring) originalsBuf(n int) []byte {
 	b := r.spare
 	if cap(b) < size {
 		// A quarter more: the next boundaries write about as many
-		// pages, a few more or less each time. Faulted in at once,
-		// on huge pages where the kernel gives them (a fault a page
-		// took 2-4 ms of a redis-server's boundaries).
-		b = hugepage.Bytes((n + n/4) * format.PageSize)[:size]
+		// pages, a few more or less each time.
+		b = make([]byte, size, (n+n/4)*format.PageSize)
 	} else {
 		r.spare = nil
 	}
