@@ -58,6 +58,11 @@ var ioctlRequests = map[uint32]int{
 	ioctlFIONCLEX:    0,
 	ioctlFIOCLEX:     0,
 	ioctlFIOASYNC:    0,
+	// A copy that shares the source's blocks (cp of coreutils 9 tries it
+	// on every file, and falls back to reading when the file system
+	// refuses): nothing is written into the process.
+	unix.FICLONE:      0,
+	unix.FICLONERANGE: 0,
 }
 
 // cloneAccept accepts a clone that makes a thread, a new process sharing

@@ -177,12 +177,12 @@ func TestLookupAndName(t *testing.T) {
 
 func TestCheck(t *testing.T) {
 	ioctl, _ := Lookup(unix.SYS_IOCTL)
-	for _, req := range []uint64{unix.TCGETS, unix.TIOCGWINSZ, unix.TIOCINQ, unix.TIOCGPGRP, unix.TCSETS, ioctlFIONBIO} {
+	for _, req := range []uint64{unix.TCGETS, unix.TIOCGWINSZ, unix.TIOCINQ, unix.TIOCGPGRP, unix.TCSETS, ioctlFIONBIO, unix.FICLONE, unix.FICLONERANGE} {
 		if ok, why := Check(ioctl, [6]uint64{0, req, 0x1000}); !ok {
 			t.Errorf("ioctl %#x refused: %s", req, why)
 		}
 	}
-	for _, req := range []uint64{0xdead, 0xc0186201 /* a DRM request */, unix.FICLONE} {
+	for _, req := range []uint64{0xdead, 0xc0186201 /* a DRM request */, unix.FIDEDUPERANGE /* writes its results back */} {
 		ok, why := Check(ioctl, [6]uint64{0, req, 0x1000})
 		if ok {
 			t.Errorf("unknown ioctl %#x accepted", req)
