@@ -322,7 +322,14 @@ func Record(ctx context.Context, o Options, requests <-chan struct{}) error {
 	s.awaitDumps(ctx)
 	s.guard.finish(err == nil)
 	if launched != nil {
-		// The launched command is our child: collect it so it does not linger.
+		// The launched command is our child: collect it so it does not
+		// linger. After a detach it may run on for long: say why tprec
+		// does not end (a service manager stopping tprec waited on, with
+		// nothing said, found by a sweep).
+		var info unix.Siginfo
+		if err := unix.Waitid(unix.P_PID, launched.Process.Pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err == nil && info.Signo == 0 {
+			s.logf("process %d, which tprec launched, runs on unrecorded: tprec ends when it does", launched.Process.Pid)
+		}
 		launched.Wait()
 	}
 	if err == nil && s.lostDumps > 0 {
