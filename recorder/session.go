@@ -176,6 +176,9 @@ type session struct {
 	kept    *shadow
 	divBufs [2][]byte
 	divTurn int
+	// madeShadows: every shadow made and not yet collected by the target,
+	// whatever became of it; a detach kills those still alive (killStray).
+	madeShadows map[int]bool
 	// restBuf holds, at a boundary after a kept shadow, the originals
 	// read from the shadow of the pages that did not diverge, before they
 	// go to their places among the others.
@@ -1951,6 +1954,7 @@ func (s *session) detach(why string) error {
 		return err
 	}
 	s.killShadow()
+	s.killStray()
 	s.reapZombie(true)
 	s.disarmEntry()
 	if s.vdso != nil && s.mem != nil {

@@ -167,6 +167,10 @@ func (s *session) cloneShadow() (*shadow, error) {
 	}
 	child := res.Child
 	s.guard.note("shadow %d", child)
+	if s.madeShadows == nil {
+		s.madeShadows = map[int]bool{}
+	}
+	s.madeShadows[child] = true
 	// The child is attached automatically (PTRACE_O_TRACECLONE) and starts in a
 	// PTRACE_EVENT_STOP; wait for it before touching it.
 	for {
@@ -272,6 +276,37 @@ func (s *session) killShadow() {
 	s.zombie = sh.pid
 }
 
+// killStray kills, at a detach, every shadow still alive that nothing
+// else killed: one a failed boundary lost track of. A process that unmapped
+// its vDSO (valgrind does), where tprec's calls can no longer be made, kept
+// a shadow stopped as its child while tprec waited for it to end.
+func (s *session) killStray() {
+	for pid := range s.madeShadows {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d/task/%d", s.pid, pid)); err == nil {
+			continue // not a shadow: a thread of the target reuses the id
+		}
+		// A shadow is the target's child, traced by a thread of tprec;
+		// an id reused by a child the target made itself is not.
+		st, err := procStatus(pid)
+		if err != nil || st["PPid"] != fmt.Sprint(s.pid) || strings.HasPrefix(st["State"], "Z") || strings.HasPrefix(st["State"], "X") {
+			continue // collected and the id gone or reused, or already dead
+		}
+		if _, err := os.Stat("/proc/self/task/" + st["TracerPid"]); st["TracerPid"] == "0" || err != nil {
+			continue
+		}
+		unix.Kill(pid, unix.SIGKILL)
+		for {
+			st, err := proc.Wait(pid)
+			if err != nil || st.Exited() {
+				break
+			}
+		}
+		s.mu.Lock()
+		s.deadShadows = append(s.deadShadows, pid)
+		s.mu.Unlock()
+	}
+}
+
 // retireShadow kills the current shadow without waiting for it to die. A
 // large shadow takes tens of milliseconds to unmap its memory (25 ms for
 // 1 GB here), which the target would otherwise spend stopped; it dies while
@@ -364,6 +399,7 @@ func (s *session) reap(pid int) bool {
 	res, err := s.inject(reapCall(pid))
 	if err == nil && res.Ret == int64(pid) {
 		s.guard.note("reaped %d", pid)
+		delete(s.madeShadows, pid)
 		return true
 	}
 	return false
@@ -382,7 +418,24 @@ func (s *session) inject(c proc.Call) (proc.Injection, error) {
 		// again, to stop as soon as tprec lets it run.
 		unix.Kill(s.pid, unix.SIGSTOP)
 	}
+	if err != nil && errors.Is(err, unix.EIO) && !s.vdsoMapped() {
+		err = fmt.Errorf("process %d unmapped its vDSO, where tprec's calls are made (valgrind does): it cannot be recorded further (%w)", s.pid, err)
+	}
 	return res, err
+}
+
+// vdsoMapped reports whether the target still maps its vDSO.
+func (s *session) vdsoMapped() bool {
+	maps, err := proc.ReadMaps(s.pid)
+	if err != nil {
+		return true // gone, or unreadable: not the vDSO's doing
+	}
+	for _, m := range maps {
+		if m.Path == "[vdso]" {
+			return true
+		}
+	}
+	return false
 }
 
 // shadowPidsCgroup finds where a shadow of process pid must go so that it
