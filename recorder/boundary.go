@@ -714,8 +714,17 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 		finish()
 	}
 	if !later {
-		read()
-		store()
+		// A dump's close, the target held: a part at a time too when
+		// there are many, in one buffer instead of one page fault per
+		// page in a new one. shuf, which had moved its 600 MB buffer
+		// (every page of the old place an original), was held 5.3 s
+		// while 186,000 pages were read into a new buffer and stored.
+		if len(written) > maxDeltaSources {
+			stream()
+		} else {
+			read()
+			store()
+		}
 		return snap, nil
 	}
 	if keep {
