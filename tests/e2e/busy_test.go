@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -26,20 +25,7 @@ func TestBusyMachine(t *testing.T) {
 	if _, err := os.Stat(py); err != nil {
 		t.Fatal("python3 is not installed (.ci/run installs it)")
 	}
-	sum, err := exec.LookPath("sha256sum")
-	if err != nil {
-		t.Fatal("sha256sum is not installed")
-	}
-	for i := 0; i < 2*runtime.NumCPU(); i++ {
-		hog := exec.Command(sum, "/dev/zero")
-		if err := hog.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			hog.Process.Kill()
-			hog.Wait()
-		})
-	}
+	startHogs(t, 2*runtime.NumCPU())
 	heldRe := regexp.MustCompile(`the process was held ([0-9.]+)(ms|s|µs)\)`)
 	forBackends(t, func(t *testing.T, backend string) {
 		dir := t.TempDir()

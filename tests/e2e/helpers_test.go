@@ -505,3 +505,20 @@ func replayableToCrash(t *testing.T, ck, log, problem string) {
 		t.Fatalf("replay does not end at the crash:\n%s", out)
 	}
 }
+
+// startHogs keeps n CPU hogs (sha256sum reading /dev/zero) running until
+// the test ends.
+func startHogs(t *testing.T, n int) {
+	t.Helper()
+	sum := needTool(t, "sha256sum")
+	for range n {
+		hog := exec.Command(sum, "/dev/zero")
+		if err := hog.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			hog.Process.Kill()
+			hog.Wait()
+		})
+	}
+}

@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -22,15 +21,8 @@ import (
 // made in the target, which nothing can make any more.
 func TestValgrindWithoutVDSO(t *testing.T) {
 	requireRoot(t)
-	vg, err := exec.LookPath("valgrind")
-	if err != nil {
-		t.Fatal("valgrind is not installed (.ci/run installs it)")
-	}
-	sum, err := exec.LookPath("sha256sum")
-	if err != nil {
-		t.Fatal("sha256sum is not installed")
-	}
-	args := []string{"-q", "--tool=none", sum, "/dev/zero"}
+	vg := needTool(t, "valgrind")
+	args := []string{"-q", "--tool=none", needTool(t, "sha256sum"), "/dev/zero"}
 
 	t.Run("launched", func(t *testing.T) {
 		out := t.TempDir()

@@ -287,24 +287,8 @@ func TestGroupSignalDoesNotKillTprec(t *testing.T) {
 // replays.
 func TestCrashHandlerNotRecordedAfreshUnderLoad(t *testing.T) {
 	requireRoot(t)
-	gawk, err := exec.LookPath("gawk")
-	if err != nil {
-		t.Fatal("gawk is not installed (.ci/run installs it)")
-	}
-	sum, err := exec.LookPath("sha256sum")
-	if err != nil {
-		t.Fatal("sha256sum is not installed")
-	}
-	for i := 0; i < runtime.NumCPU(); i++ {
-		hog := exec.Command(sum, "/dev/zero")
-		if err := hog.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			hog.Process.Kill()
-			hog.Wait()
-		})
-	}
+	gawk := needTool(t, "gawk")
+	startHogs(t, runtime.NumCPU())
 	var last string
 	for round := range 4 {
 		target, _, done := startTarget(t, gawk, "BEGIN { while (1) { n[i++ % 100000] = i; s += length(i) } }")
