@@ -89,3 +89,27 @@ func status(pid int) string {
 	}
 	return strings.Join(keep, "\n")
 }
+
+// TestStartTimeNamesOneProcess checks the identity killStray relies on: a
+// process's start time stays the same, another process's differs (a later
+// one started at least a clock tick after), and a gone one has none.
+func TestStartTimeNamesOneProcess(t *testing.T) {
+	me := startTime(os.Getpid())
+	if me == "" || startTime(os.Getpid()) != me {
+		t.Fatalf("own start time %q, then %q", me, startTime(os.Getpid()))
+	}
+	time.Sleep(20 * time.Millisecond)
+	c := exec.Command("sleep", "10")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	child := startTime(c.Process.Pid)
+	c.Process.Kill()
+	c.Wait()
+	if child == "" || child == me {
+		t.Errorf("a child started 20 ms later: start time %q, own %q", child, me)
+	}
+	if got := startTime(c.Process.Pid); got != "" {
+		t.Errorf("a collected child still has a start time: %q", got)
+	}
+}

@@ -178,7 +178,7 @@ type session struct {
 	divTurn int
 	// madeShadows: every shadow made and not yet collected by the target,
 	// whatever became of it; a detach kills those still alive (killStray).
-	madeShadows map[int]bool
+	madeShadows map[int]string // pid: its start time (startTime)
 	// restBuf holds, at a boundary after a kept shadow, the originals
 	// read from the shadow of the pages that did not diverge, before they
 	// go to their places among the others.

@@ -1,6 +1,7 @@
 package recorder
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -168,9 +169,9 @@ func (s *session) cloneShadow() (*shadow, error) {
 	child := res.Child
 	s.guard.note("shadow %d", child)
 	if s.madeShadows == nil {
-		s.madeShadows = map[int]bool{}
+		s.madeShadows = map[int]string{}
 	}
-	s.madeShadows[child] = true
+	s.madeShadows[child] = startTime(child)
 	// The child is attached automatically (PTRACE_O_TRACECLONE) and starts in a
 	// PTRACE_EVENT_STOP; wait for it before touching it.
 	for {
@@ -281,15 +282,14 @@ func (s *session) killShadow() {
 // its vDSO (valgrind does), where tprec's calls can no longer be made, kept
 // a shadow stopped as its child while tprec waited for it to end.
 func (s *session) killStray() {
-	for pid := range s.madeShadows {
-		if _, err := os.Stat(fmt.Sprintf("/proc/%d/task/%d", s.pid, pid)); err == nil {
-			continue // not a shadow: a thread of the target reuses the id
+	for pid, started := range s.madeShadows {
+		if started == "" || startTime(pid) != started {
+			continue // gone, or its id reused by another process
 		}
-		// A shadow is the target's child, traced by a thread of tprec;
-		// an id reused by a child the target made itself is not.
+		// Still the target's child, alive and traced by a thread of tprec.
 		st, err := procStatus(pid)
 		if err != nil || st["PPid"] != fmt.Sprint(s.pid) || strings.HasPrefix(st["State"], "Z") || strings.HasPrefix(st["State"], "X") {
-			continue // collected and the id gone or reused, or already dead
+			continue
 		}
 		if _, err := os.Stat("/proc/self/task/" + st["TracerPid"]); st["TracerPid"] == "0" || err != nil {
 			continue
@@ -305,6 +305,26 @@ func (s *session) killStray() {
 		s.deadShadows = append(s.deadShadows, pid)
 		s.mu.Unlock()
 	}
+}
+
+// startTime returns when process pid started (field 22 of its stat, in
+// clock ticks since boot), "" if it is gone: with the id, it names one
+// process whatever ids were reused since.
+func startTime(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	// The command name, in parentheses, may hold spaces: count after it.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return ""
+	}
+	return f[19] // fields 3.. follow the name: field 22 is the 20th
 }
 
 // retireShadow kills the current shadow without waiting for it to die. A
