@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -33,6 +34,10 @@ import (
 type guardian struct {
 	w   *os.File
 	cmd *exec.Cmd
+	// ended is closed when the guardian's process has ended; finishing
+	// says tprec ended it (finish), any other end is reported.
+	ended     chan struct{}
+	finishing atomic.Bool
 }
 
 // startGuardian starts the guardian of process pid with the command line
@@ -60,7 +65,17 @@ func startGuardian(args []string, pid int, logf func(string, ...any)) *guardian 
 		logf("no guardian for process %d: %v", pid, err)
 		return nil
 	}
-	return &guardian{w: w, cmd: cmd}
+	g := &guardian{w: w, cmd: cmd, ended: make(chan struct{})}
+	go func() {
+		err := cmd.Wait()
+		close(g.ended)
+		if !g.finishing.Load() {
+			// Killed by someone (pkill -SEGV matching its name, say):
+			// recording goes on, without its safety net.
+			logf("tprec's guardian (process %d) ended (%v): if tprec is killed from now on, nothing puts process %d's vDSO back or collects its dead shadows", cmd.Process.Pid, err, pid)
+		}
+	}()
+	return g
 }
 
 func (g *guardian) note(f string, args ...any) {
@@ -76,18 +91,14 @@ func (g *guardian) finish(clean bool) {
 	if g == nil || g.w == nil {
 		return
 	}
+	g.finishing.Store(true)
 	if clean {
 		g.note("done")
 	}
 	g.w.Close()
 	g.w = nil
-	done := make(chan struct{})
-	go func() {
-		g.cmd.Wait()
-		close(done)
-	}()
 	select {
-	case <-done:
+	case <-g.ended:
 	case <-time.After(30 * time.Second):
 	}
 }

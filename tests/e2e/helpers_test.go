@@ -522,3 +522,25 @@ func startHogs(t *testing.T, n int) {
 		})
 	}
 }
+
+// childStates lists each child of every thread of pid, "PID STATE".
+func childStates(t *testing.T, pid int) []string {
+	t.Helper()
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var states []string
+	for _, f := range tasks {
+		b, _ := os.ReadFile(f)
+		for _, c := range strings.Fields(string(b)) {
+			st, _ := os.ReadFile("/proc/" + c + "/status")
+			for _, l := range strings.Split(string(st), "\n") {
+				if v, ok := strings.CutPrefix(l, "State:"); ok {
+					states = append(states, c+" "+strings.TrimSpace(v))
+				}
+			}
+		}
+	}
+	return states
+}

@@ -692,3 +692,42 @@ func TestLargeReadsReplay(t *testing.T) {
 		replayableToCrash(t, ck, log, "not captured")
 	})
 }
+
+// A guardian killed while tprec records (a pkill matching its name, or, in
+// a sweep, a crash signal meant for the target) left tprec recording
+// without its safety net, and nothing said so. tprec now says it, and goes
+// on recording: a crash afterwards still gives a checkpoint that replays.
+func TestGuardianDeathReported(t *testing.T) {
+	requireRoot(t)
+	target, _, done := startTarget(t, "/usr/bin/python3", "-S", "-c", "import time\nwhile True:\n    time.time()\n    time.sleep(0.001)")
+	pid := target.Process.Pid
+	out := t.TempDir()
+	rec := startTprec(t, "--pid", fmt.Sprint(pid), "--output", out)
+	rec.waitRecording(t)
+	guardian := 0
+	kids := childStates(t, rec.cmd.Process.Pid) // of every thread: any may have started it
+	for _, c := range kids {
+		id, _, _ := strings.Cut(c, " ")
+		if b, _ := os.ReadFile("/proc/" + id + "/cmdline"); strings.HasPrefix(string(b), "tprec-guardian\x00") {
+			fmt.Sscan(id, &guardian)
+		}
+	}
+	if guardian == 0 {
+		t.Fatalf("no guardian among tprec's children %v", kids)
+	}
+	if err := syscall.Kill(guardian, syscall.SIGSEGV); err != nil {
+		t.Fatal(err)
+	}
+	said := fmt.Sprintf("tprec's guardian (process %d) ended", guardian)
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(rec.stderr.String(), said); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("tprec did not report its guardian's end:\n%s", rec.quit())
+		}
+	}
+	time.Sleep(time.Second)
+	if err := syscall.Kill(pid, syscall.SIGSEGV); err != nil {
+		t.Fatal(err)
+	}
+	diesOfSIGSEGV(t, done, rec.quit)
+	replay(t, rec.oneCheckpoint(t, out))
+}
