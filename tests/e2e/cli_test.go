@@ -1131,3 +1131,37 @@ func TestDumpRequestPendingAtInterrupt(t *testing.T) {
 	}
 	syscall.Kill(pid, syscall.SIGCONT)
 }
+
+// A checkpoint asked for and still being written (its trial replay reads
+// pages from the dump's shadow) when tprec is interrupted: the detach must
+// leave the dump's shadow to the dump. One that killed every shadow still
+// alive killed it too, and the file, written anyway, held no page and did
+// not replay. Debian's redis-server under load, whose dump takes most of a
+// second: the request, then the interrupt as soon as the dump's shadow is
+// made (TPREC_DEBUG's "dump:" line).
+func TestInterruptDuringRequestedDump(t *testing.T) {
+	requireRoot(t)
+	target, _ := redisUnderLoad(t, "6445")
+	pid := target.Process.Pid
+	out := t.TempDir()
+	t.Setenv("TPREC_DEBUG", "1")
+	rec := startTprec(t, "--pid", fmt.Sprint(pid), "--output", out)
+	rec.waitRecording(t)
+	time.Sleep(2 * time.Second)
+	if err := rec.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(rec.stderr.String(), "tprec: dump: "); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the requested dump did not start:\n%s", rec.quit())
+		}
+	}
+	if err := rec.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	ck := rec.oneCheckpoint(t, out)
+	if !strings.Contains(rec.stderr.String(), "still writing 1 checkpoint") {
+		t.Fatal("the dump was done before the detach: the test proves nothing")
+	}
+	replay(t, ck)
+}
