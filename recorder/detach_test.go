@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/proc"
 	"golang.org/x/sys/unix"
 )
@@ -111,5 +112,25 @@ func TestStartTimeNamesOneProcess(t *testing.T) {
 	}
 	if got := startTime(c.Process.Pid); got != "" {
 		t.Errorf("a collected child still has a start time: %q", got)
+	}
+}
+
+// TestResolveFromGoneProcess checks that the final pages of a checkpoint
+// whose process is gone (a dump's shadow killed under it) are an error,
+// not a file without them.
+func TestResolveFromGoneProcess(t *testing.T) {
+	c := exec.Command("true")
+	if err := c.Run(); err != nil {
+		t.Fatal(err)
+	}
+	src := &liveSource{pid: c.Process.Pid, store: format.NewMemStore()}
+	refs := []format.PageRef{{Addr: 0x10000, Hash: liveHash(0x10000)}, {Addr: 0x11000, Hash: liveHash(0x11000)}}
+	if got, err := src.resolve(refs); err == nil {
+		t.Fatalf("resolved %d pages of a process that is gone", len(got))
+	}
+	// Pages that are not read from the process pass as they are.
+	stored := []format.PageRef{{Addr: 0x10000, Hash: format.ZeroHash}}
+	if got, err := src.resolve(stored); err != nil || len(got) != 1 {
+		t.Fatalf("stored pages: %v, %v", got, err)
 	}
 }

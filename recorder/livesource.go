@@ -280,6 +280,13 @@ func (l *liveSource) resolve(refs []format.PageRef) ([]format.PageRef, error) {
 	out := make([]format.PageRef, 0, len(refs))
 	const batch = 1024
 	buf := make([]byte, batch*format.PageSize)
+	live, lost := 0, 0 // pages to read from the process, and those not read
+	var lastErr error
+	for _, r := range refs {
+		if _, ok := liveAddr(r.Hash); ok {
+			live++
+		}
+	}
 	for i := 0; i < len(refs); i += batch {
 		part := refs[i:min(i+batch, len(refs))]
 		addrs := make([]uint64, len(part))
@@ -306,10 +313,17 @@ func (l *liveSource) resolve(refs []format.PageRef) ([]format.PageRef, error) {
 			}
 			data, err := l.Page(r.Hash)
 			if err != nil {
+				lost, lastErr = lost+1, err
 				continue
 			}
 			out = append(out, format.PageRef{Addr: r.Addr, Hash: l.store.Put(data)})
 		}
+	}
+	if lost > 0 && lost == live {
+		// Not one page: the process they come from is gone (a dump's
+		// shadow killed under it wrote a file of no page that did not
+		// replay). Better no checkpoint and a word than that.
+		return nil, fmt.Errorf("none of the %d pages could be read from process %d: %w", live, l.pid, lastErr)
 	}
 	return out, nil
 }
