@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -1164,4 +1165,40 @@ func TestInterruptDuringRequestedDump(t *testing.T) {
 		t.Fatal("the dump was done before the detach: the test proves nothing")
 	}
 	replay(t, ck)
+}
+
+// A program tprec launched is its child: after a detach (SIGTERM, as a
+// service manager stops tprec) tprec waits for it to end, and says so
+// instead of staying on without a word (found by a sweep). coreutils'
+// sleep, launched; tprec ends once the program does, and not before.
+func TestDetachFromLaunchedSaysItWaits(t *testing.T) {
+	requireRoot(t)
+	rec := startTprec(t, "--output", t.TempDir(), "--", needTool(t, "sleep"), "30")
+	rec.waitRecording(t)
+	m := regexp.MustCompile(`recording process (\d+) `).FindStringSubmatch(rec.stderr.String())
+	if m == nil {
+		t.Fatalf("no recording line:\n%s", rec.stderr)
+	}
+	pid, _ := strconv.Atoi(m[1])
+	defer syscall.Kill(pid, syscall.SIGKILL)
+	if err := rec.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	said := fmt.Sprintf("process %d, which tprec launched, runs on unrecorded: tprec ends when it does", pid)
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(rec.stderr.String(), said); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("tprec did not say it waits for the program:\n%s", rec.quit())
+		}
+	}
+	select {
+	case err := <-rec.done:
+		t.Fatalf("tprec ended before the program it launched: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("the program did not run on: %v", err)
+	}
+	if err := rec.wait(t, 10*time.Second); err != nil {
+		t.Errorf("tprec: %v\n%s", err, rec.stderr)
+	}
 }
