@@ -1,7 +1,6 @@
 package recorder
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -311,20 +310,11 @@ func (s *session) killStray() {
 // clock ticks since boot), "" if it is gone: with the id, it names one
 // process whatever ids were reused since.
 func startTime(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return ""
-	}
-	// The command name, in parentheses, may hold spaces: count after it.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return ""
-	}
-	f := strings.Fields(string(b[i+1:]))
+	f := procStat(pid) // from field 3 on
 	if len(f) < 20 {
 		return ""
 	}
-	return f[19] // fields 3.. follow the name: field 22 is the 20th
+	return f[19]
 }
 
 // retireShadow kills the current shadow without waiting for it to die. A
