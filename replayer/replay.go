@@ -634,6 +634,19 @@ func (e *engine) logf(format string, args ...any) {
 	}
 }
 
+// logCall logs a replayed call when Verbose is set: at its stop, or after
+// the process completed it itself (inprocess.go), which -v does not prevent:
+// a replay runs the same way with and without it.
+func (e *engine) logCall(rec *format.Syscall) {
+	switch {
+	case !e.opts.Verbose:
+	case e.multi():
+		e.logf("#%d [%d] %s", rec.Seq, rec.Tid, syscalls.Format(*rec))
+	default:
+		e.logf("#%d %s", rec.Seq, syscalls.Format(*rec))
+	}
+}
+
 // lastSeq is the seq of the last syscall executed so far.
 func (e *engine) lastSeq() uint64 {
 	if e.next > 0 {
@@ -726,7 +739,7 @@ func (e *engine) advance(req int, intercept trapIntercept) (event, error) {
 	// The calls from e.next on that the process can complete itself
 	// (inprocess.go): the stop to come is then the call after them.
 	at := e.next
-	if plain && e.inproc != nil && e.sigSearch == nil && e.again == nil && !e.bp.active && e.restartAs == 0 && !e.opts.Verbose &&
+	if plain && e.inproc != nil && e.sigSearch == nil && e.again == nil && !e.bp.active && e.restartAs == 0 &&
 		e.next < len(e.log) && (!e.multi() || len(e.startQ) == 0) {
 		at += e.inproc.arm(e)
 	}
@@ -760,7 +773,11 @@ func (e *engine) advance(req int, intercept trapIntercept) (event, error) {
 		}
 	}
 	if e.inproc != nil && at > e.next {
-		e.next += e.inproc.sync()
+		n := e.inproc.sync()
+		for i := e.next; i < e.next+n; i++ {
+			e.logCall(&e.log[i])
+		}
+		e.next += n
 	}
 	if st.Exited() {
 		// With several threads, killAndReap reaps the rest.
@@ -1009,13 +1026,7 @@ func (e *engine) onEntry(regs proc.Regs, nr int, args [6]uint64) (*Result, error
 			return nil, e.skipToServe(regs, rec.Nr, func() error { return e.touch(a, n) })
 		}
 	}
-	if e.opts.Verbose {
-		if e.multi() {
-			e.logf("#%d [%d] %s", rec.Seq, rec.Tid, syscalls.Format(*rec))
-		} else {
-			e.logf("#%d %s", rec.Seq, syscalls.Format(*rec))
-		}
-	}
+	e.logCall(rec)
 	if err := e.out.capture(e.mem, rec); err != nil {
 		return nil, err
 	}

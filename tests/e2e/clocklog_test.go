@@ -97,8 +97,7 @@ func TestClockLogTimerSignals(t *testing.T) {
 	target, out, done := startTarget(t, "/usr/bin/python3", "-S", prog)
 	waitReady(t, out)
 	// 600 ms: python3 reads the clock 1.5-3 million times a second here,
-	// and a replay of 2.1 million reads under a 4 ms timer ran past
-	// tpreplay's 30 s on a busy CI machine.
+	// and every read is a line of tpreplay -v below.
 	ck, log := crashWith(t, target, done, 600*time.Millisecond, func(pid int) error { return syscall.Kill(pid, syscall.SIGSEGV) }, "--backend", "ebpf")
 	m := clockReadsRe.FindStringSubmatch(log)
 	if m == nil {
@@ -112,4 +111,21 @@ func TestClockLogTimerSignals(t *testing.T) {
 	if n := strings.Count(res, "SIGALRM: delivery point found in user code"); n < 20 {
 		t.Fatalf("the replay delivered %d SIGALRM in user code; want about one per 4 ms of the window:\n%s", n, res)
 	}
+	// -v logs every call and still lets the process complete the reads
+	// itself: a replay of a million reads, one ptrace stop each, took 21 s
+	// here and ran past tpreplay's 30 s on a busy CI machine.
+	m = verboseSummaryRe.FindStringSubmatch(res)
+	if m == nil {
+		t.Fatalf("no timing line with calls completed in the process:\n%s", res[max(0, len(res)-3000):])
+	}
+	total, _ := strconv.Atoi(m[1])
+	inProc, _ := strconv.Atoi(m[2])
+	if logged := strings.Count(res, "\ntpreplay: #"); logged != total {
+		t.Fatalf("tpreplay -v logged %d calls of %d", logged, total)
+	}
+	if inProc < total/2 {
+		t.Fatalf("with -v, %d of %d calls were completed in the process", inProc, total)
+	}
 }
+
+var verboseSummaryRe = regexp.MustCompile(`(?s)re-execution of (\d+) syscalls from interval \d+, (\d+) of them completed by the replayed process itself`)

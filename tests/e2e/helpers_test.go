@@ -226,13 +226,24 @@ func replay(t *testing.T, ckpt string, extra ...string) string {
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		keepFailed(t, ckpt)
-		t.Fatalf("tpreplay %s: %v\n%s", strings.Join(args, " "), err, out)
+		t.Fatalf("tpreplay %s: %v\n%s", strings.Join(args, " "), err, clip(out))
 	}
 	if !verifiedRe.Match(out) {
-		t.Fatalf("tpreplay did not verify:\n%s", out)
+		t.Fatalf("tpreplay did not verify:\n%s", clip(out))
 	}
-	t.Logf("tpreplay: %s", strings.TrimSpace(string(out)))
+	t.Logf("tpreplay: %s", clip(bytes.TrimSpace(out)))
 	return string(out)
+}
+
+// clip shortens a tool's output for the test log to its first and last
+// 16 KiB: tpreplay -v writes a line per call, a million of them for some
+// windows.
+func clip(out []byte) string {
+	const keep = 16 << 10
+	if len(out) <= 2*keep {
+		return string(out)
+	}
+	return fmt.Sprintf("%s\n[... %d bytes left out ...]\n%s", out[:keep], len(out)-2*keep, out[len(out)-keep:])
 }
 
 // startTarget starts a program to be attached to later. Its stdout goes to
