@@ -10,7 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"syscall"
 	"time"
 
@@ -32,13 +32,27 @@ import (
 // (its own vDSO's: the kernel maps the same image into every process) and
 // has the target collect its dead shadows, and lets it go.
 type guardian struct {
-	w   *os.File
-	cmd *exec.Cmd
-	// ended is closed when the guardian's process has ended; finishing
-	// says tprec ended it (finish), any other end is reported.
+	args []string
+	pid  int
+	logf func(string, ...any)
+
+	mu  sync.Mutex
+	w   *os.File  // the pipe to the running guardian; nil once finished
+	cmd *exec.Cmd // the running guardian
+	// shadows: the shadows noted and not reaped, told again to a guardian
+	// started after one ended.
+	shadows map[int]bool
+	// ended is closed when the running guardian's process has ended;
+	// finishing says tprec ended it (finish), any other end is reported
+	// and a new guardian started (restarts counts them).
 	ended     chan struct{}
-	finishing atomic.Bool
+	finishing bool
+	restarts  int
 }
+
+// maxGuardianRestarts bounds the guardians started after one ended: one
+// that cannot stay up (killed again and again) is not worth a loop.
+const maxGuardianRestarts = 5
 
 // startGuardian starts the guardian of process pid with the command line
 // args (the tprec binary's hidden "guardian" command). It is best effort:
@@ -47,13 +61,25 @@ func startGuardian(args []string, pid int, logf func(string, ...any)) *guardian 
 	if len(args) == 0 {
 		return nil
 	}
-	r, w, err := os.Pipe()
-	if err != nil {
+	g := &guardian{args: args, pid: pid, logf: logf, shadows: map[int]bool{}}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := g.spawn(); err != nil {
 		logf("no guardian for process %d: %v", pid, err)
 		return nil
 	}
+	return g
+}
+
+// spawn starts a guardian process, tells it the shadows alive, and watches
+// for its end. g.mu is held.
+func (g *guardian) spawn() error {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
 	defer r.Close()
-	cmd := exec.Command(args[0], append(args[1:], "--pid", strconv.Itoa(pid), "--tprec", strconv.Itoa(os.Getpid()))...)
+	cmd := exec.Command(g.args[0], append(g.args[1:], "--pid", strconv.Itoa(g.pid), "--tprec", strconv.Itoa(os.Getpid()))...)
 	cmd.Args[0] = "tprec-guardian" // what ps shows
 	cmd.Stdin = r
 	cmd.Stderr = os.Stderr
@@ -62,25 +88,61 @@ func startGuardian(args []string, pid int, logf func(string, ...any)) *guardian 
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		w.Close()
-		logf("no guardian for process %d: %v", pid, err)
-		return nil
+		return err
 	}
-	g := &guardian{w: w, cmd: cmd, ended: make(chan struct{})}
+	g.w, g.cmd = w, cmd
+	for p := range g.shadows {
+		fmt.Fprintf(w, "shadow %d\n", p)
+	}
+	ended := make(chan struct{})
+	g.ended = ended
 	go func() {
 		err := cmd.Wait()
-		close(g.ended)
-		if !g.finishing.Load() {
-			// Killed by someone (pkill -SEGV matching its name, say):
-			// recording goes on, without its safety net.
-			logf("tprec's guardian (process %d) ended (%v): if tprec is killed from now on, nothing puts process %d's vDSO back or collects its dead shadows", cmd.Process.Pid, err, pid)
+		close(ended)
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.finishing {
+			return
 		}
+		// Killed by someone (pkill -SEGV matching its name, say):
+		// another one takes over, told the shadows alive.
+		w.Close()
+		g.w = nil
+		if g.restarts < maxGuardianRestarts {
+			g.restarts++
+			if serr := g.spawn(); serr == nil {
+				g.logf("tprec's guardian (process %d) ended (%v): started another one (process %d)", cmd.Process.Pid, err, g.cmd.Process.Pid)
+				return
+			} else {
+				err = fmt.Errorf("%v; no other one started: %v", err, serr)
+			}
+		}
+		g.logf("tprec's guardian (process %d) ended (%v): if tprec is killed from now on, nothing puts process %d's vDSO back or collects its dead shadows", cmd.Process.Pid, err, g.pid)
 	}()
-	return g
+	return nil
 }
 
-func (g *guardian) note(f string, args ...any) {
-	if g != nil && g.w != nil {
-		fmt.Fprintf(g.w, f+"\n", args...)
+// made tells the guardian of a shadow tprec made.
+func (g *guardian) made(shadow int) { g.note(shadow, true) }
+
+// reaped tells the guardian that the target collected a shadow.
+func (g *guardian) reaped(shadow int) { g.note(shadow, false) }
+
+func (g *guardian) note(shadow int, alive bool) {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	word := "reaped"
+	if alive {
+		g.shadows[shadow] = true
+		word = "shadow"
+	} else {
+		delete(g.shadows, shadow)
+	}
+	if g.w != nil {
+		fmt.Fprintf(g.w, "%s %d\n", word, shadow)
 	}
 }
 
@@ -88,17 +150,24 @@ func (g *guardian) note(f string, args ...any) {
 // (clean), closes the pipe and collects the guardian. Not clean, the
 // guardian looks for itself.
 func (g *guardian) finish(clean bool) {
-	if g == nil || g.w == nil {
+	if g == nil {
 		return
 	}
-	g.finishing.Store(true)
+	g.mu.Lock()
+	if g.w == nil {
+		g.mu.Unlock()
+		return
+	}
+	g.finishing = true
 	if clean {
-		g.note("done")
+		fmt.Fprintf(g.w, "done\n")
 	}
 	g.w.Close()
 	g.w = nil
+	ended := g.ended
+	g.mu.Unlock()
 	select {
-	case <-g.ended:
+	case <-ended:
 	case <-time.After(30 * time.Second):
 	}
 }

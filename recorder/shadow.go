@@ -166,7 +166,7 @@ func (s *session) cloneShadow() (*shadow, error) {
 		return nil, fmt.Errorf("create shadow: clone returned %d and no child", res.Ret)
 	}
 	child := res.Child
-	s.guard.note("shadow %d", child)
+	s.guard.made(child)
 	if s.madeShadows == nil {
 		s.madeShadows = map[int]string{}
 	}
@@ -408,7 +408,7 @@ func (s *session) reap(pid int) bool {
 	}
 	res, err := s.inject(reapCall(pid))
 	if err == nil && res.Ret == int64(pid) {
-		s.guard.note("reaped %d", pid)
+		s.guard.reaped(pid)
 		delete(s.madeShadows, pid)
 		return true
 	}

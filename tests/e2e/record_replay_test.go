@@ -695,39 +695,76 @@ func TestLargeReadsReplay(t *testing.T) {
 
 // A guardian killed while tprec records (a pkill matching its name, or, in
 // a sweep, a crash signal meant for the target) left tprec recording
-// without its safety net, and nothing said so. tprec now says it, and goes
-// on recording: a crash afterwards still gives a checkpoint that replays.
-func TestGuardianDeathReported(t *testing.T) {
+// without its safety net. tprec now starts another one, tells it the
+// shadows alive, and says so: when tprec is then killed with SIGKILL, the
+// new guardian puts Debian's python3 back as it was (vDSO, shadows) and it
+// runs on. Before the kill, recording went on: a requested dump verifies.
+func TestGuardianRestarted(t *testing.T) {
 	requireRoot(t)
+	orig := vdsoBytes(t, os.Getpid()) // the kernel maps the same image into every process
 	target, _, done := startTarget(t, "/usr/bin/python3", "-S", "-c", "import time\nwhile True:\n    time.time()\n    time.sleep(0.001)")
 	pid := target.Process.Pid
 	out := t.TempDir()
 	rec := startTprec(t, "--pid", fmt.Sprint(pid), "--output", out)
 	rec.waitRecording(t)
-	guardian := 0
-	kids := childStates(t, rec.cmd.Process.Pid) // of every thread: any may have started it
-	for _, c := range kids {
-		id, _, _ := strings.Cut(c, " ")
-		if b, _ := os.ReadFile("/proc/" + id + "/cmdline"); strings.HasPrefix(string(b), "tprec-guardian\x00") {
-			fmt.Sscan(id, &guardian)
+	guardianOf := func() int {
+		for _, c := range childStates(t, rec.cmd.Process.Pid) { // of every thread: any may have started it
+			id, _, _ := strings.Cut(c, " ")
+			if b, _ := os.ReadFile("/proc/" + id + "/cmdline"); strings.HasPrefix(string(b), "tprec-guardian\x00") {
+				var g int
+				fmt.Sscan(id, &g)
+				return g
+			}
 		}
+		return 0
 	}
+	guardian := guardianOf()
 	if guardian == 0 {
-		t.Fatalf("no guardian among tprec's children %v", kids)
+		t.Fatalf("no guardian among tprec's children")
 	}
+	time.Sleep(600 * time.Millisecond) // shadows made before the restart, which the next guardian must hear of
 	if err := syscall.Kill(guardian, syscall.SIGSEGV); err != nil {
 		t.Fatal(err)
 	}
-	said := fmt.Sprintf("tprec's guardian (process %d) ended", guardian)
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(rec.stderr.String(), said); time.Sleep(50 * time.Millisecond) {
+	said := regexp.MustCompile(fmt.Sprintf(`tprec's guardian \(process %d\) ended \([^)]*\): started another one \(process (\d+)\)`, guardian))
+	var m []string
+	for deadline := time.Now().Add(10 * time.Second); m == nil; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("tprec did not report its guardian's end:\n%s", rec.quit())
+			t.Fatalf("tprec did not report its guardian's end and a new one:\n%s", rec.quit())
 		}
+		m = said.FindStringSubmatch(rec.stderr.String())
 	}
-	time.Sleep(time.Second)
-	if err := syscall.Kill(pid, syscall.SIGSEGV); err != nil {
+	if g := guardianOf(); fmt.Sprint(g) != m[1] {
+		t.Fatalf("tprec says guardian %s took over; its guardian child is %d", m[1], g)
+	}
+	time.Sleep(600 * time.Millisecond)
+	if err := rec.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
 		t.Fatal(err)
 	}
-	diesOfSIGSEGV(t, done, rec.quit)
-	replay(t, rec.oneCheckpoint(t, out))
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(rec.stderr.String(), " wrote "); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoint after SIGUSR2:\n%s", rec.quit())
+		}
+	}
+	cks := checkpoints(t, out)
+	if len(cks) != 1 {
+		t.Fatalf("checkpoints %v after one SIGUSR2", cks)
+	}
+	if bytes.Equal(vdsoBytes(t, pid), orig) || len(childrenOf(pid)) == 0 {
+		t.Fatal("the vDSO is not patched, or there is no shadow, while recording: the test would prove nothing")
+	}
+	rec.cmd.Process.Kill()
+	if err := repaired(pid, orig, false); err != nil {
+		t.Fatalf("after tprec was killed: %v\n%s", err, rec.stderr)
+	}
+	rec.wait(t, 10*time.Second)
+	if !strings.Contains(rec.stderr.String(), "tprec guardian: tprec ended without detaching from process") {
+		t.Errorf("the new guardian did not say what it did:\n%s", rec.stderr)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("python3 ended: %v", err)
+	default:
+	}
+	replay(t, cks[0])
 }
