@@ -1184,7 +1184,12 @@ func (e *engine) interruptedEntry(regs proc.Regs, nr int) (bool, error) {
 		return false, nil
 	}
 	ev := &e.sigs[e.nextSig]
-	if !ev.Interrupted() || nr != int(ev.Regs.OrigRax) || ev.Seq != e.ownLastSeq() {
+	// A call a boundary interrupted in the recording went on as
+	// restart_syscall, and a signal that interrupted that is recorded on
+	// it: a replay that ran through the boundary makes the call itself, at
+	// the same instruction.
+	restarted := ev.Regs.OrigRax == unix.SYS_RESTART_SYSCALL && regs.Rip == ev.Regs.Rip
+	if !ev.Interrupted() || nr != int(ev.Regs.OrigRax) && !restarted || ev.Seq != e.ownLastSeq() {
 		return false, nil
 	}
 	if !e.emu {

@@ -1,6 +1,9 @@
 package e2e
 
 import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -65,6 +68,35 @@ func TestCaughtSignalsReplayed(t *testing.T) {
 		}
 		if !strings.Contains(out, "SIGUSR1 delivered") {
 			t.Errorf("the replay delivered no SIGUSR1")
+		}
+	})
+}
+
+// A wait a boundary interrupts goes on in the kernel as restart_syscall,
+// and a caught SIGCHLD that then interrupts it is recorded on
+// restart_syscall, while a replay that runs through the boundary makes the
+// wait itself (testdata/chldrestart.c: poll(NULL, 0, -1), and nanosleep).
+// Every such interval was not replayable (an rsync daemon's waits did the
+// same); now every interval replays, from its own start too.
+func TestSignalInterruptsRestartedWait(t *testing.T) {
+	requireRoot(t)
+	prog := cc(t, "testdata/chldrestart.c", t.TempDir())
+	forBackends(t, func(t *testing.T, backend string) {
+		for _, wait := range []string{"poll", "sleep"} {
+			target, out, done := startTarget(t, prog, wait)
+			waitReady(t, out)
+			ck := crashThread(t, target, done, target.Process.Pid, 1500*time.Millisecond, "--backend", backend, "--all-starts")
+			calls, err := exec.Command(filepath.Join(tools(t), "tpinspect"), "--syscalls", ck).Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(calls), "SIGCHLD delivered interrupting restart_syscall") {
+				t.Fatalf("%s: no SIGCHLD interrupted a restart_syscall in the window (the test would prove nothing)", wait)
+			}
+			allReplayable(t, ck)
+			replay(t, ck)
+			ivs := intervalsIn(t, ck)
+			replay(t, ck, "--from", fmt.Sprint(ivs[len(ivs)/2].Index))
 		}
 	})
 }
