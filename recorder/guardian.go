@@ -110,12 +110,12 @@ func (g *guardian) spawn() error {
 		g.w = nil
 		if g.restarts < maxGuardianRestarts {
 			g.restarts++
-			if serr := g.spawn(); serr == nil {
+			serr := g.spawn()
+			if serr == nil {
 				g.logf("tprec's guardian (process %d) ended (%v): started another one (process %d)", cmd.Process.Pid, err, g.cmd.Process.Pid)
 				return
-			} else {
-				err = fmt.Errorf("%v; no other one started: %v", err, serr)
 			}
+			err = fmt.Errorf("%v; no other one started: %v", err, serr)
 		}
 		g.logf("tprec's guardian (process %d) ended (%v): if tprec is killed from now on, nothing puts process %d's vDSO back or collects its dead shadows", cmd.Process.Pid, err, g.pid)
 	}()
