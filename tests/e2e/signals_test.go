@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"bytes"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -98,6 +100,85 @@ func TestSignalInterruptsRestartedWait(t *testing.T) {
 			ivs := intervalsIn(t, ck)
 			replay(t, ck, "--from", fmt.Sprint(ivs[len(ivs)/2].Index))
 		}
+	})
+}
+
+// Debian's rsync daemon under a client copying a module in a loop: it
+// forks a child per connection and waits in poll, and each child's SIGCHLD
+// interrupts the wait, often after a boundary made it restart_syscall
+// (TestSignalInterruptsRestartedWait). Every interval replays, both
+// backends, and the copies the clients made are whole.
+func TestRsyncDaemonChildren(t *testing.T) {
+	requireRoot(t)
+	rsync := needTool(t, "rsync")
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		if err := os.WriteFile(filepath.Join(src, fmt.Sprintf("f%02d", i)), bytes.Repeat([]byte(fmt.Sprintf("line %d of a file\n", i)), 200*(i+1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forBackends(t, func(t *testing.T, backend string) {
+		port := fmt.Sprint(freePort(t))
+		conf := filepath.Join(t.TempDir(), "rsyncd.conf")
+		if err := os.WriteFile(conf, []byte("use chroot = no\n[data]\n    path = "+src+"\n    read only = yes\n    uid = root\n    gid = root\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		target, _, done := startTarget(t, rsync, "--daemon", "--no-detach", "--port", port, "--config", conf)
+		for deadline := time.Now().Add(10 * time.Second); exec.Command(rsync, "--port", port, "rsync://127.0.0.1/").Run() != nil; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the rsync daemon does not answer")
+			}
+		}
+		stop := make(chan struct{})
+		copies := make(chan error, 1)
+		made := 0
+		go func() {
+			for {
+				select {
+				case <-stop:
+					copies <- nil
+					return
+				default:
+				}
+				dst := filepath.Join(dir, "dst-"+backend)
+				os.RemoveAll(dst)
+				if b, err := exec.Command(rsync, "-a", "rsync://127.0.0.1:"+port+"/data/", dst+"/").CombinedOutput(); err != nil {
+					if st := procState(target.Process.Pid); st == "Z" || st == "" {
+						<-stop // the daemon was crashed under this copy, or before it
+						copies <- nil
+					} else {
+						copies <- fmt.Errorf("copy %d: %v\n%s", made, err, b)
+					}
+					return
+				}
+				if out, err := exec.Command("diff", "-r", src, dst).CombinedOutput(); err != nil {
+					copies <- fmt.Errorf("copy %d differs: %v\n%s", made, err, out)
+					return
+				}
+				made++
+			}
+		}()
+		ck := crashThread(t, target, done, target.Process.Pid, 2*time.Second, "--backend", backend)
+		close(stop)
+		if err := <-copies; err != nil {
+			t.Fatal(err)
+		}
+		if made == 0 {
+			t.Fatal("no copy was made")
+		}
+		calls, err := exec.Command(filepath.Join(tools(t), "tpinspect"), "--syscalls", ck).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(calls), "SIGCHLD delivered"); n < 5 {
+			t.Fatalf("%d SIGCHLD in the window", n)
+		}
+		allReplayable(t, ck)
+		replay(t, ck)
 	})
 }
 
