@@ -420,23 +420,37 @@ func TestGuardianRepairsAfterTprecKilled(t *testing.T) {
 		if bytes.Equal(vdsoBytes(t, pid), orig) || len(childrenOf(pid)) == 0 {
 			t.Fatal("the vDSO is not patched, or there is no shadow, while recording: the test would prove nothing")
 		}
-		rec.cmd.Process.Kill()
-		if err := repaired(pid, orig, false); err != nil {
-			t.Fatalf("after tprec was killed: %v\n%s", err, rec.stderr)
-		}
-		if tr := tracerOf(t, pid); tr != "0" {
-			t.Fatalf("still traced by %s", tr)
-		}
-		rec.wait(t, 10*time.Second)
-		if !strings.Contains(rec.stderr.String(), "tprec guardian: tprec ended without detaching from process") {
-			t.Errorf("the guardian did not say what it did:\n%s", rec.stderr)
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("python3 ended: %v", err)
-		default:
-		}
+		killedAndRepaired(t, rec, pid, orig, done)
 	})
+}
+
+// killedAndRepaired kills tprec with SIGKILL and requires that its guardian
+// repair process pid (vDSO as orig, no children, not traced) and say so,
+// and that the process, whose end done reports, runs on.
+func killedAndRepaired(t *testing.T, rec *recording, pid int, orig []byte, done chan error) {
+	t.Helper()
+	rec.cmd.Process.Kill()
+	if err := repaired(pid, orig, false); err != nil {
+		t.Fatalf("after tprec was killed: %v\n%s", err, rec.stderr)
+	}
+	if tr := tracerOf(t, pid); tr != "0" {
+		t.Fatalf("still traced by %s", tr)
+	}
+	rec.wait(t, 10*time.Second)
+	if !strings.Contains(rec.stderr.String(), "tprec guardian: tprec ended without detaching from process") {
+		t.Errorf("the guardian did not say what it did:\n%s", rec.stderr)
+	}
+	stillRuns(t, done, "the target")
+}
+
+// stillRuns fails the test if the process whose end done reports has ended.
+func stillRuns(t *testing.T, done chan error, name string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		t.Fatalf("%s ended: %v", name, err)
+	default:
+	}
 }
 
 // procState is the state letter of a process ("" when it does not exist).
@@ -753,18 +767,6 @@ func TestGuardianRestarted(t *testing.T) {
 	if bytes.Equal(vdsoBytes(t, pid), orig) || len(childrenOf(pid)) == 0 {
 		t.Fatal("the vDSO is not patched, or there is no shadow, while recording: the test would prove nothing")
 	}
-	rec.cmd.Process.Kill()
-	if err := repaired(pid, orig, false); err != nil {
-		t.Fatalf("after tprec was killed: %v\n%s", err, rec.stderr)
-	}
-	rec.wait(t, 10*time.Second)
-	if !strings.Contains(rec.stderr.String(), "tprec guardian: tprec ended without detaching from process") {
-		t.Errorf("the new guardian did not say what it did:\n%s", rec.stderr)
-	}
-	select {
-	case err := <-done:
-		t.Fatalf("python3 ended: %v", err)
-	default:
-	}
+	killedAndRepaired(t, rec, pid, orig, done)
 	replay(t, cks[0])
 }
