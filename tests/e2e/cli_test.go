@@ -1152,11 +1152,7 @@ func TestInterruptDuringRequestedDump(t *testing.T) {
 	if err := rec.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(rec.stderr.String(), "tprec: dump: "); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the requested dump did not start:\n%s", rec.quit())
-		}
-	}
+	rec.waitSaid(t, "tprec: dump: ", 10*time.Second) // the requested dump started
 	if err := rec.cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
@@ -1185,11 +1181,7 @@ func TestDetachFromLaunchedSaysItWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	said := fmt.Sprintf("process %d, which tprec launched, runs on unrecorded: tprec ends when it does", pid)
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(rec.stderr.String(), said); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("tprec did not say it waits for the program:\n%s", rec.quit())
-		}
-	}
+	rec.waitSaid(t, said, 10*time.Second)
 	select {
 	case err := <-rec.done:
 		t.Fatalf("tprec ended before the program it launched: %v", err)

@@ -203,6 +203,17 @@ func (r *recording) waitRecording(t *testing.T) {
 	t.Fatalf("tprec did not start recording; stderr:\n%s", r.stderr)
 }
 
+// waitSaid waits up to limit for tprec to write what on its stderr, and
+// ends the test, with tprec ended and its stderr shown, if it does not.
+func (r *recording) waitSaid(t *testing.T, what string, limit time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(limit); !strings.Contains(r.stderr.String(), what); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("tprec did not say %q within %v:\n%s", what, limit, r.quit())
+		}
+	}
+}
+
 // checkpoints lists the checkpoint files in dir.
 func checkpoints(t *testing.T, dir string) []string {
 	t.Helper()

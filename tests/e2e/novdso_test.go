@@ -44,11 +44,7 @@ func TestValgrindWithoutVDSO(t *testing.T) {
 				t.Fatalf("tprec did not say the vDSO went:\n%s", rec.quit())
 			}
 		}
-		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(rec.stderr.String(), "detached from process"); time.Sleep(50 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("tprec did not detach:\n%s", rec.quit())
-			}
-		}
+		rec.waitSaid(t, "detached from process", 10*time.Second)
 		if err := syscall.Kill(pid, 0); err != nil {
 			t.Fatalf("valgrind did not run on: %v", err)
 		}

@@ -755,11 +755,7 @@ func TestGuardianRestarted(t *testing.T) {
 	if err := rec.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(rec.stderr.String(), " wrote "); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no checkpoint after SIGUSR2:\n%s", rec.quit())
-		}
-	}
+	rec.waitSaid(t, " wrote ", 30*time.Second)
 	cks := checkpoints(t, out)
 	if len(cks) != 1 {
 		t.Fatalf("checkpoints %v after one SIGUSR2", cks)
