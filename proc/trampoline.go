@@ -200,6 +200,12 @@ func NewTrampoline(addr uint64) *Trampoline {
 	}
 }
 
+// Spare is the address of 16 bytes of the data area that a clone's child
+// never reads (the clone's third and fourth arguments): a tracer may put
+// bytes there in a child it made through the trampoline, for a call it
+// injects in that child.
+func (t *Trampoline) Spare() uint64 { return t.data + 8*(tsArg0+2) }
+
 // TrampolineSize is how many bytes a trampoline takes, code and data.
 func TrampolineSize() int { return len(NewTrampoline(0).image) }
 

@@ -265,6 +265,7 @@ func (s *session) openIntervalFrom(now time.Time, snap *pageSnapshot) error {
 		s.withoutShadow(iv, "memory cgroup near its limit", why, fmt.Sprintf("no shadow: %s; recording goes on, but an interval without a shadow cannot start a replay; tprec makes one again when there is room", why))
 	} else if sh, err = s.createShadow(); sh != nil {
 		sh.maps = maps
+		s.unnamed = sh
 	}
 	if refused := (cloneRefused{}); errors.As(err, &refused) {
 		s.withoutShadow(iv, "clone refused", refused.Error(), fmt.Sprintf("%v; recording goes on, but an interval without a shadow cannot start a replay; trying again at each boundary", refused))
@@ -517,6 +518,7 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 	if iv == nil {
 		return nil, nil
 	}
+	s.nameNewShadow()
 	s.runDeferred() // the previous interval is in the ring before this one
 	clk := newStepClock()
 	s.clockStepOut()

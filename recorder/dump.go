@@ -69,6 +69,7 @@ func (s *session) dump(end format.EndState, reason string) error {
 		} else {
 			live = dsh.pid
 			s.dropFiles(dsh)
+			s.nameShadow(dsh)
 			// Its dump retires it: a detach meanwhile (an interrupt
 			// right after a requested dump) must not kill it as a
 			// stray, or the trial and the pages read from it fail.

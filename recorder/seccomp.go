@@ -144,6 +144,8 @@ func injectionPurpose(nr int) string {
 		return "madvise that gives its shadow the ranges marked MADV_DONTFORK"
 	case unix.SYS_CLOSE_RANGE:
 		return "close_range that closes a dump shadow's files"
+	case unix.SYS_PRCTL:
+		return "prctl that names a shadow"
 	}
 	return "call"
 }

@@ -196,6 +196,9 @@ type session struct {
 	// deferred is work a boundary leaves for after the target resumes
 	// (runDeferred): saving the closed interval's originals.
 	deferred []func()
+	// unnamed is the shadow the last boundary forked, until nameNewShadow
+	// names it once the target runs again.
+	unnamed *shadow
 	// marked are files opened at the eBPF programs' signal after a file
 	// mmap, waiting for their call's record (resolveMmaps).
 	marked []*mappedFile
@@ -1032,6 +1035,7 @@ func (s *session) drain(tid int) error {
 		if err := s.handle(st); err != nil {
 			return err
 		}
+		s.nameNewShadow()
 		if len(s.deferred) > 0 {
 			// The target runs again: the saving waits for a CPU nothing
 			// else wants (lowered), at most lowWait. Not for every stop:

@@ -206,6 +206,58 @@ func (s *session) cloneShadow() (*shadow, error) {
 	return &shadow{pid: child, pm: pm}, nil
 }
 
+// shadowName is the name a shadow goes by (its comm: what ps, top, pgrep
+// and killall show and match), instead of the target's.
+const shadowName = "tprec-shadow"
+
+// nameShadow renames the shadow (prctl(PR_SET_NAME)), so that `pgrep NAME`,
+// `ps -C NAME` or `killall NAME` meant for the target do not find its
+// stopped copy as well (`pgrep -n NAME` found the shadow alone). The name
+// goes into the shadow's copy of the trampoline's data area, bytes no
+// checkpoint holds. A process whose seccomp filter would refuse the call
+// keeps shadows with its own name. Nothing else depends on it: a failure is
+// logged only.
+func (s *session) nameShadow(sh *shadow) {
+	if s.vdso == nil || s.vdso.tramp == nil {
+		return
+	}
+	addr := s.vdso.tramp.Spare()
+	args := []uint64{unix.PR_SET_NAME, addr}
+	if err := s.seccompAllows(unix.SYS_PRCTL, args, s.vdso.insn+2, injectionPurpose(unix.SYS_PRCTL)); err != nil {
+		s.logf("shadow %d keeps the process's name: %v", sh.pid, err)
+		return
+	}
+	err := func() error {
+		mem, err := proc.OpenMem(sh.pid)
+		if err != nil {
+			return err
+		}
+		defer mem.Close()
+		if err := mem.WriteAt(append([]byte(shadowName), 0), addr); err != nil {
+			return err
+		}
+		res, err := proc.Inject(sh.pid, s.vdso.insn, unix.SYS_PRCTL, args...)
+		if err == nil && res.Ret < 0 {
+			err = unix.Errno(-res.Ret)
+		}
+		return err
+	}()
+	if err != nil {
+		s.logf("shadow %d keeps the process's name: %v", sh.pid, err)
+	}
+}
+
+// nameNewShadow names the shadow the last boundary forked, after the stop
+// and before the saving that waits for an idle CPU: a busy machine (the
+// trial replay of a dump on both CPUs) left it under the target's name for
+// tens of milliseconds.
+func (s *session) nameNewShadow() {
+	if sh := s.unnamed; sh != nil {
+		s.unnamed = nil
+		s.nameShadow(sh)
+	}
+}
+
 // shadowClone is the call that makes a shadow: clone(CLONE_FILES) with exit
 // signal 0 (low byte of the flags), its stack pointer badStack.
 func shadowClone() proc.Call {

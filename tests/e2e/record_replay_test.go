@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -765,4 +766,87 @@ func TestGuardianRestarted(t *testing.T) {
 	}
 	killedAndRepaired(t, rec, pid, orig, done)
 	replay(t, cks[0])
+}
+
+// A shadow goes by its own name, not the target's: `pgrep -x python3` meant
+// for the recorded process must not find its stopped copies (`pgrep -n`
+// found the newest shadow alone), neither the interval's shadow nor the
+// dump shadow that outlives a requested dump's stop.
+func TestShadowsNamed(t *testing.T) {
+	requireRoot(t)
+	forBackends(t, func(t *testing.T, backend string) {
+		target, _, done := startTarget(t, "/usr/bin/python3", "-S", "-c", "import time\nd = {}\nwhile True:\n    d[len(d) % 4096] = time.time()\n    time.sleep(0.001)")
+		pid := target.Process.Pid
+		out := t.TempDir()
+		rec := startTprec(t, "--backend", backend, "--pid", fmt.Sprint(pid), "--output", out)
+		rec.waitRecording(t)
+		// Every child of the target, by name; a child named as the
+		// target fails the test at once.
+		shadows := map[string]bool{}
+		look := func(when string) {
+			t.Helper()
+			for _, c := range childStates(t, pid) {
+				id, state, _ := strings.Cut(c, " ")
+				comm, err := os.ReadFile("/proc/" + id + "/comm")
+				if err != nil {
+					continue // gone meanwhile
+				}
+				switch name := strings.TrimSpace(string(comm)); name {
+				case "tprec-shadow":
+					if strings.HasPrefix(state, "t") {
+						shadows[id] = true
+					}
+				default:
+					// A new shadow is renamed as soon as the
+					// target runs again: look once more.
+					time.Sleep(50 * time.Millisecond)
+					if comm, err := os.ReadFile("/proc/" + id + "/comm"); err == nil && string(comm) == string(name)+"\n" {
+						st, _ := os.ReadFile("/proc/" + id + "/status")
+						t.Fatalf("%s: child %s of the target (%s) is named %q, not tprec-shadow:\n%s\n%s", when, id, state, name, st, rec.quit())
+					}
+				}
+			}
+		}
+		for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			look("while recording")
+		}
+		if len(shadows) < 2 {
+			t.Fatalf("saw %d stopped shadows in 2 s of recording (boundaries every 250 ms): the test proves nothing:\n%s", len(shadows), rec.quit())
+		}
+		found, _ := exec.Command("pgrep", "-x", "python3").Output()
+		for _, f := range strings.Fields(string(found)) {
+			if shadows[f] {
+				t.Fatalf("pgrep -x python3 found shadow %s", f)
+			}
+		}
+		if !slices.Contains(strings.Fields(string(found)), fmt.Sprint(pid)) {
+			t.Fatalf("pgrep -x python3 = %q does not find the target %d", found, pid)
+		}
+		// The dump shadow lives from the request's stop to the file.
+		before := len(shadows)
+		if err := rec.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(30 * time.Second); !strings.Contains(rec.stderr.String(), " wrote "); time.Sleep(2 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no checkpoint after SIGUSR2:\n%s", rec.quit())
+			}
+			look("during a requested dump")
+		}
+		if len(shadows) == before {
+			t.Fatalf("no new shadow seen during the dump: the test proves nothing")
+		}
+		cks := checkpoints(t, out)
+		if len(cks) != 1 {
+			t.Fatalf("checkpoints %v after one SIGUSR2", cks)
+		}
+		if err := rec.cmd.Process.Signal(os.Interrupt); err != nil {
+			t.Fatal(err)
+		}
+		if err := rec.wait(t, 30*time.Second); err != nil {
+			t.Fatalf("tprec after Ctrl-C: %v\n%s", err, rec.stderr)
+		}
+		stillRuns(t, done, "python3")
+		replay(t, cks[0])
+	})
 }
