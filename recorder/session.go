@@ -199,6 +199,9 @@ type session struct {
 	// unnamed is the shadow the last boundary forked, until nameNewShadow
 	// names it once the target runs again.
 	unnamed *shadow
+	// unnameable: the process's seccomp filters refuse the prctl that
+	// names a shadow; nameFailed: a naming failed otherwise, and was said.
+	unnameable, nameFailed bool
 	// marked are files opened at the eBPF programs' signal after a file
 	// mmap, waiting for their call's record (resolveMmaps).
 	marked []*mappedFile

@@ -221,10 +221,15 @@ func (s *session) nameShadow(sh *shadow) {
 	if s.vdso == nil || s.vdso.tramp == nil {
 		return
 	}
+	if s.unnameable {
+		return
+	}
 	addr := s.vdso.tramp.Spare()
 	args := []uint64{unix.PR_SET_NAME, addr}
 	if err := s.seccompAllows(unix.SYS_PRCTL, args, s.vdso.insn+2, injectionPurpose(unix.SYS_PRCTL)); err != nil {
-		s.logf("shadow %d keeps the process's name: %v", sh.pid, err)
+		// Filters are only ever added: no later shadow can be named.
+		s.unnameable = true
+		s.logf("the shadows keep the process's name: %v", err)
 		return
 	}
 	err := func() error {
@@ -242,7 +247,10 @@ func (s *session) nameShadow(sh *shadow) {
 		}
 		return err
 	}()
-	if err != nil {
+	if err != nil && !s.nameFailed {
+		// Said once: a shadow the OOM killer took before it was named
+		// is said otherwise (shadowDied).
+		s.nameFailed = true
 		s.logf("shadow %d keeps the process's name: %v", sh.pid, err)
 	}
 }
