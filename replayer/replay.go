@@ -610,19 +610,32 @@ func xsaveLayout(cs []format.XComponent) *proc.XSaveLayout {
 }
 
 // heapEnd is where the program's brk area ends at the start of interval k:
-// the end of its [heap] mapping, or the start of one a later interval shows
-// (the break had not moved yet), or 0 when unknown until the first brk.
+// the end of its last [heap] mapping, or the start of the first one a later
+// interval shows (the break had not moved yet), or 0 when unknown until the
+// first brk. A process that got its heap from its parent through fork (a
+// daemon, a server's worker, tmux) has two [heap] mappings once its break
+// moves: the kernel does not merge the growth with the inherited part. The
+// end of the first one was taken for the break, and the next brk that grew
+// the heap failed in replay with EEXIST.
 func heapEnd(c *format.Checkpoint, k int) uint64 {
+	var end uint64
 	for _, m := range c.Intervals[k].Maps {
 		if m.Path == "[heap]" {
-			return m.End
+			end = max(end, m.End)
 		}
 	}
+	if end != 0 {
+		return end
+	}
 	for _, iv := range c.Intervals[k+1:] {
+		var start uint64
 		for _, m := range iv.Maps {
-			if m.Path == "[heap]" {
-				return m.Start
+			if m.Path == "[heap]" && (start == 0 || m.Start < start) {
+				start = m.Start
 			}
+		}
+		if start != 0 {
+			return start
 		}
 	}
 	return 0

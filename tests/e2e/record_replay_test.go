@@ -850,3 +850,60 @@ func TestShadowsNamed(t *testing.T) {
 		replay(t, cks[0])
 	})
 }
+
+// A process whose heap came from its parent through fork (a daemon, a
+// server's worker, a tmux server) shows two [heap] mappings once its break
+// moves: the kernel does not merge the growth with the inherited part.
+// Replay took the end of the first for the break, and the window's first
+// brk that grew the heap diverged ("brk executed for real gave another
+// result ... file exists"). Debian's perl, daemonized, its heap growing and
+// shrinking (glibc trims at every free here).
+func TestBrkInHeapInheritedThroughFork(t *testing.T) {
+	requireRoot(t)
+	forBackends(t, func(t *testing.T, backend string) {
+		dir := t.TempDir()
+		pidFile := filepath.Join(dir, "pid")
+		script := `my $x = "y" x 300000; exit 0 if fork(); open(my $f, ">", $ARGV[0]) or die; print $f "$$\n"; close $f;
+my @keep; while (1) { my $s = "x" x 500000; undef $s; push @keep, "z" x 100 if @keep < 5000; select(undef, undef, undef, 0.001); }`
+		cmd := exec.Command("perl", "-e", script, pidFile)
+		cmd.Env = append(os.Environ(), "GLIBC_TUNABLES=glibc.malloc.trim_threshold=0:glibc.malloc.mmap_threshold=4194304")
+		if err := cmd.Run(); err != nil { // the parent exits at once
+			t.Fatalf("perl: %v", err)
+		}
+		var pid int
+		for deadline := time.Now().Add(10 * time.Second); pid == 0; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the daemonized perl wrote no pid")
+			}
+			b, _ := os.ReadFile(pidFile)
+			fmt.Sscan(string(b), &pid)
+		}
+		t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+		time.Sleep(300 * time.Millisecond)
+		maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(maps), "[heap]"); n < 2 {
+			t.Fatalf("%d [heap] mappings in the daemon: the test proves nothing\n%s", n, maps)
+		}
+		rec := startTprec(t, "--backend", backend, "--pid", fmt.Sprint(pid), "--output", dir)
+		rec.waitRecording(t)
+		time.Sleep(1500 * time.Millisecond)
+		if err := syscall.Kill(pid, syscall.SIGSEGV); err != nil {
+			t.Fatal(err)
+		}
+		ck := rec.oneCheckpoint(t, dir)
+		calls, err := exec.Command(filepath.Join(tools(t), "tpinspect"), "--syscalls", ck).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(calls), " brk("); n < 10 {
+			t.Fatalf("%d brk calls in the window: the test proves nothing", n)
+		}
+		allReplayable(t, ck)
+		if out := replay(t, ck); !strings.Contains(out, "signal SIGSEGV") {
+			t.Fatalf("replay does not end at the crash:\n%s", out)
+		}
+	})
+}
