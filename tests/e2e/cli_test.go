@@ -1194,3 +1194,44 @@ func TestDetachFromLaunchedSaysItWaits(t *testing.T) {
 		t.Errorf("tprec: %v\n%s", err, rec.stderr)
 	}
 }
+
+// A usage error exits 2 with one line naming what is wrong, and nothing
+// runs: `--backend foo -- CMD` launched CMD, which ran on unrecorded while
+// tprec exited 1; unknown flags, unparsable values and `dump` without a pid
+// exited 1; `--keep 0` and `--interval 0` were replaced by the defaults
+// without a word.
+func TestTprecUsageErrors(t *testing.T) {
+	ran := filepath.Join(t.TempDir(), "ran")
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"--backend", "foo", "--", "sh", "-c", "touch " + ran}, `--backend "foo": want auto, ebpf or ptrace`},
+		{[]string{"--bogus", "--", "true"}, "flag provided but not defined: -bogus"},
+		{[]string{"--interval", "xyz", "--", "true"}, `invalid value "xyz" for flag -interval`},
+		{[]string{"--interval", "0", "--", "true"}, "--interval 0s: want a positive duration"},
+		{[]string{"--interval", "-1s", "--", "true"}, "--interval -1s: want a positive duration"},
+		{[]string{"--keep", "0", "--", "true"}, "--keep 0: at least one interval"},
+		{[]string{"--keep", "-1", "--", "true"}, "--keep -1: at least one interval"},
+		{[]string{"--status", "-1s", "--", "true"}, "--status -1s"},
+		{[]string{"--max-memory", "12Q", "--", "true"}, `--max-memory: invalid size "12Q"`},
+		{[]string{"--", "true", "--pid", "1"}, ""}, // after "--" it is the command's: runs, exits 0 or 1, not a usage error
+		{[]string{"dump"}, "tprec dump: give --pid PID"},
+		{[]string{"dump", "--pid", "abc"}, `invalid value "abc" for flag -pid`},
+	} {
+		out, code := runTool(t, "tprec", append([]string{"-q", "-o", t.TempDir()}, c.args...)...)
+		if c.says == "" {
+			if code == 2 {
+				t.Errorf("tprec %q: exit 2 (a usage error):\n%s", c.args, out)
+			}
+			continue
+		}
+		if code != 2 || !strings.Contains(out, c.says) || strings.Count(strings.TrimSpace(out), "\n") > 0 {
+			t.Errorf("tprec %q: exit %d, want 2 and one line saying %q:\n%s", c.args, code, c.says, out)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	if _, err := os.Stat(ran); err == nil {
+		t.Error("tprec --backend foo launched its command")
+	}
+}

@@ -43,13 +43,15 @@ func main() {
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print nothing but errors"},
 			&cli.DurationFlag{Name: "status", Value: 10 * time.Second, Usage: "print a status line this often (0: never)"},
 		},
-		Action: record,
+		Action:       record,
+		OnUsageError: usageError,
 		Commands: []*cli.Command{{
-			Name:      "dump",
-			Usage:     "ask the tprec recording PID to write a checkpoint now",
-			UsageText: "tprec dump --pid PID",
-			Flags:     []cli.Flag{&cli.IntFlag{Name: "pid", Required: true, Usage: "the recorded process"}},
-			Action:    requestDump,
+			Name:         "dump",
+			Usage:        "ask the tprec recording PID to write a checkpoint now",
+			UsageText:    "tprec dump --pid PID",
+			Flags:        []cli.Flag{&cli.IntFlag{Name: "pid", Usage: "the recorded process"}},
+			Action:       requestDump,
+			OnUsageError: usageError,
 		}, {
 			// Started by tprec itself next to every recording
 			// (recorder.Guard): not for users.
@@ -67,6 +69,13 @@ func main() {
 		fmt.Fprintf(os.Stderr, "tprec: %v\n", err)
 		os.Exit(exitCode(err))
 	}
+}
+
+// usageError makes a flag that does not parse, or one tprec does not know,
+// exit 2 as every usage error does (the library's own status is 1, the
+// status of a recording that failed).
+func usageError(c *cli.Context, err error, _ bool) error {
+	return cli.Exit(fmt.Sprintf("tprec: %v (tprec --help lists the options)", err), 2)
 }
 
 func exitCode(err error) int {
@@ -95,6 +104,22 @@ func record(c *cli.Context) error {
 	}
 	if c.Bool("quiet") {
 		o.Log = nil
+	}
+	// Checked before anything is launched: a command given with a bad
+	// value ran on unrecorded while tprec said it could not record it.
+	switch o.Backend {
+	case "auto", "ebpf", "ptrace":
+	default:
+		return cli.Exit(fmt.Sprintf("tprec: --backend %q: want auto, ebpf or ptrace", o.Backend), 2)
+	}
+	if o.Keep < 1 {
+		return cli.Exit(fmt.Sprintf("tprec: --keep %d: at least one interval", o.Keep), 2)
+	}
+	if o.Interval <= 0 {
+		return cli.Exit(fmt.Sprintf("tprec: --interval %v: want a positive duration (250ms, 1s)", o.Interval), 2)
+	}
+	if o.StatusEvery < 0 {
+		return cli.Exit(fmt.Sprintf("tprec: --status %v: want 0 (never) or a positive duration", o.StatusEvery), 2)
 	}
 	var err error
 	if o.MaxMemory, err = parseSize(c.String("max-memory")); err != nil {
@@ -210,6 +235,9 @@ func guard(c *cli.Context) error {
 // requestDump finds the tprec tracing pid and sends it SIGUSR2.
 func requestDump(c *cli.Context) error {
 	pid := c.Int("pid")
+	if pid <= 0 {
+		return cli.Exit("tprec dump: give --pid PID, the recorded process", 2)
+	}
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("tprec: process %d: no such process", pid), 1)
