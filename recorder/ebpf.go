@@ -151,6 +151,9 @@ type openLog struct {
 	// calls' own: clock reads merged, less the calls dropped.
 	cm     *clockMerge
 	seqOff uint64
+	// unsupported are the calls of the interval that no replay can make,
+	// the first of each number (sayUnsupported).
+	unsupported []*format.Syscall
 }
 
 func (l *openLog) fail(why string) {
@@ -284,6 +287,9 @@ func (l *openLog) push(rec *format.Syscall, why string, fs uint64, drop bool) {
 	}
 	if why != "" {
 		l.fail(why)
+		if unsupportedCall(rec) && !slices.ContainsFunc(l.unsupported, func(u *format.Syscall) bool { return u.Nr == rec.Nr }) {
+			l.unsupported = append(l.unsupported, &format.Syscall{Nr: rec.Nr, Seq: rec.Seq})
+		}
 	}
 	if format.FileMmap(rec) {
 		l.mmaps = append(l.mmaps, l.calls.len())
@@ -848,6 +854,9 @@ func (e *ebpfSource) sync(s *session) error {
 		}
 		if l.reason != "" {
 			s.notReplayable(l.reason)
+		}
+		for _, rec := range l.unsupported {
+			s.unsupported(rec)
 		}
 		if l.nextQ > l.firstQ || l.seqOff > 0 {
 			s.seq = l.nextQ - 1 - l.delta + l.seqOff

@@ -202,6 +202,10 @@ type session struct {
 	// unnameable: the process's seccomp filters refuse the prctl that
 	// names a shadow; nameFailed: a naming failed otherwise, and was said.
 	unnameable, nameFailed bool
+	// saidUnsupported: the calls no replay can make that sayUnsupported
+	// told of, by number.
+	saidUnsupported map[int]bool
+	newUnsupported  []format.Syscall
 	// marked are files opened at the eBPF programs' signal after a file
 	// mmap, waiting for their call's record (resolveMmaps).
 	marked []*mappedFile

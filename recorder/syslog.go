@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"iter"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/tprec/tprec/format"
@@ -87,6 +88,9 @@ func (s *session) appendSyscall(rec format.Syscall, problem string) {
 	restarted(&rec, s.restarts)
 	if why := s.vforks.replayProblem(&rec, problem); why != "" {
 		s.notReplayable(why)
+		if unsupportedCall(&rec) {
+			s.unsupported(&rec)
+		}
 	}
 	s.noteMmap(&rec)
 	if dontForkCall(&rec) {
@@ -113,6 +117,56 @@ func restarted(rec *format.Syscall, restarts map[int]*proc.SyscallInfo) {
 		rec.Nr, rec.Args = int(r.Nr), r.Args
 	}
 	delete(restarts, rec.Tid)
+}
+
+// unsupportedCall reports whether no replay can make the call rec makes,
+// whatever its arguments: one outside the syscall table or marked
+// Unsupported there (io_uring, Linux AIO, ptrace).
+func unsupportedCall(rec *format.Syscall) bool {
+	d, ok := syscalls.Lookup(rec.Nr)
+	return !ok || d.Kind == syscalls.Unsupported
+}
+
+// unsupported notes a call no replay can make, for sayUnsupported; the
+// first of each number only.
+func (s *session) unsupported(rec *format.Syscall) {
+	if s.saidUnsupported[rec.Nr] {
+		return
+	}
+	if s.saidUnsupported == nil {
+		s.saidUnsupported = map[int]bool{}
+	}
+	s.saidUnsupported[rec.Nr] = true
+	s.newUnsupported = append(s.newUnsupported, format.Syscall{Nr: rec.Nr, Seq: rec.Seq})
+}
+
+// sayUnsupported says, as the interval closes, which calls no replay can
+// make the process made for the first time in it: intervals holding them
+// cannot be replayed. A server doing its I/O through io_uring (fio's
+// io_uring and libaio engines) was recorded for as long as one liked,
+// silently, and every checkpoint had no replayable interval.
+func (s *session) sayUnsupported() {
+	if len(s.newUnsupported) == 0 {
+		return
+	}
+	// The calls by reason, in the order the reasons first came.
+	var whys []string
+	calls := map[string][]string{}
+	for _, rec := range s.newUnsupported {
+		why := "not in tprec's syscall table"
+		if d, ok := syscalls.Lookup(rec.Nr); ok {
+			why = d.Note
+		}
+		if calls[why] == nil {
+			whys = append(whys, why)
+		}
+		calls[why] = append(calls[why], fmt.Sprintf("%s (seq %d)", syscalls.Name(rec.Nr), rec.Seq))
+	}
+	s.newUnsupported = nil
+	for i, why := range whys {
+		whys[i] = strings.Join(calls[why], ", ") + ": " + why
+	}
+	s.logf("process %d made calls no replay can make: %s. An interval holding one can neither start a replay nor be run through by one; tprec records on, and says this once per call", s.pid, strings.Join(whys, "; "))
 }
 
 // replayProblem says why a logged call makes its interval not replayable:

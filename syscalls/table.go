@@ -194,7 +194,7 @@ var table = []Desc{
 	{Nr: unix.SYS_SYSINFO, Name: "sysinfo", Kind: Emulate, Args: a(aOut), Outs: outs(fixed(0, sizeofSysinfo))},
 	{Nr: unix.SYS_TIMES, Name: "times", Kind: Emulate, Args: a(aOut), Outs: outs(fixed(0, sizeofTms)), Ret: aUint},
 	{Nr: unix.SYS_PTRACE, Name: "ptrace", Kind: Unsupported, Args: a(aInt, aInt, aPtr, aPtr),
-		Note: "the process is already traced by the recorder"},
+		Note: "the process traces others (a debugger, strace), and what they do is not recorded"},
 	{Nr: unix.SYS_GETUID, Name: "getuid", Kind: Emulate, Args: a()},
 	{Nr: unix.SYS_SYSLOG, Name: "syslog", Kind: Emulate, Args: a(aInt, aBuf, aInt), Dyn: syslogOuts},
 	{Nr: unix.SYS_GETGID, Name: "getgid", Kind: Emulate, Args: a()},

@@ -907,3 +907,33 @@ my @keep; while (1) { my $s = "x" x 500000; undef $s; push @keep, "z" x 100 if @
 		}
 	})
 }
+
+// A process doing its I/O through Linux AIO or io_uring, whose results the
+// kernel writes into memory outside any syscall's return, cannot be replayed
+// while it does. tprec recorded fio's libaio engine silently for as long as
+// one liked, and the checkpoint had no replayable interval: it now says, as
+// the interval closes, which calls no replay can make, once per call.
+func TestAsyncIOSaidWhileRecording(t *testing.T) {
+	requireRoot(t)
+	forBackends(t, func(t *testing.T, backend string) {
+		dir := t.TempDir()
+		target := exec.Command("fio", "--name=t", "--filename="+filepath.Join(dir, "data"), "--size=8M", "--rw=randrw", "--bs=4k",
+			"--ioengine=libaio", "--iodepth=4", "--time_based", "--runtime=30", "--thread", "--output=/dev/null")
+		rec := startTprec(t, append([]string{"--backend", backend, "--output", dir, "--"}, target.Args...)...)
+		rec.waitSaid(t, "io_submit (seq ", 20*time.Second)
+		time.Sleep(600 * time.Millisecond)
+		if out, err := exec.Command("pkill", "-SEGV", "-x", "fio").CombinedOutput(); err != nil {
+			t.Fatalf("pkill: %v %s", err, out)
+		}
+		ck := rec.oneCheckpoint(t, dir)
+		log := rec.stderr.String()
+		said := regexp.MustCompile(`made calls no replay can make: [^\n]*io_setup \(seq \d+\), io_submit \(seq \d+\)[^\n]*: the kernel writes results into memory asynchronously`)
+		if !said.MatchString(log) || strings.Count(log, "io_submit (seq ") != 1 {
+			t.Fatalf("tprec did not say once that io_submit cannot be replayed:\n%s", log)
+		}
+		out, code := runTool(t, "tpreplay", ck)
+		if code != 2 || !strings.Contains(out, "no replayable interval") || !strings.Contains(out, "asynchronously") {
+			t.Fatalf("tpreplay: exit %d, want 2 naming the asynchronous call:\n%s", code, out)
+		}
+	})
+}
