@@ -2308,8 +2308,13 @@ func (s *session) statusLine(now time.Time) string {
 	for _, iv := range s.ring.intervals {
 		lost += iv.lost
 	}
-	line := fmt.Sprintf("pid %d: %.1f s of history in %d intervals, ring %.1f of %.0f MiB (tprec resident %.0f MiB), %d syscalls logged, %d events lost",
-		s.pid, s.history(now).Seconds(), len(s.ring.intervals)+1, float64(s.ring.bytes)/(1<<20), float64(s.o.MaxMemory)/(1<<20), float64(residentBytes())/(1<<20), s.seq, lost)
+	over := ""
+	if s.ring.bytes > s.o.MaxMemory {
+		// "ring 119.9 of 64 MiB" alone read as a limit that does not hold.
+		over = " (over --max-memory: the newest interval, which the ring keeps whatever its size)"
+	}
+	line := fmt.Sprintf("pid %d: %.1f s of history in %d intervals, ring %.1f of %.0f MiB%s (tprec resident %.0f MiB), %d syscalls logged, %d events lost",
+		s.pid, s.history(now).Seconds(), len(s.ring.intervals)+1, float64(s.ring.bytes)/(1<<20), float64(s.o.MaxMemory)/(1<<20), over, float64(residentBytes())/(1<<20), s.seq, lost)
 	if n, d := s.src.heldFor(); n > 0 {
 		line += fmt.Sprintf(", held %d times (%v in all) for the eBPF reader to catch up", n, d.Round(time.Millisecond))
 	}
