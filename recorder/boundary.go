@@ -526,6 +526,7 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 		s.notReplayable("syscall log incomplete: " + err.Error())
 	}
 	s.resolveMmaps()
+	s.sayUnsupported()
 	clk.mark("sync")
 	s.cur = nil
 	iv.meta.End = now
