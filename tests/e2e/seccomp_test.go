@@ -18,8 +18,9 @@ import (
 // libseccomp's python3 bindings (Debian's python3-seccomp) install: at
 // start, or after a second of counting when the mode starts with "later-".
 // kill-clone kills the process on clone, kill-clock on the clock_gettime
-// syscall (which the vDSO spares a program without tprec), deny-socket
-// fails socket() with EPERM.
+// syscall (which the vDSO spares a program without tprec), kill-prctl on
+// prctl (which names tprec's shadows), deny-socket fails socket() with
+// EPERM.
 const sandboxed = `import os, sys, time, seccomp
 mode, counter = sys.argv[1], sys.argv[2]
 def install():
@@ -28,6 +29,8 @@ def install():
         f.add_rule(seccomp.KILL_PROCESS, "clone")
     elif mode.endswith("kill-clock"):
         f.add_rule(seccomp.KILL_PROCESS, "clock_gettime")
+    elif mode.endswith("kill-prctl"):
+        f.add_rule(seccomp.KILL_PROCESS, "prctl")
     else:
         f.add_rule(seccomp.ERRNO(1), "socket")
     f.load()
@@ -119,6 +122,24 @@ func TestSeccompSandboxedTarget(t *testing.T) {
 				keepFailed(t, ck)
 				t.Fatalf("want a checkpoint minimized by a trial replay that verified:\n%s", log)
 			}
+			replay(t, ck)
+		})
+		// The call that names a shadow (prctl) is one the shadow makes:
+		// a filter that kills on it leaves the shadows their name, says
+		// so once, and kills none of them.
+		t.Run("prctl refused", func(t *testing.T) {
+			counter := filepath.Join(t.TempDir(), "count")
+			target, _, done := startTarget(t, py, script, "kill-prctl", counter)
+			time.Sleep(700 * time.Millisecond)
+			ck, log := crashWith(t, target, done, 1500*time.Millisecond, func(pid int) error { return unix.Tgkill(pid, pid, unix.SIGSEGV) }, "--backend", backend)
+			if strings.Count(log, "the shadows keep the process's name") != 1 || strings.Contains(log, "its shadow was killed") || strings.Contains(log, "its shadow died") {
+				t.Fatalf("want one line saying the shadows keep their name, and no shadow killed:\n%s", log)
+			}
+			if strings.Contains(log, "every present page") || !strings.Contains(log, "touched pages (") {
+				keepFailed(t, ck)
+				t.Fatalf("want a checkpoint minimized by a trial replay that verified:\n%s", log)
+			}
+			allReplayable(t, ck)
 			replay(t, ck)
 		})
 		t.Run("installed while recorded", func(t *testing.T) {
