@@ -380,6 +380,17 @@ func intervalsIn(t *testing.T, ckpt string) []intervalInfo {
 	return v.Intervals
 }
 
+// inspectCalls is what tpinspect --syscalls lists of a checkpoint: one line
+// per call, and the signals delivered between them.
+func inspectCalls(t *testing.T, ckpt string) string {
+	t.Helper()
+	out, err := exec.Command(filepath.Join(tools(t), "tpinspect"), "--syscalls", ckpt).Output()
+	if err != nil {
+		t.Fatalf("tpinspect --syscalls %s: %v", ckpt, err)
+	}
+	return string(out)
+}
+
 // inspectJSON decodes what tpinspect --json says of a checkpoint into v,
 // and returns it as printed.
 func inspectJSON(t *testing.T, ckpt string, v any) string {

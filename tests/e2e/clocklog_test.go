@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -58,11 +56,8 @@ func TestClockLogPython(t *testing.T) {
 			if !verifiedRe.MatchString(res) {
 				t.Fatalf("replay did not verify:\n%s", res)
 			}
-			calls, err := exec.Command(filepath.Join(tools(t), "tpinspect"), "--syscalls", ck).Output()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if n := strings.Count(string(calls), " clock_gettime("); n < 1000 {
+			calls := inspectCalls(t, ck)
+			if n := strings.Count(calls, " clock_gettime("); n < 1000 {
 				t.Fatalf("the checkpoint holds %d clock_gettime records", n)
 			}
 		})

@@ -894,11 +894,8 @@ my @keep; while (1) { my $s = "x" x 500000; undef $s; push @keep, "z" x 100 if @
 			t.Fatal(err)
 		}
 		ck := rec.oneCheckpoint(t, dir)
-		calls, err := exec.Command(filepath.Join(tools(t), "tpinspect"), "--syscalls", ck).Output()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n := strings.Count(string(calls), " brk("); n < 10 {
+		calls := inspectCalls(t, ck)
+		if n := strings.Count(calls, " brk("); n < 10 {
 			t.Fatalf("%d brk calls in the window: the test proves nothing", n)
 		}
 		allReplayable(t, ck)

@@ -88,11 +88,8 @@ func TestSignalInterruptsRestartedWait(t *testing.T) {
 			target, out, done := startTarget(t, prog, wait)
 			waitReady(t, out)
 			ck := crashThread(t, target, done, target.Process.Pid, 1500*time.Millisecond, "--backend", backend, "--all-starts")
-			calls, err := exec.Command(filepath.Join(tools(t), "tpinspect"), "--syscalls", ck).Output()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !strings.Contains(string(calls), "SIGCHLD delivered interrupting restart_syscall") {
+			calls := inspectCalls(t, ck)
+			if !strings.Contains(calls, "SIGCHLD delivered interrupting restart_syscall") {
 				t.Fatalf("%s: no SIGCHLD interrupted a restart_syscall in the window (the test would prove nothing)", wait)
 			}
 			allReplayable(t, ck)
@@ -170,11 +167,8 @@ func TestRsyncDaemonChildren(t *testing.T) {
 		if made == 0 {
 			t.Fatal("no copy was made")
 		}
-		calls, err := exec.Command(filepath.Join(tools(t), "tpinspect"), "--syscalls", ck).Output()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n := strings.Count(string(calls), "SIGCHLD delivered"); n < 5 {
+		calls := inspectCalls(t, ck)
+		if n := strings.Count(calls, "SIGCHLD delivered"); n < 5 {
 			t.Fatalf("%d SIGCHLD in the window", n)
 		}
 		allReplayable(t, ck)
