@@ -865,7 +865,7 @@ func TestBrkInHeapInheritedThroughFork(t *testing.T) {
 		pidFile := filepath.Join(dir, "pid")
 		script := `my $x = "y" x 300000; exit 0 if fork(); open(my $f, ">", $ARGV[0]) or die; print $f "$$\n"; close $f;
 my @keep; while (1) { my $s = "x" x 500000; undef $s; push @keep, "z" x 100 if @keep < 5000; select(undef, undef, undef, 0.001); }`
-		cmd := exec.Command("perl", "-e", script, pidFile)
+		cmd := exec.Command(needTool(t, "perl"), "-e", script, pidFile)
 		cmd.Env = append(os.Environ(), "GLIBC_TUNABLES=glibc.malloc.trim_threshold=0:glibc.malloc.mmap_threshold=4194304")
 		if err := cmd.Run(); err != nil { // the parent exits at once
 			t.Fatalf("perl: %v", err)
@@ -914,7 +914,7 @@ func TestAsyncIOSaidWhileRecording(t *testing.T) {
 	requireRoot(t)
 	forBackends(t, func(t *testing.T, backend string) {
 		dir := t.TempDir()
-		target := exec.Command("fio", "--name=t", "--filename="+filepath.Join(dir, "data"), "--size=8M", "--rw=randrw", "--bs=4k",
+		target := exec.Command(needTool(t, "fio"), "--name=t", "--filename="+filepath.Join(dir, "data"), "--size=8M", "--rw=randrw", "--bs=4k",
 			"--ioengine=libaio", "--iodepth=4", "--time_based", "--runtime=30", "--thread", "--output=/dev/null")
 		rec := startTprec(t, append([]string{"--backend", backend, "--output", dir, "--"}, target.Args...)...)
 		rec.waitSaid(t, "io_submit (seq ", 20*time.Second)
