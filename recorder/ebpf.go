@@ -287,7 +287,7 @@ func (l *openLog) push(rec *format.Syscall, why string, fs uint64, drop bool) {
 	}
 	if why != "" {
 		l.fail(why)
-		if unsupportedCall(rec) && !slices.ContainsFunc(l.unsupported, func(u *format.Syscall) bool { return u.Nr == rec.Nr }) {
+		if unsupportedNote(rec.Nr) != "" && !slices.ContainsFunc(l.unsupported, func(u *format.Syscall) bool { return u.Nr == rec.Nr }) {
 			l.unsupported = append(l.unsupported, &format.Syscall{Nr: rec.Nr, Seq: rec.Seq})
 		}
 	}

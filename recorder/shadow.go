@@ -218,10 +218,7 @@ const shadowName = "tprec-shadow"
 // keeps shadows with its own name. Nothing else depends on it: a failure is
 // logged only.
 func (s *session) nameShadow(sh *shadow) {
-	if s.vdso == nil || s.vdso.tramp == nil {
-		return
-	}
-	if s.unnameable {
+	if s.vdso == nil || s.vdso.tramp == nil || s.unnameable {
 		return
 	}
 	addr := s.vdso.tramp.Spare()

@@ -88,9 +88,7 @@ func (s *session) appendSyscall(rec format.Syscall, problem string) {
 	restarted(&rec, s.restarts)
 	if why := s.vforks.replayProblem(&rec, problem); why != "" {
 		s.notReplayable(why)
-		if unsupportedCall(&rec) {
-			s.unsupported(&rec)
-		}
+		s.unsupported(&rec)
 	}
 	s.noteMmap(&rec)
 	if dontForkCall(&rec) {
@@ -119,18 +117,24 @@ func restarted(rec *format.Syscall, restarts map[int]*proc.SyscallInfo) {
 	delete(restarts, rec.Tid)
 }
 
-// unsupportedCall reports whether no replay can make the call rec makes,
-// whatever its arguments: one outside the syscall table or marked
-// Unsupported there (io_uring, Linux AIO, ptrace).
-func unsupportedCall(rec *format.Syscall) bool {
-	d, ok := syscalls.Lookup(rec.Nr)
-	return !ok || d.Kind == syscalls.Unsupported
+// unsupportedNote says why no replay can make call nr, whatever its
+// arguments: it is outside the syscall table or marked Unsupported there
+// (io_uring, Linux AIO, ptrace). It is "" for any other call.
+func unsupportedNote(nr int) string {
+	d, ok := syscalls.Lookup(nr)
+	switch {
+	case !ok:
+		return "not in tprec's syscall table"
+	case d.Kind == syscalls.Unsupported:
+		return d.Note
+	}
+	return ""
 }
 
-// unsupported notes a call no replay can make, for sayUnsupported; the
-// first of each number only.
+// unsupported notes rec for sayUnsupported when no replay can make its
+// call; the first of each number only.
 func (s *session) unsupported(rec *format.Syscall) {
-	if s.saidUnsupported[rec.Nr] {
+	if unsupportedNote(rec.Nr) == "" || s.saidUnsupported[rec.Nr] {
 		return
 	}
 	if s.saidUnsupported == nil {
@@ -153,10 +157,7 @@ func (s *session) sayUnsupported() {
 	var whys []string
 	calls := map[string][]string{}
 	for _, rec := range s.newUnsupported {
-		why := "not in tprec's syscall table"
-		if d, ok := syscalls.Lookup(rec.Nr); ok {
-			why = d.Note
-		}
+		why := unsupportedNote(rec.Nr)
 		if calls[why] == nil {
 			whys = append(whys, why)
 		}

@@ -205,11 +205,15 @@ func (r *recording) waitRecording(t *testing.T) {
 
 // waitSaid waits up to limit for tprec to write what on its stderr, and
 // ends the test, with tprec ended and its stderr shown, if it does not.
-func (r *recording) waitSaid(t *testing.T, what string, limit time.Duration) {
+// Meanwhile it calls each look, every few milliseconds.
+func (r *recording) waitSaid(t *testing.T, what string, limit time.Duration, look ...func()) {
 	t.Helper()
-	for deadline := time.Now().Add(limit); !strings.Contains(r.stderr.String(), what); time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(limit); !strings.Contains(r.stderr.String(), what); time.Sleep(2 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("tprec did not say %q within %v:\n%s", what, limit, r.quit())
+		}
+		for _, f := range look {
+			f()
 		}
 	}
 }

@@ -787,11 +787,9 @@ func TestShadowsNamed(t *testing.T) {
 			t.Helper()
 			for _, c := range childStates(t, pid) {
 				id, state, _ := strings.Cut(c, " ")
-				comm, err := os.ReadFile("/proc/" + id + "/comm")
-				if err != nil {
-					continue // gone meanwhile
-				}
-				switch name := strings.TrimSpace(string(comm)); name {
+				switch name := commOf(id); name {
+				case "":
+					// gone meanwhile
 				case "tprec-shadow":
 					if strings.HasPrefix(state, "t") {
 						shadows[id] = true
@@ -800,7 +798,7 @@ func TestShadowsNamed(t *testing.T) {
 					// A new shadow is renamed as soon as the
 					// target runs again: look once more.
 					time.Sleep(50 * time.Millisecond)
-					if comm, err := os.ReadFile("/proc/" + id + "/comm"); err == nil && string(comm) == string(name)+"\n" {
+					if commOf(id) == name {
 						st, _ := os.ReadFile("/proc/" + id + "/status")
 						t.Fatalf("%s: child %s of the target (%s) is named %q, not tprec-shadow:\n%s\n%s", when, id, state, name, st, rec.quit())
 					}
@@ -827,12 +825,7 @@ func TestShadowsNamed(t *testing.T) {
 		if err := rec.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
 			t.Fatal(err)
 		}
-		for deadline := time.Now().Add(30 * time.Second); !strings.Contains(rec.stderr.String(), " wrote "); time.Sleep(2 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("no checkpoint after SIGUSR2:\n%s", rec.quit())
-			}
-			look("during a requested dump")
-		}
+		rec.waitSaid(t, " wrote ", 30*time.Second, func() { look("during a requested dump") })
 		if len(shadows) == before {
 			t.Fatalf("no new shadow seen during the dump: the test proves nothing")
 		}
@@ -849,6 +842,15 @@ func TestShadowsNamed(t *testing.T) {
 		stillRuns(t, done, "python3")
 		replay(t, cks[0])
 	})
+}
+
+// commOf is the name process id goes by (/proc/ID/comm), "" when it is gone.
+func commOf(id string) string {
+	b, err := os.ReadFile("/proc/" + id + "/comm")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // A process whose heap came from its parent through fork (a daemon, a
@@ -914,9 +916,8 @@ func TestAsyncIOSaidWhileRecording(t *testing.T) {
 	requireRoot(t)
 	forBackends(t, func(t *testing.T, backend string) {
 		dir := t.TempDir()
-		target := exec.Command(needTool(t, "fio"), "--name=t", "--filename="+filepath.Join(dir, "data"), "--size=8M", "--rw=randrw", "--bs=4k",
-			"--ioengine=libaio", "--iodepth=4", "--time_based", "--runtime=30", "--thread", "--output=/dev/null")
-		rec := startTprec(t, append([]string{"--backend", backend, "--output", dir, "--"}, target.Args...)...)
+		rec := startTprec(t, "--backend", backend, "--output", dir, "--", needTool(t, "fio"), "--name=t", "--filename="+filepath.Join(dir, "data"),
+			"--size=8M", "--rw=randrw", "--bs=4k", "--ioengine=libaio", "--iodepth=4", "--time_based", "--runtime=30", "--thread", "--output=/dev/null")
 		rec.waitSaid(t, "io_submit (seq ", 20*time.Second)
 		time.Sleep(600 * time.Millisecond)
 		if out, err := exec.Command("pkill", "-SEGV", "-x", "fio").CombinedOutput(); err != nil {
