@@ -4,8 +4,11 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
+
+	"golang.org/x/arch/x86/x86asm"
 )
 
 // isaPrefixes name the /proc/cpuinfo flags of instruction-set extensions that
@@ -79,4 +82,64 @@ type CPUError struct{ Missing []string }
 
 func (e *CPUError) Error() string {
 	return fmt.Sprintf("this CPU lacks %s, which the recording CPU had: the recorded code may use it (tpreplay --any-cpu replays anyway)", strings.Join(e.Missing, ", "))
+}
+
+// illegalHint explains a SIGILL the recording did not have, raised by the
+// instruction whose first bytes are code: it names the instruction's kind
+// (AVX-512 and AVX by their encodings, others by their decoded name) and the
+// extensions the recording CPU had and this one lacks (recorded: the
+// checkpoint's CPU flags). The usual cause is a checkpoint recorded on a CPU
+// with AVX-512 replayed on one without: glibc picks its string functions
+// by the CPU it runs on, and the recorded process used those.
+func illegalHint(code []byte, recorded []string) string {
+	kind, family := instructionKind(code)
+	if kind == "" {
+		kind = fmt.Sprintf("% x", code[:min(len(code), 8)])
+	}
+	var missing []string
+	if err, ok := CheckCPU(recorded).(*CPUError); ok {
+		for _, f := range err.Missing {
+			if family == nil || slices.ContainsFunc(family, func(p string) bool { return strings.HasPrefix(f, p) }) {
+				missing = append(missing, f)
+			}
+		}
+	}
+	if len(missing) == 0 {
+		return "the instruction is " + kind
+	}
+	return fmt.Sprintf("the instruction is %s, and this CPU lacks %s, which the recording CPU had: replay on a CPU with them", kind, strings.Join(missing, ", "))
+}
+
+// instructionKind names the x86-64 instruction whose first bytes are code,
+// or is empty when it cannot tell. family lists the prefixes of the CPU
+// flags of the extensions its encoding belongs to, nil when any may.
+func instructionKind(code []byte) (kind string, family []string) {
+	i := 0
+	for i < len(code) && legacyPrefix(code[i]) {
+		i++
+	}
+	if i == len(code) {
+		return "", nil
+	}
+	switch code[i] {
+	case 0x62: // not BOUND in 64-bit mode: always EVEX
+		return "an AVX-512 one (EVEX-encoded)", []string{"avx512"}
+	case 0xc4, 0xc5: // not LES/LDS in 64-bit mode: always VEX
+		return "an AVX one (VEX-encoded)", []string{"avx", "fma", "f16c", "bmi", "vaes", "vpclmulqdq", "gfni"}
+	}
+	inst, err := x86asm.Decode(code, 64)
+	if err != nil || inst.Op == 0 {
+		return "", nil
+	}
+	return strings.ToLower(inst.Op.String()), nil
+}
+
+// legacyPrefix reports whether b is an x86 legacy prefix (operand and
+// address size, segment, lock, rep) or a REX prefix.
+func legacyPrefix(b byte) bool {
+	switch b {
+	case 0x26, 0x2e, 0x36, 0x3e, 0x64, 0x65, 0x66, 0x67, 0xf0, 0xf2, 0xf3:
+		return true
+	}
+	return b&0xf0 == 0x40
 }

@@ -823,8 +823,19 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 	} else if end.Kind == format.EndSignal {
 		expected = fmt.Sprintf("%s at rip %#x", signalName(end.Signo), end.Regs.Rip)
 	}
-	return nil, 0, e.diverge(regs.Rip, e.lastSeq(), "unexpected signal", expected,
+	d := e.diverge(regs.Rip, e.lastSeq(), "unexpected signal", expected,
 		fmt.Sprintf("%s (si_code %d, address %#x)", signalName(sig), code, addr))
+	if sig == int(unix.SIGILL) {
+		// The instruction is at rip (a SIGILL is a fault: rip has not
+		// moved past it), on a page the replay has run.
+		// At most 15 bytes, not past the end of its page (the next one
+		// may not be mapped).
+		inst := make([]byte, min(15, pageSize-regs.Rip%pageSize))
+		if e.mem.ReadAt(inst, regs.Rip) == nil {
+			d.Hint = illegalHint(inst, e.c.Header.CPUFlags)
+		}
+	}
+	return nil, 0, d
 }
 
 // matchEnd compares the stopped program with the recorded end state: the

@@ -239,7 +239,9 @@ func Run(ctx context.Context, c *format.Checkpoint, pages format.PageSource, opt
 		}
 		var d *Divergence
 		if errors.As(err, &d) {
-			d.Hint = sharedHint(c.Intervals[e.k:e.until])
+			if d.Hint == "" { // the divergence's own (illegalHint) goes first
+				d.Hint = sharedHint(c.Intervals[e.k:e.until])
+			}
 			if d.Signal = e.sigSearch; d.Signal != nil && d.Hint == "" {
 				d.Hint = fmt.Sprintf("looking for where %s was delivered in user code after syscall #%d", signalName(d.Signal.Signo), d.Signal.Seq)
 			}

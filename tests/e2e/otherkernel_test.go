@@ -1,0 +1,270 @@
+package e2e
+
+import (
+	"context"
+	"debug/elf"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A checkpoint is replayed on another machine than the one it was recorded
+// on: a bug report's reader runs tpreplay on their own kernel and CPU.
+// TestReplayOnOtherKernels records Debian's own programs on this machine's
+// kernel, then boots each kernel scripts/fetch-kernels.sh fetched (Debian
+// 12's 6.1 and Debian 11's 5.10) under qemu's software CPU, with nothing
+// but a static tpreplay, busybox and the checkpoints in its initramfs: no
+// binary, library or file of the recording machine. Every replay must
+// verify there. qemu's CPU lacks AVX-512 and more, which this machine's may
+// have: the recorded programs run with glibc told not to use AVX-512
+// (GLIBC_TUNABLES), and the replays take --any-cpu. One more recording,
+// without that, shows what a user sees when the replay CPU lacks an
+// instruction the recording used, where the recording CPU had AVX-512.
+func TestReplayOnOtherKernels(t *testing.T) {
+	requireRoot(t)
+	qemu := needTool(t, "qemu-system-x86_64")
+	needTool(t, "cpio")
+	busybox := staticBusybox(t)
+	kernels := otherKernels(t)
+	bin := staticTpreplay(t)
+	py := "/usr/bin/python3"
+	noAVX512 := "GLIBC_TUNABLES=glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ,-AVX512CD"
+
+	type vmRun struct {
+		name  string
+		ck    string
+		args  []string
+		check func(t *testing.T, out string, code int)
+	}
+	verified := func(t *testing.T, out string, code int) {
+		if code != 0 || !verifiedRe.MatchString(out) {
+			t.Errorf("exit %d, not verified:\n%s", code, out)
+		}
+	}
+	var runs []vmRun
+
+	// python3 reading files and sleeping (eBPF, every start stored): the
+	// whole window, and from its last interval.
+	script := pythonScript(t, "otherkernel.py", otherKernelScript)
+	target, _, done := startTarget(t, "/usr/bin/env", noAVX512, py, "-S", script)
+	ck := attachAndCrash(t, target, done, 1500*time.Millisecond, "--backend", "ebpf", "--keep", "4", "--all-starts")
+	idx := intervalsOf(t, ck)
+	if len(idx) < 2 {
+		t.Fatalf("python3's checkpoint has %d replayable intervals, want 2 or more", len(idx))
+	}
+	runs = append(runs, vmRun{"python3, eBPF", ck, nil, verified},
+		vmRun{fmt.Sprintf("python3, eBPF, from interval %d", idx[len(idx)-1]), ck, []string{"--from", fmt.Sprint(idx[len(idx)-1])}, verified})
+
+	// The same with the ptrace backend.
+	target, _, done = startTarget(t, "/usr/bin/env", noAVX512, py, "-S", script)
+	ck = attachAndCrash(t, target, done, 1500*time.Millisecond, "--backend", "ptrace", "--keep", "4")
+	runs = append(runs, vmRun{"python3, ptrace", ck, nil, verified})
+
+	// redis-server's five threads under redis-benchmark (eBPF, the clock
+	// log), crashed in its main thread.
+	srv, srvDone := redisUnderLoadVia(t, []string{"/usr/bin/env", noAVX512}, "6441")
+	pid := srv.Process.Pid
+	ck = crashThread(t, srv, srvDone, pid, 2*time.Second, "--backend", "ebpf")
+	runs = append(runs, vmRun{"redis-server, eBPF", ck, nil, verified})
+
+	// Recorded with AVX-512 allowed: glibc's string functions use it where
+	// this CPU has it, and qemu's CPU does not.
+	if hasCPUFlag(t, "avx512vl") {
+		target, _, done = startTarget(t, py, "-S", script)
+		ck = attachAndCrash(t, target, done, 1500*time.Millisecond, "--keep", "4")
+		runs = append(runs, vmRun{"python3 with AVX-512", ck, nil, func(t *testing.T, out string, code int) {
+			if code != 1 || !strings.Contains(out, "SIGILL") || !strings.Contains(out, "AVX-512") {
+				t.Errorf("exit %d, want a divergence (exit 1) at a SIGILL that names AVX-512:\n%s", code, out)
+			}
+		}})
+	} else {
+		t.Log("this CPU has no AVX-512: the run that replays AVX-512 code on a CPU without it is left out")
+	}
+
+	// The initramfs: busybox, tpreplay, the checkpoints, and an init that
+	// replays each and powers off.
+	root := t.TempDir()
+	for _, d := range []string{"bin", "dev", "proc", "sys", "tmp", "ck"} {
+		if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyFile(t, busybox, filepath.Join(root, "bin/busybox"), 0o755)
+	copyFile(t, bin, filepath.Join(root, "bin/tpreplay"), 0o755)
+	var init strings.Builder
+	init.WriteString("#!/bin/busybox sh\n/bin/busybox mount -t proc proc /proc\n/bin/busybox mount -t sysfs sys /sys\n" +
+		"/bin/busybox mount -t devtmpfs dev /dev\n/bin/busybox mount -t tmpfs tmp /tmp\n" +
+		"echo \"tprec-vm kernel $(/bin/busybox uname -r)\"\n")
+	for i, r := range runs {
+		name := fmt.Sprintf("/ck/%d.tpc", i)
+		copyFile(t, r.ck, filepath.Join(root, name), 0o600)
+		fmt.Fprintf(&init, "echo 'tprec-vm run %d'\n/bin/tpreplay --any-cpu %s %s 2>&1\necho \"tprec-vm exit %d $?\"\n", i, strings.Join(r.args, " "), name, i)
+	}
+	init.WriteString("/bin/busybox poweroff -f\n")
+	if err := os.WriteFile(filepath.Join(root, "init"), []byte(init.String()), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	initrd := filepath.Join(t.TempDir(), "initrd")
+	pack := exec.Command("sh", "-c", "find . | cpio -o -H newc --quiet > "+initrd)
+	pack.Dir = root
+	if out, err := pack.CombinedOutput(); err != nil {
+		t.Fatalf("cpio: %v\n%s", err, out)
+	}
+
+	for _, k := range kernels {
+		t.Run(strings.TrimPrefix(filepath.Base(k), "vmlinuz-"), func(t *testing.T) {
+			console := bootOnce(t, qemu, k, initrd)
+			release := strings.TrimPrefix(filepath.Base(k), "vmlinuz-")
+			if !strings.Contains(console, "tprec-vm kernel "+release) {
+				t.Fatalf("the VM did not run kernel %s; its console:\n%s", release, clip([]byte(console)))
+			}
+			for i, r := range runs {
+				out, code, ok := vmRunOutput(console, i)
+				if !ok {
+					t.Errorf("%s: no result on the VM's console:\n%s", r.name, clip([]byte(console)))
+					continue
+				}
+				t.Run(r.name, func(t *testing.T) {
+					r.check(t, out, code)
+					t.Logf("on %s: exit %d\n%s", release, code, out)
+				})
+			}
+		})
+	}
+}
+
+// otherKernelScript reads a file, hashes it and sleeps, in a loop.
+const otherKernelScript = `
+import os, time, hashlib
+h = {}
+i = 0
+while True:
+    with open('/etc/services', 'rb') as f:
+        b = f.read()
+    h[i % 500] = hashlib.md5(b + str(i).encode()).hexdigest()
+    os.write(1, b'')
+    i += 1
+    time.sleep(0.001)
+`
+
+// bootOnce boots kernel with initrd under qemu's software CPU and returns
+// what the VM printed on its console.
+func bootOnce(t *testing.T, qemu, kernel, initrd string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, qemu, "-machine", "q35", "-accel", "tcg", "-cpu", "max", "-smp", "2", "-m", "1024",
+		"-kernel", kernel, "-initrd", initrd, "-append", "console=ttyS0 panic=-1 quiet",
+		"-nographic", "-no-reboot", "-display", "none", "-serial", "stdio", "-monitor", "none", "-nodefaults")
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("the VM did not power off within 10 minutes; its console:\n%s", clip(out))
+	}
+	if err != nil {
+		t.Fatalf("qemu: %v\n%s", err, clip(out))
+	}
+	return strings.ReplaceAll(string(out), "\r\n", "\n")
+}
+
+var vmExitRe = regexp.MustCompile(`tprec-vm exit (\d+) (\d+)`)
+
+// vmRunOutput cuts run i's output and exit code out of the VM's console.
+func vmRunOutput(console string, i int) (string, int, bool) {
+	start := strings.Index(console, fmt.Sprintf("tprec-vm run %d\n", i))
+	if start < 0 {
+		return "", 0, false
+	}
+	rest := console[start:]
+	for _, m := range vmExitRe.FindAllStringSubmatchIndex(rest, -1) {
+		if rest[m[2]:m[3]] == fmt.Sprint(i) {
+			var code int
+			fmt.Sscan(rest[m[4]:m[5]], &code)
+			return rest[:m[0]], code, true
+		}
+	}
+	return "", 0, false
+}
+
+// otherKernels lists the kernels scripts/fetch-kernels.sh fetched (in
+// $TPREC_KERNELS, by default /var/cache/tprec/kernels).
+func otherKernels(t *testing.T) []string {
+	t.Helper()
+	dir := os.Getenv("TPREC_KERNELS")
+	if dir == "" {
+		dir = "/var/cache/tprec/kernels"
+	}
+	ks, _ := filepath.Glob(filepath.Join(dir, "vmlinuz-*"))
+	if len(ks) >= 2 {
+		return ks
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%d kernels in %s, want 2: .ci/run fetches them with scripts/fetch-kernels.sh", len(ks), dir)
+	}
+	t.Skipf("%d kernels in %s (run: bash scripts/fetch-kernels.sh %s)", len(ks), dir, dir)
+	return nil
+}
+
+// staticBusybox is a busybox that needs no library (Debian's busybox-static).
+func staticBusybox(t *testing.T) string {
+	t.Helper()
+	p := needTool(t, "busybox")
+	f, err := elf.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, ph := range f.Progs {
+		if ph.Type == elf.PT_INTERP {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("%s is linked dynamically: .ci/run installs busybox-static", p)
+			}
+			t.Skipf("%s is linked dynamically (install busybox-static)", p)
+		}
+	}
+	return p
+}
+
+// staticTpreplay builds tpreplay without cgo: a binary that runs on a
+// machine with no library at all.
+func staticTpreplay(t *testing.T) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "tpreplay")
+	cmd := exec.Command("go", "build", "-o", out, "../../tools/tpreplay")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build a static tpreplay: %v\n%s", err, b)
+	}
+	return out
+}
+
+func copyFile(t *testing.T, from, to string, mode os.FileMode) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// hasCPUFlag reports whether this machine's CPU has flag (/proc/cpuinfo).
+func hasCPUFlag(t *testing.T, flag string) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "flags" {
+			return slices.Contains(strings.Fields(v), flag)
+		}
+	}
+	return false
+}
