@@ -4,6 +4,8 @@ import (
 	"context"
 	"debug/elf"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -97,10 +99,25 @@ func TestReplayOnOtherKernels(t *testing.T) {
 	}
 	copyFile(t, busybox, filepath.Join(root, "bin/busybox"), 0o755)
 	copyFile(t, bin, filepath.Join(root, "bin/tpreplay"), 0o755)
+	// With tprec.gdb=N on the kernel command line, init serves checkpoint
+	// N to gdb on the second serial port instead (gdbInVM).
 	var init strings.Builder
-	init.WriteString("#!/bin/busybox sh\n/bin/busybox mount -t proc proc /proc\n/bin/busybox mount -t sysfs sys /sys\n" +
-		"/bin/busybox mount -t devtmpfs dev /dev\n/bin/busybox mount -t tmpfs tmp /tmp\n" +
-		"echo \"tprec-vm kernel $(/bin/busybox uname -r)\"\n")
+	init.WriteString(`#!/bin/busybox sh
+/bin/busybox mount -t proc proc /proc
+/bin/busybox mount -t sysfs sys /sys
+/bin/busybox mount -t devtmpfs dev /dev
+/bin/busybox mount -t tmpfs tmp /tmp
+echo "tprec-vm kernel $(/bin/busybox uname -r)"
+n=$(/bin/busybox sed -n 's/.*tprec.gdb=\([0-9]*\).*/\1/p' /proc/cmdline)
+if [ -n "$n" ]; then
+	exec 3<>/dev/ttyS1
+	/bin/busybox stty raw -echo <&3
+	echo "tprec-vm gdb ready"
+	/bin/tpreplay --any-cpu --gdb-stdio /ck/$n.tpc <&3 >&3
+	echo "tprec-vm gdb exit $?"
+	/bin/busybox poweroff -f
+fi
+`)
 	for i, r := range runs {
 		name := fmt.Sprintf("/ck/%d.tpc", i)
 		copyFile(t, r.ck, filepath.Join(root, name), 0o600)
@@ -117,8 +134,62 @@ func TestReplayOnOtherKernels(t *testing.T) {
 		t.Fatalf("cpio: %v\n%s", err, out)
 	}
 
+	// gdb on python3's replay, with libc's symbols (libc6-dbg): a
+	// breakpoint, stepping both ways, reverse-continue, the crash and the
+	// end of the recording. Served by tpreplay on the other kernel, gdb
+	// must print what it prints for tpreplay on this one.
+	needTool(t, "gdb")
+	gdbScript := `break write
+continue
+echo @@write\n
+bt 2
+info registers rip rdi rdx
+echo @@stepi\n
+stepi
+stepi
+info registers rip
+echo @@rstepi\n
+reverse-stepi
+reverse-stepi
+info registers rip
+echo @@rcont\n
+reverse-continue
+info registers rip
+echo @@crash\n
+delete
+continue
+info registers rip
+echo @@end\n
+continue
+`
+	host, _ := gdbTarget(t, runs[0].ck)
+	hostOut := sections(runGDB(t, py, host, gdbScript))
+	for _, k := range []string{"write", "stepi", "rstepi", "rcont", "crash", "end"} {
+		if strings.TrimSpace(hostOut[k]) == "" {
+			t.Fatalf("gdb on this machine's replay printed nothing for %s: %v", k, hostOut)
+		}
+	}
+	if !strings.Contains(hostOut["write"], "#0  __GI___libc_write") || !strings.Contains(hostOut["crash"], "SIGSEGV") || hostOut["stepi"] == hostOut["rstepi"] {
+		t.Fatalf("gdb on this machine's replay: %v", hostOut)
+	}
+
 	for _, k := range kernels {
 		t.Run(strings.TrimPrefix(filepath.Base(k), "vmlinuz-"), func(t *testing.T) {
+			t.Run("gdb", func(t *testing.T) {
+				out, console := gdbInVM(t, qemu, k, initrd, 0, py, gdbScript)
+				vmOut := sections(out)
+				for _, k := range []string{"write", "stepi", "rstepi", "rcont", "crash", "end"} {
+					if vmOut[k] != hostOut[k] {
+						t.Errorf("%s: gdb printed, on the other kernel:\n%s\nand on this one:\n%s", k, vmOut[k], hostOut[k])
+					}
+				}
+				if !strings.Contains(console, "tprec-vm gdb exit 0") {
+					t.Errorf("tpreplay --gdb-stdio did not end with 0 on the other kernel; its console:\n%s", console)
+				}
+				if t.Failed() {
+					t.Logf("gdb:\n%s\nthe VM's console:\n%s", out, console)
+				}
+			})
 			console := bootOnce(t, qemu, k, initrd)
 			release := strings.TrimPrefix(filepath.Base(k), "vmlinuz-")
 			if !strings.Contains(console, "tprec-vm kernel "+release) {
@@ -159,9 +230,7 @@ func bootOnce(t *testing.T, qemu, kernel, initrd string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, qemu, "-machine", "q35", "-accel", "tcg", "-cpu", "max", "-smp", "2", "-m", "1024",
-		"-kernel", kernel, "-initrd", initrd, "-append", "console=ttyS0 panic=-1 quiet",
-		"-nographic", "-no-reboot", "-display", "none", "-serial", "stdio", "-monitor", "none", "-nodefaults")
+	cmd := exec.CommandContext(ctx, qemu, append(qemuArgs(kernel, initrd, ""), "-serial", "stdio")...)
 	out, err := cmd.CombinedOutput()
 	if ctx.Err() != nil {
 		t.Fatalf("the VM did not power off within 10 minutes; its console:\n%s", clip(out))
@@ -170,6 +239,86 @@ func bootOnce(t *testing.T, qemu, kernel, initrd string) string {
 		t.Fatalf("qemu: %v\n%s", err, clip(out))
 	}
 	return strings.ReplaceAll(string(out), "\r\n", "\n")
+}
+
+// gdbInVM boots kernel with initrd and tprec.gdb=n, and runs gdb on prog
+// with script against the tpreplay the VM serves on its second serial port.
+// gdb talks to it through a relay that starts once the VM is ready: bytes
+// sent to a serial port before the guest opened it are lost, and gdb would
+// then wait out its timeout before sending them again. It returns what gdb
+// printed and the VM's console.
+func gdbInVM(t *testing.T, qemu, kernel, initrd string, n int, prog, script string) (string, string) {
+	t.Helper()
+	serial, err := net.Listen("tcp", "127.0.0.1:0") // qemu's second serial port connects here
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer serial.Close()
+	front, err := net.Listen("tcp", "127.0.0.1:0") // gdb connects here
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer front.Close()
+	consoleFile := filepath.Join(t.TempDir(), "console")
+	console := func() string {
+		b, _ := os.ReadFile(consoleFile)
+		return strings.ReplaceAll(string(b), "\r\n", "\n")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, qemu, append(qemuArgs(kernel, initrd, fmt.Sprintf("tprec.gdb=%d", n)),
+		"-serial", "file:"+consoleFile, "-serial", "tcp:"+serial.Addr().String())...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer func() {
+		cmd.Process.Kill()
+		<-done
+	}()
+	guest, err := serial.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer guest.Close()
+	for deadline := time.Now().Add(5 * time.Minute); !strings.Contains(console(), "tprec-vm gdb ready"); time.Sleep(100 * time.Millisecond) {
+		select {
+		case err := <-done:
+			done <- err
+			t.Fatalf("the VM ended (%v) before serving gdb; its console:\n%s", err, console())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the VM was not ready for gdb within 5 minutes; its console:\n%s", console())
+		}
+	}
+	go func() {
+		c, err := front.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		go io.Copy(guest, c)
+		io.Copy(c, guest)
+	}()
+	out := runGDB(t, prog, front.Addr().String(), script)
+	select {
+	case <-done:
+		done <- nil
+	case <-time.After(2 * time.Minute):
+		t.Errorf("the VM did not power off within 2 minutes of gdb's end")
+	}
+	return out, console()
+}
+
+// qemuArgs boots kernel with initrd on qemu's software CPU (the KVM of a
+// VM may not boot a stock kernel), with extra on the kernel command line
+// and no device but the serial ports the caller adds.
+func qemuArgs(kernel, initrd, extra string) []string {
+	return []string{"-machine", "q35", "-accel", "tcg", "-cpu", "max", "-smp", "2", "-m", "1024",
+		"-kernel", kernel, "-initrd", initrd, "-append", "console=ttyS0 panic=-1 quiet " + extra,
+		"-nographic", "-no-reboot", "-display", "none", "-monitor", "none", "-nodefaults"}
 }
 
 var vmExitRe = regexp.MustCompile(`tprec-vm exit (\d+) (\d+)`)
