@@ -242,6 +242,17 @@ __noinline int tp_put_item(__u8 kind, __u64 addr, __u32 len)
 	return 0;
 }
 
+/* opaque is v, of which the compiler then knows nothing, and bounded is v &
+ * mask, a mask the compiler cannot drop. The verifiers of older kernels
+ * learn less than clang does: no bound from comparing two registers (n =
+ * min(n, left)), none carried from n - 65 <= 447 back to n. clang drops a
+ * mask or a comparison it proves does nothing, and Linux 6.1's verifier then
+ * rejected a read's length as possibly negative or unbounded
+ * (TestRecordOnOtherKernels). A length goes through one of them right
+ * before the read. */
+#define opaque(v) ({ __u64 __b = (v); barrier_var(__b); __b; })
+#define bounded(v, mask) (opaque(v) & (mask))
+
 /* cap_step copies the next piece of a range: as much as fits in the current
  * record; when that read fails, up to the end of the page, so that only the
  * unreadable pages are missing. */
@@ -263,12 +274,12 @@ static long cap_step(__u64 i, void *unused)
 	if (n > s->cap_left)
 		n = s->cap_left;
 	struct tp_item *it = (void *)&s->buf[off];
-	long err = bpf_probe_read_user(&s->buf[off + TP_ITEM], n & (TP_CHUNK - 1), (void *)addr);
+	long err = bpf_probe_read_user(&s->buf[off + TP_ITEM], bounded(n, TP_CHUNK - 1), (void *)addr);
 	if (err) {
 		__u64 page = TP_PAGE - (addr & (TP_PAGE - 1));
 		if (n > page)
 			n = page;
-		err = bpf_probe_read_user(&s->buf[off + TP_ITEM], n & (TP_CHUNK - 1), (void *)addr);
+		err = bpf_probe_read_user(&s->buf[off + TP_ITEM], bounded(n, TP_CHUNK - 1), (void *)addr);
 	}
 	it->addr = addr;
 	it->len = n;
@@ -530,6 +541,7 @@ static __always_inline int send_small(struct call_ctx *c, __u32 tid, __u32 tgid,
 			ct->lost_records++;
 		return 1;
 	}
+	n = opaque(n);
 	if (n > cap || bpf_probe_read_user(r + sizeof(struct tp_syscall) + TP_ITEM, n, (void *)ptr)) {
 		bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
 		return 0;

@@ -173,3 +173,42 @@ func readString(pid int, addr uint64) string {
 	}
 	return string(out)
 }
+
+// GlibcRseq says where glibc 2.35 and later keep each thread's rseq area:
+// offset bytes from the thread pointer (fs_base), size bytes (from the
+// __rseq_offset and __rseq_size its loader exports, read from pid's
+// memory). ok is false when pid's loader exports neither, or glibc did not
+// register an area (size 0: glibc.pthread.rseq=0, or a kernel without
+// rseq). It is how the areas are found on a kernel that cannot be asked
+// (GetRseq: before Linux 5.13) where userland is newer than the kernel (a
+// container).
+func GlibcRseq(pid int, maps []format.Mapping) (offset int64, size uint32, ok bool) {
+	const offSym, sizeSym = "__rseq_offset", "__rseq_size"
+	addrs := findSymbols(pid, maps, []string{offSym, sizeSym}, func(m format.Mapping) bool {
+		return strings.HasPrefix(filepath.Base(m.Path), "ld-")
+	})
+	oa, ok1 := addrs[offSym]
+	sa, ok2 := addrs[sizeSym]
+	if !ok1 || !ok2 {
+		return 0, 0, false
+	}
+	var o [8]byte
+	var n [4]byte
+	if readFull(pid, oa, o[:]) != nil || readFull(pid, sa, n[:]) != nil {
+		return 0, 0, false
+	}
+	size = binary.LittleEndian.Uint32(n[:])
+	if size == 0 {
+		return 0, 0, false
+	}
+	// glibc registers the 32 bytes of the original structure at least;
+	// from 2.40 __rseq_size gives the part of it in use (20).
+	return int64(binary.LittleEndian.Uint64(o[:])), max(size, rseqMinSize), true
+}
+
+// rseqMinSize is the size of the original struct rseq (linux/rseq.h).
+const rseqMinSize = 32
+
+// RseqSig is the signature glibc registers rseq areas with on x86
+// (RSEQ_SIG, sysdeps/unix/sysv/linux/x86/bits/rseq.h).
+const RseqSig = 0x53053053

@@ -1,6 +1,7 @@
 package proc
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -41,4 +42,33 @@ func TestLinkMap(t *testing.T) {
 	if c.TLSModID == 0 || !c.StaticTLS() {
 		t.Errorf("libc has no static thread-local block: %+v", c)
 	}
+}
+
+// GlibcRseq, the way to the rseq area where the kernel cannot be asked
+// (before Linux 5.13), finds the area the kernel reports for a Debian
+// program (sleep, on glibc 2.36).
+func TestGlibcRseqAgreesWithKernel(t *testing.T) {
+	onStoppedSleeper(t, func(pid int, _ *Mem) error {
+		addr, n, sig, err := GetRseq(pid)
+		if err != nil {
+			return fmt.Errorf("the kernel's rseq registration: %w", err)
+		}
+		if n == 0 {
+			return fmt.Errorf("sleep registered no rseq area: this test needs a glibc of 2.35 or later")
+		}
+		regs, err := GetRegs(pid)
+		if err != nil {
+			return err
+		}
+		maps, err := ReadMaps(pid)
+		if err != nil {
+			return err
+		}
+		off, size, ok := GlibcRseq(pid, maps)
+		if !ok || regs.FsBase+uint64(off) != addr || size != n || sig != RseqSig {
+			return fmt.Errorf("glibc's rseq: fs_base %#x + offset %d, %d bytes (found: %v), signature %#x; the kernel's: %#x, %d bytes, signature %#x",
+				regs.FsBase, off, size, ok, uint32(RseqSig), addr, n, sig)
+		}
+		return nil
+	})
 }

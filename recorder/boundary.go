@@ -466,7 +466,7 @@ func (s *session) threadStates() (threads []format.Thread, err error) {
 			// several boundaries: a trial diverged at the window's first call).
 			nregs.Rax = s.restarts[tid].Nr
 		}
-		threads = append(threads, format.Thread{Tid: tid, Regs: nregs, XState: xs, SigMask: mask, InSyscall: inSys, Rseq: threadRseq(tid)})
+		threads = append(threads, format.Thread{Tid: tid, Regs: nregs, XState: xs, SigMask: mask, InSyscall: inSys, Rseq: s.threadRseq(tid, regs.FsBase)})
 	}
 	return threads, nil
 }
@@ -1112,14 +1112,39 @@ func (s *session) abandonIntervals() {
 	s.dropMarked()
 }
 
-// threadRseq reads a thread's rseq registration; the zero value if it has none
-// or the kernel cannot say.
-func threadRseq(tid int) format.Rseq {
+// threadRseq reads the rseq registration of thread tid, whose thread
+// pointer is fsBase; the zero value if it has none or neither the kernel nor
+// glibc can say. A kernel before Linux 5.13 cannot be asked: the area is
+// then where the process's glibc keeps it (proc.GlibcRseq). Left out, the
+// kernel's updates of the area (the CPU the thread runs on) showed as
+// memory differing at the end of a replay (TestRecordOnOtherKernels, Debian
+// 12's gzip on Debian 11's kernel).
+func (s *session) threadRseq(tid int, fsBase uint64) format.Rseq {
 	addr, n, sig, err := proc.GetRseq(tid)
-	if err != nil {
+	if err == nil {
+		return format.Rseq{Addr: addr, Len: n, Sig: sig}
+	}
+	if !errors.Is(err, unix.EIO) || fsBase == 0 {
 		return format.Rseq{}
 	}
-	return format.Rseq{Addr: addr, Len: n, Sig: sig}
+	if s.glibcRseq == nil {
+		var g glibcRseq
+		if maps, err := proc.ReadMaps(s.pid); err == nil {
+			g.offset, g.size, g.ok = proc.GlibcRseq(s.pid, maps)
+		}
+		s.glibcRseq = &g
+	}
+	if !s.glibcRseq.ok {
+		return format.Rseq{}
+	}
+	return format.Rseq{Addr: fsBase + uint64(s.glibcRseq.offset), Len: s.glibcRseq.size, Sig: proc.RseqSig}
+}
+
+// glibcRseq is what proc.GlibcRseq found, looked up once per process.
+type glibcRseq struct {
+	offset int64
+	size   uint32
+	ok     bool
 }
 
 // threadCPU is the CPU time of the calling thread (the tracer's, locked to

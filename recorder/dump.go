@@ -194,7 +194,7 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 	end.Regs, _ = normalize(end.Regs)
 	end.Threads = s.endThreads(end.Tid)
 	end.LastSeq = s.seq
-	end.Rseq = threadRseq(end.Tid)
+	end.Rseq = s.threadRseq(end.Tid, end.Regs.FsBase)
 
 	if snap == nil {
 		// The close read nothing (no interval open, or its shadow lost).

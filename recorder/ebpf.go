@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
@@ -333,6 +335,12 @@ func newEBPFSource(pid int, ringbufSize int, logf func(string, ...any)) (*ebpfSo
 	}
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("%w: remove the memlock limit: %w", ErrEBPFUnavailable, err)
+	}
+	// The programs walk records with bpf_loop (Linux 5.17): on an older
+	// kernel, say that, rather than the verifier's first complaint about
+	// them (Linux 5.10: "BPF_STX uses reserved fields").
+	if err := features.HaveProgramHelper(ebpf.Kprobe, asm.FnLoop); err != nil {
+		return nil, fmt.Errorf("%w: this kernel (%s) lacks the bpf_loop helper the programs use, which Linux 5.17 and later have: %w", ErrEBPFUnavailable, kernelRelease(), err)
 	}
 	spec, err := bpf.LoadTprec()
 	if err != nil {

@@ -55,14 +55,15 @@ const (
 
 // session is one recording. Every method runs on the tracer thread.
 type session struct {
-	o     Options
-	pid   int
-	tr    *proc.Tracer
-	mem   *proc.Mem
-	pm    *proc.Pagemap
-	vdso  *vdsoPatch
-	clk   *clockLog // the clock log (clocklog.go), nil without one
-	entry uint64    // the entry point breakpoint after an exec (entry.go), 0 when none
+	glibcRseq *glibcRseq // where glibc keeps rseq areas, for a kernel that cannot say (threadRseq)
+	o         Options
+	pid       int
+	tr        *proc.Tracer
+	mem       *proc.Mem
+	pm        *proc.Pagemap
+	vdso      *vdsoPatch
+	clk       *clockLog // the clock log (clocklog.go), nil without one
+	entry     uint64    // the entry point breakpoint after an exec (entry.go), 0 when none
 	// dropNote: how many of the ring's memory drops were told, and when.
 	dropNoted int
 	dropNote  time.Time
@@ -2245,6 +2246,15 @@ func normalize(r format.Regs) (format.Regs, bool) {
 	return r, true
 }
 
+// kernelRelease is the running kernel's release (uname -r), or empty.
+func kernelRelease() string {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return ""
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}
+
 func (s *session) fillHeader() {
 	h := &s.hdr
 	h.Arch = "x86_64"
@@ -2252,10 +2262,7 @@ func (s *session) fillHeader() {
 	h.Backend = s.src.name()
 	h.Interval = s.o.Interval
 	h.FullPages = true
-	var u unix.Utsname
-	if unix.Uname(&u) == nil {
-		h.KernelRelease = unix.ByteSliceToString(u.Release[:])
-	}
+	h.KernelRelease = kernelRelease()
 	h.Hostname, _ = os.Hostname()
 	h.ExePath, _ = os.Readlink(fmt.Sprintf("/proc/%d/exe", s.pid))
 	h.BuildID = proc.FileBuildID(fmt.Sprintf("/proc/%d/exe", s.pid))

@@ -34,7 +34,7 @@ func TestReplayOnOtherKernels(t *testing.T) {
 	needTool(t, "cpio")
 	busybox := staticBusybox(t)
 	kernels := otherKernels(t)
-	bin := staticTpreplay(t)
+	bin := staticTool(t, "tpreplay")
 	py := "/usr/bin/python3"
 	noAVX512 := "GLIBC_TUNABLES=glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ,-AVX512CD"
 
@@ -91,24 +91,11 @@ func TestReplayOnOtherKernels(t *testing.T) {
 
 	// The initramfs: busybox, tpreplay, the checkpoints, and an init that
 	// replays each and powers off.
-	root := t.TempDir()
-	for _, d := range []string{"bin", "dev", "proc", "sys", "tmp", "ck"} {
-		if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	copyFile(t, busybox, filepath.Join(root, "bin/busybox"), 0o755)
-	copyFile(t, bin, filepath.Join(root, "bin/tpreplay"), 0o755)
+	files := map[string]string{"/bin/tpreplay": bin}
 	// With tprec.gdb=N on the kernel command line, init serves checkpoint
 	// N to gdb on the second serial port instead (gdbInVM).
 	var init strings.Builder
-	init.WriteString(`#!/bin/busybox sh
-/bin/busybox mount -t proc proc /proc
-/bin/busybox mount -t sysfs sys /sys
-/bin/busybox mount -t devtmpfs dev /dev
-/bin/busybox mount -t tmpfs tmp /tmp
-echo "tprec-vm kernel $(/bin/busybox uname -r)"
-n=$(/bin/busybox sed -n 's/.*tprec.gdb=\([0-9]*\).*/\1/p' /proc/cmdline)
+	init.WriteString(`n=$(/bin/busybox sed -n 's/.*tprec.gdb=\([0-9]*\).*/\1/p' /proc/cmdline)
 if [ -n "$n" ]; then
 	exec 3<>/dev/ttyS1
 	/bin/busybox stty raw -echo <&3
@@ -120,19 +107,10 @@ fi
 `)
 	for i, r := range runs {
 		name := fmt.Sprintf("/ck/%d.tpc", i)
-		copyFile(t, r.ck, filepath.Join(root, name), 0o600)
+		files[name] = r.ck
 		fmt.Fprintf(&init, "echo 'tprec-vm run %d'\n/bin/tpreplay --any-cpu %s %s 2>&1\necho \"tprec-vm exit %d $?\"\n", i, strings.Join(r.args, " "), name, i)
 	}
-	init.WriteString("/bin/busybox poweroff -f\n")
-	if err := os.WriteFile(filepath.Join(root, "init"), []byte(init.String()), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	initrd := filepath.Join(t.TempDir(), "initrd")
-	pack := exec.Command("sh", "-c", "find . | cpio -o -H newc --quiet > "+initrd)
-	pack.Dir = root
-	if out, err := pack.CombinedOutput(); err != nil {
-		t.Fatalf("cpio: %v\n%s", err, out)
-	}
+	initrd := initramfs(t, busybox, files, init.String())
 
 	// gdb on python3's replay, with libc's symbols (libc6-dbg): a
 	// breakpoint, stepping both ways, reverse-continue, the crash and the
@@ -208,6 +186,45 @@ continue
 			}
 		})
 	}
+}
+
+// initramfs makes an initramfs holding busybox, the files (by their path
+// there, from their path here) and an init that mounts /proc, /sys, /dev,
+// /tmp and tracefs, prints the kernel's release, runs script (busybox sh)
+// and powers off.
+func initramfs(t *testing.T, busybox string, files map[string]string, script string) string {
+	t.Helper()
+	root := t.TempDir()
+	for _, d := range []string{"bin", "dev", "proc", "sys", "tmp"} {
+		if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyFile(t, busybox, filepath.Join(root, "bin/busybox"), 0o755)
+	for to, from := range files {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, to)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		copyFile(t, from, filepath.Join(root, to), 0o755)
+	}
+	init := `#!/bin/busybox sh
+/bin/busybox mount -t proc proc /proc
+/bin/busybox mount -t sysfs sys /sys
+/bin/busybox mount -t devtmpfs dev /dev
+/bin/busybox mount -t tmpfs tmp /tmp
+/bin/busybox mount -t tracefs tracefs /sys/kernel/tracing
+echo "tprec-vm kernel $(/bin/busybox uname -r)"
+` + script + "/bin/busybox poweroff -f\n"
+	if err := os.WriteFile(filepath.Join(root, "init"), []byte(init), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	initrd := filepath.Join(t.TempDir(), "initrd")
+	pack := exec.Command("sh", "-c", "find . | cpio -o -H newc --quiet > "+initrd)
+	pack.Dir = root
+	if out, err := pack.CombinedOutput(); err != nil {
+		t.Fatalf("cpio: %v\n%s", err, out)
+	}
+	return initrd
 }
 
 // otherKernelScript reads a file, hashes it and sleeps, in a loop.
@@ -379,15 +396,15 @@ func staticBusybox(t *testing.T) string {
 	return p
 }
 
-// staticTpreplay builds tpreplay without cgo: a binary that runs on a
-// machine with no library at all.
-func staticTpreplay(t *testing.T) string {
+// staticTool builds tprec, tpreplay or tpinspect without cgo: a binary
+// that runs on a machine with no library at all.
+func staticTool(t *testing.T, name string) string {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), "tpreplay")
-	cmd := exec.Command("go", "build", "-o", out, "../../tools/tpreplay")
+	out := filepath.Join(t.TempDir(), name)
+	cmd := exec.Command("go", "build", "-o", out, "../../tools/"+name)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build a static tpreplay: %v\n%s", err, b)
+		t.Fatalf("build a static %s: %v\n%s", name, err, b)
 	}
 	return out
 }
@@ -416,4 +433,114 @@ func hasCPUFlag(t *testing.T, flag string) bool {
 		}
 	}
 	return false
+}
+
+// tprec on the kernels production machines run: Debian 12's 6.1 and Debian
+// 11's 5.10, booted under qemu as in TestReplayOnOtherKernels, with a
+// static tprec and Debian's gzip (with its loader and libc) in the
+// initramfs. On 6.1 the eBPF backend loads and records (its programs once
+// asked more of the verifier than 6.1's gives); on 5.10, which lacks
+// bpf_loop, the default backend says so in one line and records with
+// ptrace. Either way gzip, attached while it compresses and crashed from
+// outside, leaves a checkpoint that replays to the crash there. So does a
+// recording with --backend ptrace.
+func TestRecordOnOtherKernels(t *testing.T) {
+	requireRoot(t)
+	qemu := needTool(t, "qemu-system-x86_64")
+	needTool(t, "cpio")
+	busybox := staticBusybox(t)
+	kernels := otherKernels(t)
+	gzip := needTool(t, "gzip")
+	files := map[string]string{"/bin/gzip": gzip}
+	for _, name := range []string{"tprec", "tpreplay", "tpinspect"} {
+		files["/bin/"+name] = staticTool(t, name)
+	}
+	for _, lib := range sharedLibs(t, gzip) {
+		files[lib] = lib
+	}
+	script := `/bin/busybox head -c 30000000 /dev/urandom > /tmp/big
+for b in auto ptrace; do
+	echo "tprec-vm record $b"
+	/bin/busybox mkdir /tmp/out-$b
+	/bin/gzip -c /tmp/big > /dev/null &
+	p=$!
+	/bin/busybox sleep 0.3
+	/bin/tprec --backend $b --pid $p --output /tmp/out-$b 2>&1 &
+	r=$!
+	/bin/busybox sleep 3
+	kill -SEGV $p
+	wait $r
+	echo "tprec-vm tprec $b exit $?"
+	/bin/tpinspect /tmp/out-$b/*.tpc | /bin/busybox grep backend
+	/bin/tpreplay --any-cpu /tmp/out-$b/*.tpc 2>&1
+	echo "tprec-vm tpreplay $b exit $?"
+done
+`
+	initrd := initramfs(t, busybox, files, script)
+	for _, k := range kernels {
+		release := strings.TrimPrefix(filepath.Base(k), "vmlinuz-")
+		t.Run(release, func(t *testing.T) {
+			console := bootOnce(t, qemu, k, initrd)
+			if !strings.Contains(console, "tprec-vm kernel "+release) {
+				t.Fatalf("the VM did not run kernel %s; its console:\n%s", release, clip([]byte(console)))
+			}
+			var major, minor int
+			fmt.Sscanf(release, "%d.%d", &major, &minor)
+			hasLoop := major > 5 || major == 5 && minor >= 17
+			for _, b := range []string{"auto", "ptrace"} {
+				start := strings.Index(console, "tprec-vm record "+b+"\n")
+				end := strings.Index(console, "tprec-vm tpreplay "+b+" exit")
+				if start < 0 || end < start {
+					t.Errorf("--backend %s: no result on the VM's console:\n%s", b, clip([]byte(console)))
+					continue
+				}
+				out := console[start:end]
+				if !strings.Contains(out, "tprec-vm tprec "+b+" exit 0") || !strings.Contains(console[end:], "tprec-vm tpreplay "+b+" exit 0\n") || !verifiedRe.MatchString(out) {
+					t.Errorf("--backend %s: tprec or tpreplay failed:\n%s", b, out)
+				}
+				if strings.Contains(out, "trial replay") {
+					t.Errorf("--backend %s on %s: the trial replay did not verify the whole window:\n%s", b, release, out)
+				}
+				want := "ptrace"
+				if b == "auto" && hasLoop {
+					want = "ebpf"
+				}
+				if !regexp.MustCompile(`backend\s+` + want + `\b`).MatchString(out) {
+					t.Errorf("--backend %s on %s: want a recording by the %s backend:\n%s", b, release, want, out)
+				}
+				unavailable := strings.Contains(out, "eBPF backend unavailable")
+				if b == "auto" && hasLoop && unavailable {
+					t.Errorf("the eBPF backend did not load on %s:\n%s", release, out)
+				}
+				if b == "auto" && !hasLoop && !strings.Contains(out, "lacks the bpf_loop helper the programs use") {
+					t.Errorf("on %s, tprec did not say why the eBPF backend is unavailable:\n%s", release, out)
+				}
+				t.Logf("--backend %s on %s:\n%s", b, release, out)
+			}
+		})
+	}
+}
+
+// sharedLibs lists the loader and libraries the dynamically linked program
+// prog loads (ldd), by the paths it loads them from.
+func sharedLibs(t *testing.T, prog string) []string {
+	t.Helper()
+	out, err := exec.Command("ldd", prog).Output()
+	if err != nil {
+		t.Fatalf("ldd %s: %v", prog, err)
+	}
+	var libs []string
+	for _, l := range strings.Split(string(out), "\n") {
+		f := strings.Fields(l)
+		switch {
+		case len(f) >= 3 && f[1] == "=>" && strings.HasPrefix(f[2], "/"):
+			libs = append(libs, f[2])
+		case len(f) >= 1 && strings.HasPrefix(f[0], "/"):
+			libs = append(libs, f[0]) // the loader
+		}
+	}
+	if len(libs) < 2 {
+		t.Fatalf("ldd %s: %q names no loader and library", prog, out)
+	}
+	return libs
 }
