@@ -437,13 +437,16 @@ func hasCPUFlag(t *testing.T, flag string) bool {
 
 // tprec on the kernels production machines run: Debian 12's 6.1 and Debian
 // 11's 5.10, booted under qemu as in TestReplayOnOtherKernels, with a
-// static tprec and Debian's gzip (with its loader and libc) in the
-// initramfs. On 6.1 the eBPF backend loads and records (its programs once
-// asked more of the verifier than 6.1's gives); on 5.10, which lacks
-// bpf_loop, the default backend says so in one line and records with
-// ptrace. Either way gzip, attached while it compresses and crashed from
-// outside, leaves a checkpoint that replays to the crash there. So does a
-// recording with --backend ptrace.
+// static tprec and two Debian programs with their loader and libraries in
+// the initramfs: gzip compressing, and python3 reading the clock in a loop
+// (its clock reads go through tprec's stubs in the vDSO, which differs
+// from kernel to kernel). On 6.1 the eBPF backend loads and records (its
+// programs once asked more of the verifier than 6.1's gives); on 5.10,
+// which lacks bpf_loop, the default backend says so in one line and
+// records with ptrace. Each program, attached and crashed from outside,
+// leaves a checkpoint whose whole window the trial replay verified, and
+// which replays to the crash there. So does a recording with --backend
+// ptrace.
 func TestRecordOnOtherKernels(t *testing.T) {
 	requireRoot(t)
 	qemu := needTool(t, "qemu-system-x86_64")
@@ -451,29 +454,51 @@ func TestRecordOnOtherKernels(t *testing.T) {
 	busybox := staticBusybox(t)
 	kernels := otherKernels(t)
 	gzip := needTool(t, "gzip")
-	files := map[string]string{"/bin/gzip": gzip}
+	py, err := filepath.EvalSymlinks("/usr/bin/python3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{"/bin/gzip": gzip, "/usr/bin/python3": py}
 	for _, name := range []string{"tprec", "tpreplay", "tpinspect"} {
 		files["/bin/"+name] = staticTool(t, name)
 	}
-	for _, lib := range sharedLibs(t, gzip) {
-		files[lib] = lib
+	for _, prog := range []string{gzip, py} {
+		for _, lib := range sharedLibs(t, prog) {
+			files[lib] = lib
+		}
 	}
+	// python3's standard library, for what -S still imports (encodings).
+	stdlib := filepath.Join("/usr/lib", filepath.Base(py))
+	filepath.WalkDir(stdlib, func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && !strings.Contains(path, "/test/") && !strings.Contains(path, "__pycache__") {
+			files[path] = path
+		}
+		return nil
+	})
 	script := `/bin/busybox head -c 30000000 /dev/urandom > /tmp/big
-for b in auto ptrace; do
-	echo "tprec-vm record $b"
-	/bin/busybox mkdir /tmp/out-$b
-	/bin/gzip -c /tmp/big > /dev/null &
+record() {
+	name=$1 b=$2
+	shift 2
+	echo "tprec-vm record $name $b"
+	/bin/busybox mkdir /tmp/out-$name-$b
+	"$@" &
 	p=$!
-	/bin/busybox sleep 0.3
-	/bin/tprec --backend $b --pid $p --output /tmp/out-$b 2>&1 &
+	/bin/busybox sleep 0.5
+	/bin/tprec --backend $b --pid $p --output /tmp/out-$name-$b 2>&1 &
 	r=$!
 	/bin/busybox sleep 3
 	kill -SEGV $p
 	wait $r
-	echo "tprec-vm tprec $b exit $?"
-	/bin/tpinspect /tmp/out-$b/*.tpc | /bin/busybox grep backend
-	/bin/tpreplay --any-cpu /tmp/out-$b/*.tpc 2>&1
-	echo "tprec-vm tpreplay $b exit $?"
+	echo "tprec-vm tprec $name $b exit $?"
+	/bin/tpinspect /tmp/out-$name-$b/*.tpc | /bin/busybox grep backend
+	/bin/tpreplay --any-cpu /tmp/out-$name-$b/*.tpc 2>&1
+	echo "tprec-vm tpreplay $name $b exit $?"
+}
+for b in auto ptrace; do
+	record gzip $b sh -c 'exec /bin/gzip -c /tmp/big > /dev/null'
+	record python3 $b /usr/bin/python3 -S -c 'import time, os
+while True:
+    time.time(); time.monotonic(); os.getppid()'
 done
 `
 	initrd := initramfs(t, busybox, files, script)
@@ -487,35 +512,41 @@ done
 			var major, minor int
 			fmt.Sscanf(release, "%d.%d", &major, &minor)
 			hasLoop := major > 5 || major == 5 && minor >= 17
-			for _, b := range []string{"auto", "ptrace"} {
-				start := strings.Index(console, "tprec-vm record "+b+"\n")
-				end := strings.Index(console, "tprec-vm tpreplay "+b+" exit")
-				if start < 0 || end < start {
-					t.Errorf("--backend %s: no result on the VM's console:\n%s", b, clip([]byte(console)))
-					continue
+			for _, prog := range []string{"gzip", "python3"} {
+				for _, b := range []string{"auto", "ptrace"} {
+					run := prog + " " + b
+					start := strings.Index(console, "tprec-vm record "+run+"\n")
+					end := strings.Index(console, "tprec-vm tpreplay "+run+" exit")
+					if start < 0 || end < start {
+						t.Errorf("%s --backend %s: no result on the VM's console:\n%s", prog, b, clip([]byte(console)))
+						continue
+					}
+					out := console[start:end]
+					if !strings.Contains(out, "tprec-vm tprec "+run+" exit 0") || !strings.Contains(console[end:], "tprec-vm tpreplay "+run+" exit 0\n") || !verifiedRe.MatchString(out) {
+						t.Errorf("%s --backend %s: tprec or tpreplay failed:\n%s", prog, b, out)
+					}
+					if strings.Contains(out, "trial replay") {
+						t.Errorf("%s --backend %s: the trial replay did not verify the whole window:\n%s", prog, b, out)
+					}
+					ebpf := b == "auto" && hasLoop
+					want := "ptrace"
+					if ebpf {
+						want = "ebpf"
+					}
+					if !regexp.MustCompile(`backend\s+` + want + `\b`).MatchString(out) {
+						t.Errorf("%s --backend %s: want a recording by the %s backend:\n%s", prog, b, want, out)
+					}
+					if ebpf && strings.Contains(out, "eBPF backend unavailable") {
+						t.Errorf("the eBPF backend did not load on %s:\n%s", release, out)
+					}
+					if b == "auto" && !hasLoop && !strings.Contains(out, "lacks the bpf_loop helper the programs use") {
+						t.Errorf("on %s, tprec did not say why the eBPF backend is unavailable:\n%s", release, out)
+					}
+					if ebpf && prog == "python3" && !regexp.MustCompile(`[1-9]\d* clock reads recorded in the process without a syscall`).MatchString(out) {
+						t.Errorf("python3's clock reads on %s did not go through the clock log:\n%s", release, out)
+					}
+					t.Logf("%s --backend %s on %s:\n%s", prog, b, release, out)
 				}
-				out := console[start:end]
-				if !strings.Contains(out, "tprec-vm tprec "+b+" exit 0") || !strings.Contains(console[end:], "tprec-vm tpreplay "+b+" exit 0\n") || !verifiedRe.MatchString(out) {
-					t.Errorf("--backend %s: tprec or tpreplay failed:\n%s", b, out)
-				}
-				if strings.Contains(out, "trial replay") {
-					t.Errorf("--backend %s on %s: the trial replay did not verify the whole window:\n%s", b, release, out)
-				}
-				want := "ptrace"
-				if b == "auto" && hasLoop {
-					want = "ebpf"
-				}
-				if !regexp.MustCompile(`backend\s+` + want + `\b`).MatchString(out) {
-					t.Errorf("--backend %s on %s: want a recording by the %s backend:\n%s", b, release, want, out)
-				}
-				unavailable := strings.Contains(out, "eBPF backend unavailable")
-				if b == "auto" && hasLoop && unavailable {
-					t.Errorf("the eBPF backend did not load on %s:\n%s", release, out)
-				}
-				if b == "auto" && !hasLoop && !strings.Contains(out, "lacks the bpf_loop helper the programs use") {
-					t.Errorf("on %s, tprec did not say why the eBPF backend is unavailable:\n%s", release, out)
-				}
-				t.Logf("--backend %s on %s:\n%s", b, release, out)
 			}
 		})
 	}
