@@ -336,6 +336,16 @@ func newEBPFSource(pid int, ringbufSize int, logf func(string, ...any)) (*ebpfSo
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("%w: remove the memlock limit: %w", ErrEBPFUnavailable, err)
 	}
+	// A kernel locked down for confidentiality refuses helpers that read
+	// kernel memory. cilium/ebpf probes for one of them, and when that
+	// fails rewrites the programs' user-memory reads into the old generic
+	// bpf_probe_read, which is refused too: say so, rather than the
+	// verifier's "unknown func bpf_probe_read#4" (Linux 6.1 booted with
+	// lockdown=confidentiality, by hand). Integrity, the level Secure Boot
+	// sets, leaves the programs alone.
+	if b, err := os.ReadFile("/sys/kernel/security/lockdown"); err == nil && strings.Contains(string(b), "[confidentiality]") {
+		return nil, fmt.Errorf("%w: the kernel is locked down for confidentiality (/sys/kernel/security/lockdown), which refuses the programs' memory reads", ErrEBPFUnavailable)
+	}
 	// The programs walk records with bpf_loop (Linux 5.17): on an older
 	// kernel, say that, rather than the verifier's first complaint about
 	// them (Linux 5.10: "BPF_STX uses reserved fields").

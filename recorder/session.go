@@ -462,7 +462,10 @@ func (s *session) attach(pid int) error {
 			if by := tracerOf(pid); by != "" {
 				return fmt.Errorf("attach to %d: %w: it is traced already, by %s (a process has one tracer at most: another tprec, a debugger, strace)", pid, ErrPermission, by)
 			}
-			if unix.Geteuid() == 0 && !yamaRestricts() {
+			if yamaRestricts() {
+				return fmt.Errorf("attach to %d: %w: kernel.yama.ptrace_scope is 3, under which the kernel lets no process trace another, root included, until the machine restarts with a lower value: tprec cannot record here", pid, ErrPermission)
+			}
+			if unix.Geteuid() == 0 {
 				return fmt.Errorf("attach to %d: %w: the kernel refuses to let even root trace it (init, a kernel thread, or a process protected by a security module)", pid, ErrPermission)
 			}
 			return fmt.Errorf("attach to %d: %w: tprec needs root or CAP_SYS_PTRACE (and kernel.yama.ptrace_scope <= 1 for a process that is not its child): run it with sudo", pid, ErrPermission)

@@ -454,51 +454,15 @@ func TestRecordOnOtherKernels(t *testing.T) {
 	busybox := staticBusybox(t)
 	kernels := otherKernels(t)
 	gzip := needTool(t, "gzip")
-	py, err := filepath.EvalSymlinks("/usr/bin/python3")
-	if err != nil {
-		t.Fatal(err)
+	files := recordingFiles(t)
+	files["/bin/gzip"] = gzip
+	for _, lib := range sharedLibs(t, gzip) {
+		files[lib] = lib
 	}
-	files := map[string]string{"/bin/gzip": gzip, "/usr/bin/python3": py}
-	for _, name := range []string{"tprec", "tpreplay", "tpinspect"} {
-		files["/bin/"+name] = staticTool(t, name)
-	}
-	for _, prog := range []string{gzip, py} {
-		for _, lib := range sharedLibs(t, prog) {
-			files[lib] = lib
-		}
-	}
-	// python3's standard library, for what -S still imports (encodings).
-	stdlib := filepath.Join("/usr/lib", filepath.Base(py))
-	filepath.WalkDir(stdlib, func(path string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && !strings.Contains(path, "/test/") && !strings.Contains(path, "__pycache__") {
-			files[path] = path
-		}
-		return nil
-	})
-	script := `/bin/busybox head -c 30000000 /dev/urandom > /tmp/big
-record() {
-	name=$1 b=$2
-	shift 2
-	echo "tprec-vm record $name $b"
-	/bin/busybox mkdir /tmp/out-$name-$b
-	"$@" &
-	p=$!
-	/bin/busybox sleep 0.5
-	/bin/tprec --backend $b --pid $p --output /tmp/out-$name-$b 2>&1 &
-	r=$!
-	/bin/busybox sleep 3
-	kill -SEGV $p
-	wait $r
-	echo "tprec-vm tprec $name $b exit $?"
-	/bin/tpinspect /tmp/out-$name-$b/*.tpc | /bin/busybox grep backend
-	/bin/tpreplay --any-cpu /tmp/out-$name-$b/*.tpc 2>&1
-	echo "tprec-vm tpreplay $name $b exit $?"
-}
+	script := vmRecordFn + `/bin/busybox head -c 30000000 /dev/urandom > /tmp/big
 for b in auto ptrace; do
-	record gzip $b sh -c 'exec /bin/gzip -c /tmp/big > /dev/null'
-	record python3 $b /usr/bin/python3 -S -c 'import time, os
-while True:
-    time.time(); time.monotonic(); os.getppid()'
+	record "gzip $b" --backend $b -- /bin/busybox sh -c 'exec /bin/gzip -c /tmp/big > /dev/null'
+	record "python3 $b" --backend $b -- ` + vmPythonLoop + `
 done
 `
 	initrd := initramfs(t, busybox, files, script)
@@ -514,15 +478,12 @@ done
 			hasLoop := major > 5 || major == 5 && minor >= 17
 			for _, prog := range []string{"gzip", "python3"} {
 				for _, b := range []string{"auto", "ptrace"} {
-					run := prog + " " + b
-					start := strings.Index(console, "tprec-vm record "+run+"\n")
-					end := strings.Index(console, "tprec-vm tpreplay "+run+" exit")
-					if start < 0 || end < start {
+					out, tprecExit, replayExit, ok := vmRecorded(console, prog+" "+b)
+					if !ok {
 						t.Errorf("%s --backend %s: no result on the VM's console:\n%s", prog, b, clip([]byte(console)))
 						continue
 					}
-					out := console[start:end]
-					if !strings.Contains(out, "tprec-vm tprec "+run+" exit 0") || !strings.Contains(console[end:], "tprec-vm tpreplay "+run+" exit 0\n") || !verifiedRe.MatchString(out) {
+					if tprecExit != 0 || replayExit != 0 || !verifiedRe.MatchString(out) {
 						t.Errorf("%s --backend %s: tprec or tpreplay failed:\n%s", prog, b, out)
 					}
 					if strings.Contains(out, "trial replay") {
@@ -552,6 +513,97 @@ done
 	}
 }
 
+// recordingFiles are the files a VM that records needs besides busybox:
+// static tprec, tpreplay and tpinspect, and Debian's python3 with its
+// loader, libraries and standard library (what -S still imports).
+func recordingFiles(t *testing.T) map[string]string {
+	t.Helper()
+	py, err := filepath.EvalSymlinks("/usr/bin/python3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{"/usr/bin/python3": py}
+	for _, name := range []string{"tprec", "tpreplay", "tpinspect"} {
+		files["/bin/"+name] = staticTool(t, name)
+	}
+	for _, lib := range sharedLibs(t, py) {
+		files[lib] = lib
+	}
+	stdlib := filepath.Join("/usr/lib", filepath.Base(py))
+	filepath.WalkDir(stdlib, func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && !strings.Contains(path, "/test/") && !strings.Contains(path, "__pycache__") {
+			files[path] = path
+		}
+		return nil
+	})
+	return files
+}
+
+// vmRecordFn defines, for a VM's init, record NAME TPREC-FLAGS... -- CMD...:
+// it starts CMD, attaches tprec with the flags after half a second, crashes
+// CMD with SIGSEGV 3 s later, and prints tprec's exit, the checkpoint's
+// backend and tpreplay's result between markers vmRecorded finds.
+const vmRecordFn = `record() {
+	name=$1
+	shift
+	flags=
+	while [ "$1" != -- ]; do flags="$flags $1"; shift; done
+	shift
+	echo "tprec-vm record $name"
+	out=/tmp/out-$(echo "$name" | /bin/busybox tr ' ' -)
+	/bin/busybox mkdir $out
+	"$@" &
+	p=$!
+	/bin/busybox sleep 0.5
+	/bin/tprec $flags --pid $p --output $out 2>&1 &
+	r=$!
+	/bin/busybox sleep 3
+	kill -SEGV $p
+	wait $r
+	echo "tprec-vm tprec $name exit $?"
+	if [ -n "$(/bin/busybox ls $out)" ]; then
+		/bin/tpinspect $out/*.tpc | /bin/busybox grep backend
+		/bin/tpreplay --any-cpu $out/*.tpc 2>&1
+		echo "tprec-vm tpreplay $name exit $?"
+	else
+		echo "tprec-vm tpreplay $name exit none"
+	fi
+}
+`
+
+// vmPythonLoop is python3 reading the clock in a loop, for vmRecordFn.
+const vmPythonLoop = `/usr/bin/python3 -S -c 'import time, os
+while True:
+    time.time(); time.monotonic(); os.getppid()'`
+
+var vmRecordedRe = regexp.MustCompile(`tprec-vm tpreplay (.*) exit (\d+|none)\n`)
+
+// vmRecorded cuts what vmRecordFn printed for run name out of a VM's
+// console: the output, tprec's exit code and tpreplay's (-1 when there was
+// no checkpoint to replay).
+func vmRecorded(console, name string) (out string, tprecExit, replayExit int, ok bool) {
+	start := strings.Index(console, "tprec-vm record "+name+"\n")
+	if start < 0 {
+		return "", 0, 0, false
+	}
+	rest := console[start:]
+	for _, m := range vmRecordedRe.FindAllStringSubmatchIndex(rest, -1) {
+		if rest[m[2]:m[3]] != name {
+			continue
+		}
+		out = rest[:m[0]]
+		replayExit = -1
+		fmt.Sscan(rest[m[4]:m[5]], &replayExit)
+		tm := regexp.MustCompile(`tprec-vm tprec ` + regexp.QuoteMeta(name) + ` exit (\d+)`).FindStringSubmatch(out)
+		if tm == nil {
+			return out, 0, 0, false
+		}
+		fmt.Sscan(tm[1], &tprecExit)
+		return out, tprecExit, replayExit, true
+	}
+	return "", 0, 0, false
+}
+
 // sharedLibs lists the loader and libraries the dynamically linked program
 // prog loads (ldd), by the paths it loads them from.
 func sharedLibs(t *testing.T, prog string) []string {
@@ -574,4 +626,85 @@ func sharedLibs(t *testing.T, prog string) []string {
 		t.Fatalf("ldd %s: %q names no loader and library", prog, out)
 	}
 	return libs
+}
+
+// A kernel's lockdown and Yama's ptrace_scope, which hardened machines set,
+// on Debian 12's 6.1 under qemu (raised one after the other in one boot:
+// neither can be lowered again): python3, recorded with the default
+// backend and crashed from outside, replays to the crash under lockdown
+// "integrity" (what Secure Boot sets) on the eBPF backend; under
+// "confidentiality", which refuses the eBPF programs' memory reads, tprec
+// says so in one line and records with ptrace; at ptrace_scope 2 root
+// still records; at 3, under which no process may trace another, tprec
+// says exactly that and records nothing, and python3 runs on until the
+// crash that ends it.
+func TestRecordUnderLockdownAndYama(t *testing.T) {
+	requireRoot(t)
+	qemu := needTool(t, "qemu-system-x86_64")
+	needTool(t, "cpio")
+	busybox := staticBusybox(t)
+	var kernel string
+	for _, k := range otherKernels(t) {
+		var major, minor int
+		fmt.Sscanf(strings.TrimPrefix(filepath.Base(k), "vmlinuz-"), "%d.%d", &major, &minor)
+		if major > 5 || major == 5 && minor >= 17 {
+			kernel = k
+		}
+	}
+	if kernel == "" {
+		t.Fatal("no kernel of 5.17 or later among the other kernels (scripts/fetch-kernels.sh fetches Debian 12's)")
+	}
+	script := vmRecordFn + `/bin/busybox mount -t securityfs securityfs /sys/kernel/security
+L=/sys/kernel/security/lockdown
+Y=/proc/sys/kernel/yama/ptrace_scope
+echo "tprec-vm lockdown $(cat $L) ptrace_scope $(cat $Y)"
+record none -- ` + vmPythonLoop + `
+echo integrity > $L
+record integrity -- ` + vmPythonLoop + `
+echo confidentiality > $L
+record confidentiality -- ` + vmPythonLoop + `
+echo 2 > $Y
+record yama2 -- ` + vmPythonLoop + `
+echo 3 > $Y
+record yama3 -- ` + vmPythonLoop + `
+echo "tprec-vm lockdown $(cat $L) ptrace_scope $(cat $Y)"
+`
+	initrd := initramfs(t, busybox, recordingFiles(t), script)
+	console := bootOnce(t, qemu, kernel, initrd)
+	if !strings.Contains(console, "tprec-vm lockdown none [integrity] confidentiality ptrace_scope 3") &&
+		!strings.Contains(console, "tprec-vm lockdown [none] integrity confidentiality ptrace_scope 0") {
+		t.Logf("the VM's console:\n%s", clip([]byte(console)))
+	}
+	if !strings.Contains(console, "tprec-vm lockdown none integrity [confidentiality] ptrace_scope 3") {
+		t.Fatalf("the VM did not end locked down for confidentiality at ptrace_scope 3; its console:\n%s", clip([]byte(console)))
+	}
+	for _, c := range []struct {
+		name, backend, said string
+	}{
+		{"none", "ebpf", ""},
+		{"integrity", "ebpf", ""},
+		{"confidentiality", "ptrace", "the kernel is locked down for confidentiality (/sys/kernel/security/lockdown), which refuses the programs' memory reads"},
+		{"yama2", "ptrace", ""},
+	} {
+		out, tprecExit, replayExit, ok := vmRecorded(console, c.name)
+		switch {
+		case !ok:
+			t.Errorf("%s: no result on the VM's console:\n%s", c.name, clip([]byte(console)))
+		case tprecExit != 0 || replayExit != 0 || !verifiedRe.MatchString(out) || strings.Contains(out, "trial replay"):
+			t.Errorf("%s: tprec exit %d, tpreplay exit %d, want both 0, the trial and the replay verified:\n%s", c.name, tprecExit, replayExit, out)
+		case !regexp.MustCompile(`backend\s+` + c.backend + `\b`).MatchString(out):
+			t.Errorf("%s: want a recording by the %s backend:\n%s", c.name, c.backend, out)
+		case c.said != "" && !strings.Contains(out, c.said):
+			t.Errorf("%s: tprec did not say %q:\n%s", c.name, c.said, out)
+		case c.backend == "ebpf" && strings.Contains(out, "eBPF backend unavailable"):
+			t.Errorf("%s: the eBPF backend did not load:\n%s", c.name, out)
+		}
+		t.Logf("%s:\n%s", c.name, out)
+	}
+	out, tprecExit, replayExit, ok := vmRecorded(console, "yama3")
+	if !ok || tprecExit != 1 || replayExit != -1 ||
+		!strings.Contains(out, "kernel.yama.ptrace_scope is 3, under which the kernel lets no process trace another, root included") {
+		t.Errorf("ptrace_scope 3: want tprec to exit 1 saying why, and no checkpoint:\n%s", out)
+	}
+	t.Logf("yama3:\n%s", out)
 }
