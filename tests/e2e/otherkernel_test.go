@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"archive/tar"
 	"context"
 	"debug/elf"
 	"fmt"
@@ -242,12 +243,12 @@ while True:
 `
 
 // bootOnce boots kernel with initrd under qemu's software CPU and returns
-// what the VM printed on its console.
-func bootOnce(t *testing.T, qemu, kernel, initrd string) string {
+// what the VM printed on its console; extra are more qemu arguments.
+func bootOnce(t *testing.T, qemu, kernel, initrd string, extra ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, qemu, append(qemuArgs(kernel, initrd, ""), "-serial", "stdio")...)
+	cmd := exec.CommandContext(ctx, qemu, append(append(qemuArgs(kernel, initrd, ""), "-serial", "stdio"), extra...)...)
 	out, err := cmd.CombinedOutput()
 	if ctx.Err() != nil {
 		t.Fatalf("the VM did not power off within 10 minutes; its console:\n%s", clip(out))
@@ -464,14 +465,23 @@ for b in auto ptrace; do
 	record "gzip $b" --backend $b -- /bin/busybox sh -c 'exec /bin/gzip -c /tmp/big > /dev/null'
 	record "python3 $b" --backend $b -- ` + vmPythonLoop + `
 done
+# python3's checkpoints go out on the second serial port, for a replay on
+# the machine that runs the test (the tty's close waits until it is sent).
+/bin/busybox stty -F /dev/ttyS1 raw -echo
+/bin/busybox tar -cf /dev/ttyS1 /tmp/out-python3-auto /tmp/out-python3-ptrace
 `
 	initrd := initramfs(t, busybox, files, script)
 	for _, k := range kernels {
 		release := strings.TrimPrefix(filepath.Base(k), "vmlinuz-")
 		t.Run(release, func(t *testing.T) {
-			console := bootOnce(t, qemu, k, initrd)
+			exported := filepath.Join(t.TempDir(), "exported.tar")
+			console := bootOnce(t, qemu, k, initrd, "-serial", "file:"+exported)
 			if !strings.Contains(console, "tprec-vm kernel "+release) {
 				t.Fatalf("the VM did not run kernel %s; its console:\n%s", release, clip([]byte(console)))
+			}
+			// What the other kernel recorded replays here too.
+			for _, ck := range untar(t, exported, ".tpc") {
+				t.Logf("recorded on %s, replayed here: %s", release, strings.TrimSpace(replay(t, ck)))
 			}
 			var major, minor int
 			fmt.Sscanf(release, "%d.%d", &major, &minor)
@@ -602,6 +612,45 @@ func vmRecorded(console, name string) (out string, tprecExit, replayExit int, ok
 		return out, tprecExit, replayExit, true
 	}
 	return "", 0, 0, false
+}
+
+// untar unpacks the files named *suffix of the tar archive at path into
+// a new directory, and returns their paths: at least two, or the test fails.
+func untar(t *testing.T, path, suffix string) []string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	dir := t.TempDir()
+	var out []string
+	r := tar.NewReader(f)
+	for {
+		h, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("%s: %v (after %d files)", path, err, len(out))
+		}
+		if h.Typeflag != tar.TypeReg || !strings.HasSuffix(h.Name, suffix) {
+			continue
+		}
+		b, err := io.ReadAll(r)
+		if err != nil {
+			t.Fatalf("%s: %s: %v", path, h.Name, err)
+		}
+		p := filepath.Join(dir, fmt.Sprintf("%d-%s", len(out), filepath.Base(h.Name)))
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, p)
+	}
+	if len(out) < 2 {
+		t.Fatalf("%s holds %d files named *%s, want 2", path, len(out), suffix)
+	}
+	return out
 }
 
 // sharedLibs lists the loader and libraries the dynamically linked program
