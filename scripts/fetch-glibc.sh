@@ -9,19 +9,10 @@ set -euo pipefail
 DIR=${1:-/var/cache/tprec/glibc}
 SUITE=${SUITE:-trixie}
 work=$DIR/apt
-mkdir -p "$work/parts" "$work/lists/partial" "$work/cache/archives/partial" "$work/deb"
-cat >"$work/parts/$SUITE.sources" <<SRC
-Types: deb
-URIs: http://deb.debian.org/debian
-Suites: $SUITE
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
-opts=(-o Dir::Etc::SourceList=/dev/null -o "Dir::Etc::SourceParts=$work/parts"
-	-o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache" -o APT::Sandbox::User=root)
-apt-get "${opts[@]}" update -qq
+. "$(dirname "$0")/lib/apt-suite.sh"
+aptSuite "$work" "$SUITE"
 rm -f "$work/deb"/libc6_*.deb
-(cd "$work/deb" && apt-get "${opts[@]}" download -qq libc6)
+(cd "$work/deb" && apt-get "${APT_OPTS[@]}" download -qq libc6)
 rm -rf "$DIR/root"
 dpkg-deb -x "$work/deb"/libc6_*.deb "$DIR/root"
 lib=$DIR/root/usr/lib/x86_64-linux-gnu

@@ -2,29 +2,21 @@
 # Fetch the kernels of other Debian releases than the machine's into DIR
 # (default /var/cache/tprec/kernels), as DIR/vmlinuz-VERSION: Debian 12's
 # 6.1 and Debian 11's 5.10 ("cloud" flavour, which boots under qemu with no
-# module). The end-to-end test TestReplayOnOtherKernels boots each under
-# qemu with tpreplay and checkpoints recorded on this machine's kernel.
-# Each suite gets an apt configuration of its own (lists under DIR), so the
-# machine's package sources and state are left alone. Needs network.
+# module). The end-to-end tests TestReplayOnOtherKernels,
+# TestRecordOnOtherKernels and TestRecordUnderLockdownAndYama boot them
+# under qemu.
+# Each suite gets an apt configuration of its own (lists under DIR,
+# scripts/lib/apt-suite.sh). Needs network.
 set -euo pipefail
 DIR=${1:-/var/cache/tprec/kernels}
 SUITES=${SUITES:-bookworm bullseye}
 mkdir -p "$DIR"
+. "$(dirname "$0")/lib/apt-suite.sh"
 for suite in $SUITES; do
 	work=$DIR/apt/$suite
-	mkdir -p "$work/parts" "$work/lists/partial" "$work/cache/archives/partial" "$work/deb"
-	cat >"$work/parts/$suite.sources" <<SRC
-Types: deb
-URIs: http://deb.debian.org/debian
-Suites: $suite
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
-	opts=(-o Dir::Etc::SourceList=/dev/null -o "Dir::Etc::SourceParts=$work/parts"
-		-o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache" -o APT::Sandbox::User=root)
-	apt-get "${opts[@]}" update -qq
+	aptSuite "$work" "$suite"
 	# The metapackage names the newest kernel package of the suite.
-	pkg=$(apt-cache "${opts[@]}" depends linux-image-cloud-amd64 | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+	pkg=$(apt-cache "${APT_OPTS[@]}" depends linux-image-cloud-amd64 | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
 	[ -n "$pkg" ] || { echo "fetch-kernels: no cloud kernel in $suite" >&2; exit 1; }
 	version=${pkg#linux-image-}
 	if [ -s "$DIR/vmlinuz-$version" ]; then
@@ -32,7 +24,7 @@ SRC
 		continue
 	fi
 	rm -f "$work/deb"/*.deb
-	(cd "$work/deb" && apt-get "${opts[@]}" download -qq "$pkg")
+	(cd "$work/deb" && apt-get "${APT_OPTS[@]}" download -qq "$pkg")
 	rm -rf "$work/root"
 	dpkg-deb -x "$work/deb"/"$pkg"_*.deb "$work/root"
 	cp "$work/root/boot/vmlinuz-$version" "$DIR/vmlinuz-$version.part"

@@ -30,10 +30,7 @@ import (
 // without that, shows what a user sees when the replay CPU lacks an
 // instruction the recording used, where the recording CPU had AVX-512.
 func TestReplayOnOtherKernels(t *testing.T) {
-	requireRoot(t)
-	qemu := needTool(t, "qemu-system-x86_64")
-	needTool(t, "cpio")
-	busybox := staticBusybox(t)
+	qemu, busybox := vmTools(t)
 	kernels := otherKernels(t)
 	bin := staticTool(t, "tpreplay")
 	py := "/usr/bin/python3"
@@ -242,6 +239,24 @@ while True:
     time.sleep(0.001)
 `
 
+// vmTools is what a test that boots a VM needs: root, qemu, cpio (to make
+// the initramfs) and a static busybox (the VM's init and shell).
+func vmTools(t *testing.T) (qemu, busybox string) {
+	t.Helper()
+	requireRoot(t)
+	qemu = needTool(t, "qemu-system-x86_64")
+	needTool(t, "cpio")
+	return qemu, staticBusybox(t)
+}
+
+// hasBPFLoop reports whether a kernel release (uname -r) is 5.17 or later,
+// which has the bpf_loop helper tprec's eBPF programs call.
+func hasBPFLoop(release string) bool {
+	var major, minor int
+	fmt.Sscanf(release, "%d.%d", &major, &minor)
+	return major > 5 || major == 5 && minor >= 17
+}
+
 // bootOnce boots kernel with initrd under qemu's software CPU and returns
 // what the VM printed on its console; extra are more qemu arguments.
 func bootOnce(t *testing.T, qemu, kernel, initrd string, extra ...string) string {
@@ -449,10 +464,7 @@ func hasCPUFlag(t *testing.T, flag string) bool {
 // which replays to the crash there. So does a recording with --backend
 // ptrace.
 func TestRecordOnOtherKernels(t *testing.T) {
-	requireRoot(t)
-	qemu := needTool(t, "qemu-system-x86_64")
-	needTool(t, "cpio")
-	busybox := staticBusybox(t)
+	qemu, busybox := vmTools(t)
 	kernels := otherKernels(t)
 	gzip := needTool(t, "gzip")
 	files := recordingFiles(t)
@@ -483,9 +495,7 @@ done
 			for _, ck := range untar(t, exported, ".tpc") {
 				t.Logf("recorded on %s, replayed here: %s", release, strings.TrimSpace(replay(t, ck)))
 			}
-			var major, minor int
-			fmt.Sscanf(release, "%d.%d", &major, &minor)
-			hasLoop := major > 5 || major == 5 && minor >= 17
+			hasLoop := hasBPFLoop(release)
 			for _, prog := range []string{"gzip", "python3"} {
 				for _, b := range []string{"auto", "ptrace"} {
 					out, tprecExit, replayExit, ok := vmRecorded(console, prog+" "+b)
@@ -688,15 +698,10 @@ func sharedLibs(t *testing.T, prog string) []string {
 // says exactly that and records nothing, and python3 runs on until the
 // crash that ends it.
 func TestRecordUnderLockdownAndYama(t *testing.T) {
-	requireRoot(t)
-	qemu := needTool(t, "qemu-system-x86_64")
-	needTool(t, "cpio")
-	busybox := staticBusybox(t)
+	qemu, busybox := vmTools(t)
 	var kernel string
 	for _, k := range otherKernels(t) {
-		var major, minor int
-		fmt.Sscanf(strings.TrimPrefix(filepath.Base(k), "vmlinuz-"), "%d.%d", &major, &minor)
-		if major > 5 || major == 5 && minor >= 17 {
+		if hasBPFLoop(strings.TrimPrefix(filepath.Base(k), "vmlinuz-")) {
 			kernel = k
 		}
 	}
