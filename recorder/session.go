@@ -55,15 +55,17 @@ const (
 
 // session is one recording. Every method runs on the tracer thread.
 type session struct {
-	glibcRseq *glibcRseq // where glibc keeps rseq areas, for a kernel that cannot say (threadRseq)
-	o         Options
-	pid       int
-	tr        *proc.Tracer
-	mem       *proc.Mem
-	pm        *proc.Pagemap
-	vdso      *vdsoPatch
-	clk       *clockLog // the clock log (clocklog.go), nil without one
-	entry     uint64    // the entry point breakpoint after an exec (entry.go), 0 when none
+	o     Options
+	pid   int
+	tr    *proc.Tracer
+	mem   *proc.Mem
+	pm    *proc.Pagemap
+	vdso  *vdsoPatch
+	clk   *clockLog // the clock log (clocklog.go), nil without one
+	entry uint64    // the entry point breakpoint after an exec (entry.go), 0 when none
+	// glibcRseq: where the process's glibc keeps its rseq areas, for a
+	// kernel that cannot say (threadRseq); nil until looked up.
+	glibcRseq *glibcRseq
 	// dropNote: how many of the ring's memory drops were told, and when.
 	dropNoted int
 	dropNote  time.Time
@@ -1108,6 +1110,7 @@ func (s *session) handle(st proc.Stop) error {
 			}
 		}
 		clear(s.restarts)
+		s.glibcRseq = nil // the new program's loader says anew
 		// The kernel turns the exit signal of a child whose parent has
 		// exec'd since into SIGCHLD (kernel/signal.c: do_notify_parent,
 		// parent_exec_id), and a traced child notifies its parent when its
