@@ -211,6 +211,7 @@ func initramfs(t *testing.T, busybox string, files map[string]string, script str
 /bin/busybox mount -t devtmpfs dev /dev
 /bin/busybox mount -t tmpfs tmp /tmp
 /bin/busybox mount -t tracefs tracefs /sys/kernel/tracing
+/bin/busybox ip link set lo up
 echo "tprec-vm kernel $(/bin/busybox uname -r)"
 ` + script + "/bin/busybox poweroff -f\n"
 	if err := os.WriteFile(filepath.Join(root, "init"), []byte(init), 0o755); err != nil {
@@ -453,10 +454,11 @@ func hasCPUFlag(t *testing.T, flag string) bool {
 
 // tprec on the kernels production machines run: Debian 12's 6.1 and Debian
 // 11's 5.10, booted under qemu as in TestReplayOnOtherKernels, with a
-// static tprec and two Debian programs with their loader and libraries in
-// the initramfs: gzip compressing, and python3 reading the clock in a loop
-// (its clock reads go through tprec's stubs in the vDSO, which differs
-// from kernel to kernel). On 6.1 the eBPF backend loads and records (its
+// static tprec and Debian programs with their loader and libraries in the
+// initramfs: gzip compressing, python3 reading the clock in a loop (its
+// clock reads go through tprec's stubs in the vDSO, which differs from
+// kernel to kernel), and redis-server's five threads under redis-benchmark
+// (the default backend only). On 6.1 the eBPF backend loads and records (its
 // programs once asked more of the verifier than 6.1's gives); on 5.10,
 // which lacks bpf_loop, the default backend says so in one line and
 // records with ptrace. Each program, attached and crashed from outside,
@@ -466,17 +468,25 @@ func hasCPUFlag(t *testing.T, flag string) bool {
 func TestRecordOnOtherKernels(t *testing.T) {
 	qemu, busybox := vmTools(t)
 	kernels := otherKernels(t)
-	gzip := needTool(t, "gzip")
 	files := recordingFiles(t)
-	files["/bin/gzip"] = gzip
-	for _, lib := range sharedLibs(t, gzip) {
-		files[lib] = lib
+	for _, name := range []string{"gzip", "redis-server", "redis-benchmark", "redis-cli"} {
+		p := needTool(t, name)
+		files["/usr/bin/"+name] = p
+		for _, lib := range sharedLibs(t, p) {
+			files[lib] = lib
+		}
 	}
 	script := vmRecordFn + `/bin/busybox head -c 30000000 /dev/urandom > /tmp/big
 for b in auto ptrace; do
-	record "gzip $b" --backend $b -- /bin/busybox sh -c 'exec /bin/gzip -c /tmp/big > /dev/null'
+	record "gzip $b" --backend $b -- /bin/busybox sh -c 'exec /usr/bin/gzip -c /tmp/big > /dev/null'
 	record "python3 $b" --backend $b -- ` + vmPythonLoop + `
 done
+# redis-server's five threads under redis-benchmark's ten clients, once
+# it answers; the shell becomes the server.
+record "redis auto" -- /bin/busybox sh -c '
+	(until /usr/bin/redis-cli -p 6400 ping > /dev/null 2>&1; do /bin/busybox sleep 0.2; done
+	exec /usr/bin/redis-benchmark -p 6400 -n 100000000 -c 10 -r 100000 -t set,get -q > /dev/null 2>&1) &
+	exec /usr/bin/redis-server --port 6400 --save "" --appendonly no --dir /tmp > /dev/null'
 # python3's checkpoints go out on the second serial port, for a replay on
 # the machine that runs the test (the tty's close waits until it is sent).
 /bin/busybox stty -F /dev/ttyS1 raw -echo
@@ -496,8 +506,11 @@ done
 				t.Logf("recorded on %s, replayed here: %s", release, strings.TrimSpace(replay(t, ck)))
 			}
 			hasLoop := hasBPFLoop(release)
-			for _, prog := range []string{"gzip", "python3"} {
+			for _, prog := range []string{"gzip", "python3", "redis"} {
 				for _, b := range []string{"auto", "ptrace"} {
+					if prog == "redis" && b == "ptrace" {
+						continue // recorded with the default backend only
+					}
 					out, tprecExit, replayExit, ok := vmRecorded(console, prog+" "+b)
 					if !ok {
 						t.Errorf("%s --backend %s: no result on the VM's console:\n%s", prog, b, clip([]byte(console)))
@@ -523,8 +536,11 @@ done
 					if b == "auto" && !hasLoop && !strings.Contains(out, "lacks the bpf_loop helper the programs use") {
 						t.Errorf("on %s, tprec did not say why the eBPF backend is unavailable:\n%s", release, out)
 					}
-					if ebpf && prog == "python3" && !regexp.MustCompile(`[1-9]\d* clock reads recorded in the process without a syscall`).MatchString(out) {
-						t.Errorf("python3's clock reads on %s did not go through the clock log:\n%s", release, out)
+					if prog == "redis" && !regexp.MustCompile(`threads at the dump\s+\d+ redis-server, \d+ `).MatchString(out) {
+						t.Errorf("redis-server on %s: want a recording of its several threads:\n%s", release, out)
+					}
+					if ebpf && prog != "gzip" && !regexp.MustCompile(`[1-9]\d* clock reads recorded in the process without a syscall`).MatchString(out) {
+						t.Errorf("%s's clock reads on %s did not go through the clock log:\n%s", prog, release, out)
 					}
 					t.Logf("%s --backend %s on %s:\n%s", prog, b, release, out)
 				}
@@ -582,7 +598,7 @@ const vmRecordFn = `record() {
 	wait $r
 	echo "tprec-vm tprec $name exit $?"
 	if [ -n "$(/bin/busybox ls $out)" ]; then
-		/bin/tpinspect $out/*.tpc | /bin/busybox grep backend
+		/bin/tpinspect $out/*.tpc | /bin/busybox grep -E "backend|threads at the dump"
 		/bin/tpreplay --any-cpu $out/*.tpc 2>&1
 		echo "tprec-vm tpreplay $name exit $?"
 	else
