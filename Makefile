@@ -8,9 +8,13 @@ GOFLAGS ?=
 
 all: build
 
+# The tools are linked statically (no cgo, which only the standard library's
+# name lookups would use): one file each, which runs on any x86-64 Linux,
+# whatever its C library (TestReplayOnOtherKernels runs them in a VM that
+# has none).
 build:
 	@mkdir -p $(BIN)
-	$(GO) build $(GOFLAGS) -o $(BIN)/ $(addprefix ./tools/,$(TOOLS))
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS) -o $(BIN)/ $(addprefix ./tools/,$(TOOLS))
 
 # The whole suite. Kernel-dependent tests need root; with CI=true they fail
 # instead of skipping when they cannot run. One package at a time (-p 1):
