@@ -86,28 +86,39 @@ func (e *CPUError) Error() string {
 
 // illegalHint explains a SIGILL the recording did not have, raised by the
 // instruction whose first bytes are code: it names the instruction's kind
-// (AVX-512 and AVX by their encodings, others by their decoded name) and the
-// extensions the recording CPU had and this one lacks (recorded: the
-// checkpoint's CPU flags). The usual cause is a checkpoint recorded on a CPU
-// with AVX-512 replayed on one without: glibc picks its string functions
-// by the CPU it runs on, and the recorded process used those.
-func illegalHint(code []byte, recorded []string) string {
+// (AVX-512 and AVX by their encodings, others by their decoded name) and,
+// of missing (the extensions the recording CPU had and this one lacks:
+// missingISA), those the instruction may belong to. The usual cause is a
+// checkpoint recorded on a CPU with AVX-512 replayed on one without: glibc
+// picks its string functions by the CPU it runs on, and the recorded
+// process used those.
+func illegalHint(code []byte, missing []string) string {
 	kind, family := instructionKind(code)
 	if kind == "" {
 		kind = fmt.Sprintf("% x", code[:min(len(code), 8)])
 	}
-	var missing []string
-	if err, ok := CheckCPU(recorded).(*CPUError); ok {
-		for _, f := range err.Missing {
-			if family == nil || slices.ContainsFunc(family, func(p string) bool { return strings.HasPrefix(f, p) }) {
-				missing = append(missing, f)
-			}
-		}
+	if i := slices.IndexFunc(missing, func(f string) bool { return kind == f || kind == f+"64" }); i >= 0 {
+		// An instruction named as its extension is (xsavec, which the
+		// loader's lazy binding uses where the CPU has it; xsavec64).
+		missing = missing[i : i+1]
+	} else if family != nil {
+		missing = slices.DeleteFunc(slices.Clone(missing), func(f string) bool {
+			return !slices.ContainsFunc(family, func(p string) bool { return strings.HasPrefix(f, p) })
+		})
 	}
 	if len(missing) == 0 {
 		return "the instruction is " + kind
 	}
 	return fmt.Sprintf("the instruction is %s, and this CPU lacks %s, which the recording CPU had: replay on a CPU with them", kind, strings.Join(missing, ", "))
+}
+
+// missingISA lists the extensions of recorded (a checkpoint's CPU flags)
+// this CPU lacks (CheckCPU).
+func missingISA(recorded []string) []string {
+	if err, ok := CheckCPU(recorded).(*CPUError); ok {
+		return err.Missing
+	}
+	return nil
 }
 
 // instructionKind names the x86-64 instruction whose first bytes are code,
