@@ -784,8 +784,16 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 	code := int32(le32(info[8:]))
 	addr := le64(info[16:])
 	if sig == int(unix.SIGSEGV) && code > 0 {
-		// First touch of a lazy page: serve it and restart the instruction.
+		// First touch of a lazy page: serve it and restart the instruction,
+		// single-stepped again where the search was stepping it. Resumed
+		// instead, a rep string instruction whose last iterations were
+		// being stepped ran out past the recorded end (a copy from a file
+		// mapping, whose pages the trial serves as the copy reaches them:
+		// TestEndInsideRepString/mapped).
 		if ok, err := e.serve(addr); err != nil || ok {
+			if e.bp.active && e.bp.repStepping {
+				return nil, unix.PTRACE_SINGLESTEP, err
+			}
 			return nil, unix.PTRACE_SYSCALL, err
 		}
 	}
