@@ -8,13 +8,18 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// StepOut single-steps a stopped tracee until its rip leaves [lo, hi), at
-// most maxSteps instructions, with every signal blocked meanwhile so that no
-// signal stop comes in between (the mask is put back afterwards). It
-// reports whether the thread left the range. The thread must be in a stop it
-// can be stepped from (an event, group or signal-delivery stop, or a
+// StepOut single-steps a stopped tracee until its rip is where inside says
+// no, at most maxSteps instructions, with every signal blocked meanwhile so
+// that no signal stop comes in between (the mask is put back afterwards).
+// It reports whether the thread left. The thread must be in a stop it can
+// be stepped from (an event, group or signal-delivery stop, or a
 // syscall-exit stop), not at a syscall's entry.
-func StepOut(tid int, lo, hi uint64, maxSteps int) (bool, error) {
+//
+// It is the last resort after RunOut, for a thread RunOut keeps finding
+// inside (a program that does little else than what the range holds): a
+// tracer killed in the middle of it leaves the thread to die of the step's
+// SIGTRAP, with its signals blocked.
+func StepOut(tid int, inside func(rip uint64) bool, maxSteps int) (bool, error) {
 	mask, err := GetSigmask(tid)
 	if err != nil {
 		return false, fmt.Errorf("step out: %w", err)
@@ -22,7 +27,7 @@ func StepOut(tid int, lo, hi uint64, maxSteps int) (bool, error) {
 	if err := SetSigmask(tid, ^uint64(0)); err != nil {
 		return false, fmt.Errorf("step out: block signals: %w", err)
 	}
-	out, err := stepOut(tid, lo, hi, maxSteps)
+	out, err := stepOut(tid, inside, maxSteps)
 	if rerr := SetSigmask(tid, mask); rerr != nil && err == nil {
 		err = fmt.Errorf("step out: restore the signal mask: %w", rerr)
 	}
@@ -32,7 +37,7 @@ func StepOut(tid int, lo, hi uint64, maxSteps int) (bool, error) {
 // trapFlag is TF in rflags.
 const trapFlag = 0x100
 
-func stepOut(tid int, lo, hi uint64, maxSteps int) (bool, error) {
+func stepOut(tid int, inside func(rip uint64) bool, maxSteps int) (bool, error) {
 	for i := 0; ; i++ {
 		r, err := GetRegs(tid)
 		if err == nil && i > 0 {
@@ -41,7 +46,7 @@ func stepOut(tid int, lo, hi uint64, maxSteps int) (bool, error) {
 		switch {
 		case err != nil:
 			return false, err
-		case r.Rip < lo || r.Rip >= hi:
+		case !inside(r.Rip):
 			return true, nil
 		case i == maxSteps:
 			return false, nil

@@ -46,7 +46,7 @@ func TestStepOutOverSyscall(t *testing.T) {
 		if err := SetRegs(pid, r); err != nil {
 			return err
 		}
-		out, err := StepOut(pid, at, at+uint64(len(code)), 10)
+		out, err := StepOut(pid, func(rip uint64) bool { return rip >= at && rip < at+uint64(len(code)) }, 10)
 		if err != nil || !out {
 			return fmt.Errorf("step out: %v, %v", out, err)
 		}

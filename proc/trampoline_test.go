@@ -153,8 +153,13 @@ func onStoppedSleeper(t *testing.T, body func(pid int, mem *Mem) error) int {
 const helperEnv = "TPREC_TRAMPOLINE_HELPER"
 
 func TestMain(m *testing.M) {
-	if out := os.Getenv(helperEnv); out != "" {
-		if err := trampolineHelper(out); err != nil {
+	if v := os.Getenv(helperEnv); v != "" {
+		helper, out, _ := strings.Cut(v, ":")
+		run := trampolineHelper
+		if helper == "runout" {
+			run = runOutHelper
+		}
+		if err := run(out); err != nil {
 			fmt.Fprintln(os.Stderr, "helper:", err)
 			os.Exit(1)
 		}
@@ -257,6 +262,13 @@ func trampolineHelper(out string) error {
 // running. Single-stepped injections (proc.Inject) fail this in a few runs
 // of twenty: the target dies of SIGTRAP.
 func TestTrampolineSurvivesTracerDeath(t *testing.T) {
+	survivesTracerDeath(t, "trampoline", hashLoop)
+}
+
+// survivesTracerDeath runs helper (the test binary again, as a tracer of
+// python3 running script) twenty times, kills it at a random moment, and
+// requires that python3 finish with the digest an untraced run computes.
+func survivesTracerDeath(t *testing.T, helperName, script string) {
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatal("needs Debian's python3, which .ci/run installs")
@@ -265,7 +277,7 @@ func TestTrampolineSurvivesTracerDeath(t *testing.T) {
 	}
 	dir := t.TempDir()
 	ref := filepath.Join(dir, "ref")
-	if b, err := exec.Command("/usr/bin/python3", "-S", "-c", hashLoop, ref).CombinedOutput(); err != nil {
+	if b, err := exec.Command("/usr/bin/python3", "-S", "-c", script, ref).CombinedOutput(); err != nil {
 		t.Fatalf("untraced run: %v\n%s", err, b)
 	}
 	want, _ := os.ReadFile(ref)
@@ -276,7 +288,7 @@ func TestTrampolineSurvivesTracerDeath(t *testing.T) {
 	for run := range 20 {
 		out := filepath.Join(dir, strconv.Itoa(run))
 		helper := exec.Command(self)
-		helper.Env = append(os.Environ(), helperEnv+"="+out)
+		helper.Env = append(os.Environ(), helperEnv+"="+helperName+":"+out)
 		var stdout, stderr bytes.Buffer
 		helper.Stdout, helper.Stderr = &stdout, &stderr
 		if err := helper.Start(); err != nil {

@@ -732,54 +732,41 @@ func (s *session) installClock(maps []format.Mapping) {
 	s.clk = l
 }
 
-// clockStepOut steps every stopped thread out of the clock log's code and
-// of the vDSO, before a boundary takes the log: a thread between the index
-// it took and the entry's stamp would hold the log back, and one inside a
-// clock read would start a replay in code the replay does not have.
+// clockStepOut takes every stopped thread out of the clock log's code and
+// of the vDSO (runOut), before a boundary takes the log: a thread between
+// the index it took and the entry's stamp would hold the log back, and one
+// inside a clock read would start a replay in code the replay does not
+// have.
 func (s *session) clockStepOut() {
 	if s.clk == nil {
 		return
 	}
 	for tid, t := range s.threads {
-		if debugStops {
-			r, _ := proc.GetRegs(tid)
-			si, _ := proc.GetSyscallInfo(tid)
-			if s.clk.inside(r.Rip) {
-				s.logf("clock log: thread %d at %#x (listen %v exiting %v fatal %v op %d)", tid, r.Rip, t.listen, t.exiting, t.fatal, si.Op)
-			}
-		}
-		if t.listen || t.exiting || t.fatal {
-			continue
-		}
-		if si, err := proc.GetSyscallInfo(tid); err != nil || si.Op == proc.SyscallEntry {
-			continue
-		}
-		if _, err := s.clk.stepOut(tid); err != nil {
-			s.logf("%v", err)
-		}
-	}
-}
-
-// stepOut single-steps a stopped thread out of the clock log's code and
-// the vDSO (a stub calls the function, which returns to the stub), and
-// reports whether it moved it.
-func (l *clockLog) stepOut(tid int) (bool, error) {
-	moved := false
-	for range 4 {
 		r, err := proc.GetRegs(tid)
-		if err != nil || !l.inside(r.Rip) {
-			return moved, nil
+		if err != nil || !s.clk.inside(r.Rip) {
+			continue
 		}
-		lo, hi := l.lo, l.hi
-		if r.Rip >= l.base && r.Rip < l.base+format.PageSize {
-			lo, hi = l.base, l.base+format.PageSize
+		if debugStops {
+			si, _ := proc.GetSyscallInfo(tid)
+			s.logf("clock log: thread %d at %#x (listen %v exiting %v fatal %v op %d)", tid, r.Rip, t.listen, t.exiting, t.fatal, si.Op)
 		}
-		if out, err := proc.StepOut(tid, lo, hi, vdsoStepMax); err != nil || !out {
-			return moved, fmt.Errorf("thread %d stays in a clock read at %#x: %v", tid, r.Rip, err)
+		if t.held && t.caught && t.sig != 0 {
+			// Held in the delivery of a signal it catches (delivered when
+			// released): that signal waits outside the read.
+			if info, err := proc.GetSiginfo(tid); err == nil {
+				if _, err := s.clockSignalRunOut(t, t.sig, r.Rip, info); err != nil {
+					s.logf("%v", err)
+				}
+			}
+			continue
 		}
-		moved = true
+		if !canRunOut(t) {
+			continue
+		}
+		if out, err := s.runOut(t, s.clk.inside); err != nil || !out {
+			s.logf("thread %d stays in a clock read at %#x: %v", tid, r.Rip, err)
+		}
 	}
-	return moved, nil
 }
 
 // hideClock leaves the clock log's region out of maps: the recording
@@ -832,7 +819,7 @@ func (s *session) dropClock() {
 	s.clk = nil
 }
 
-// clockSignalStep moves a thread a signal found at rip, inside a clock
+// clockSignalRunOut moves a thread a signal found at rip, inside a clock
 // read, out of the read before the signal is taken: a replay has neither
 // the clock log's code nor the vDSO's, only the call the vDSO patch's stub
 // makes, and could not stop, or enter a handler, where the thread stood;
@@ -840,21 +827,33 @@ func (s *session) dropClock() {
 // yet stamped, would hold the log back until the handler returned. Only
 // for a signal the read did not raise itself (readFault): one sent by
 // kill, tgkill or sigqueue, a timer's, a child's, which could as well have
-// come a few hundred instructions later. The thread then gets it where the
-// read returns, with its siginfo. A fault of the read (a bad pointer)
-// stays where it is. It reports whether it stepped the thread (its
-// registers are to be read again), also when the steps failed to take it
-// out.
-func (s *session) clockSignalStep(tid, sig int, rip uint64, info []byte) (bool, error) {
+// come a few hundred instructions later. A fault of the read (a bad
+// pointer) stays where it is.
+//
+// The signal is dropped from its delivery stop, the thread run out of the
+// read (runOut), and the signal sent to the thread again, with tgkill; the
+// thread is stopped in its delivery once more, given the siginfo it came
+// with. (A tprec killed in between loses that one signal; single steps out
+// of the read, as once done, killed the process instead.) It reports
+// whether it moved the thread (its registers are to be read again), also
+// when it failed to take it out.
+func (s *session) clockSignalRunOut(t *thread, sig int, rip uint64, info []byte) (bool, error) {
 	if s.clk == nil || !s.clk.inside(rip) || readFault(sig, info) {
 		return false, nil
 	}
-	_, err := s.clk.stepOut(tid)
-	// Resumed from the last step's stop with sig, the thread gets the
-	// signal with the siginfo it was sent with (the steps' own stops took
-	// the place of the signal's, also when they did not get it out).
-	if serr := proc.SetSiginfo(tid, info); serr != nil && err == nil && !proc.Gone(serr) {
-		err = fmt.Errorf("clock log: give the signal its siginfo back: %w", serr)
+	// The signals that come meanwhile are held back, and sent again
+	// after this one.
+	held := t.held
+	t.held = false
+	_, err := s.runOut(t, s.clk.inside)
+	t.held = held
+	var again []proc.HeldSignal
+	again, serr := proc.SendAgain(s.pid, t.tid, proc.HeldSignal{Signo: sig, Siginfo: info}, func(st proc.Stop) (proc.RunOn, error) {
+		return s.heldOn(t, st)
+	})
+	s.sendAgain(t, again)
+	if serr != nil && err == nil && !proc.Gone(serr) {
+		err = fmt.Errorf("clock log: %w", serr)
 	}
 	return true, err
 }

@@ -11,33 +11,58 @@ import (
 
 // deliver records the delivery of a signal the program catches. Thread t is
 // in the signal's delivery stop. The kernel delivers it as the thread is
-// resumed with a single step, which stops the thread again at the first
-// instruction of the handler: the registers, extended state and signal mask
-// there, and the signal frame the kernel wrote, are what a replay puts in
-// place to deliver the same signal without its own kernel (format.Delivery).
+// resumed, with an interrupt asked for that stops the thread again at the
+// first instruction of the handler (proc.DeliverStopped; a single step did
+// this once, and a tprec killed during it killed the process with the
+// step's SIGTRAP): the registers, extended state and signal mask there, and
+// the signal frame the kernel wrote, are what a replay puts in place to
+// deliver the same signal without its own kernel (format.Delivery).
 //
 // A replay finds the place of a delivery on the way out of a syscall (the
 // thread was in one: orig_rax holds its number) by the log; one that
 // interrupted user code by its registers and the digests of the pages the
 // end state would be checked with at that point (signalDigests).
 func (s *session) deliver(t *thread, sig int) error {
+	reached, st, err := s.deliverAt(t, sig)
+	switch {
+	case err != nil:
+		if proc.Gone(err) {
+			return nil
+		}
+		return err
+	case reached:
+		s.backToJobStop(t, sig)
+		return s.resume(t.tid, 0)
+	case st.Event() == unix.PTRACE_EVENT_STOP && st.Status.StopSignal() == unix.SIGTRAP:
+		return s.resume(t.tid, 0) // the SIGSEGV's stop comes next
+	}
+	return s.handle(st)
+}
+
+// deliverAt is deliver up to the handler: it records the delivery and
+// leaves the thread stopped at the handler's first instruction (reached),
+// or, when the delivery did not get there (noted not replayable), in the
+// stop that came instead, st: an event stop with the kernel's SIGSEGV to
+// come when the frame could not be written.
+func (s *session) deliverAt(t *thread, sig int) (reached bool, st proc.Stop, err error) {
 	name := unix.SignalName(unix.Signal(sig))
 	regs, info, err := signalStop(t.tid)
 	if err != nil {
-		return err
+		return false, st, err
 	}
-	if stepped, err := s.clockSignalStep(t.tid, sig, regs.Rip, info); stepped {
+	if moved, err := s.clockSignalRunOut(t, sig, regs.Rip, info); moved {
 		if err != nil {
 			s.logf("%v", err)
 		}
 		if regs, err = proc.GetRegs(t.tid); err != nil {
-			return err
+			return false, st, err
 		}
 	}
 	seq, err := s.src.lastSeq(s)
 	if err != nil {
-		return err
+		return false, st, err
 	}
+	live := regs // as the thread is stopped
 	if s.clk != nil && s.clk.inside(regs.Rip) {
 		// A fault of the read itself, or a thread that would not step
 		// out: the frame would return into the clock log's code or the
@@ -59,42 +84,46 @@ func (s *session) deliver(t *thread, sig int) error {
 	var digests []format.PageRef
 	if !ev.AtSyscallExit() {
 		if digests, err = s.signalDigests(regs); err != nil {
-			return err
+			return false, st, err
 		}
 	}
 	if debugStops {
 		s.logf("signal %s after #%d (interval from #%d): rip %#x orig_rax %d rax %d", name, seq, s.cur.meta.FirstSeq, regs.Rip, int64(regs.OrigRax), int64(regs.Rax))
 	}
-	if err := proc.Resume(unix.PTRACE_SINGLESTEP, t.tid, sig); err != nil {
-		if proc.Gone(err) {
-			return nil
-		}
-		return err
+	if st, err = proc.DeliverStopped(t.tid, sig); err != nil {
+		return false, st, err
 	}
-	st, err := proc.Wait(t.tid)
-	if err != nil {
-		return err
-	}
-	if st.Exited() || st.Event() != 0 || st.Signal() != int(unix.SIGTRAP) {
+	if reached, err = atHandler(t.tid, st, live); err != nil || !reached {
 		// The delivery did not reach a handler: the kernel could not
 		// write the frame (a SIGSEGV follows), or the thread was killed.
 		s.cur.signals = append(s.cur.signals, ev)
 		s.notReplayable(fmt.Sprintf("signal %s delivered to thread %d after syscall %d did not reach its handler", name, t.tid, seq))
-		return s.handle(st)
+		return false, st, err
 	}
 	h, err := handlerState(t.tid)
 	if err != nil {
-		if proc.Gone(err) {
-			return nil
-		}
-		return err
+		return false, st, err
 	}
 	h.Digests = digests
 	ev.Handler = h
 	s.cur.signals = append(s.cur.signals, ev)
-	// The trap of the single step is the recorder's, not the program's.
-	s.backToJobStop(t, sig)
-	return s.resume(t.tid, 0)
+	return true, st, nil
+}
+
+// atHandler reports whether stop st of thread tid, which DeliverStopped
+// returned after the delivery of a signal from registers before, is at the
+// handler: an event stop with the stack moved for the frame. A delivery
+// that failed leaves rsp as it was (rip may have moved back onto a syscall
+// the kernel restarts).
+func atHandler(tid int, st proc.Stop, before format.Regs) (bool, error) {
+	if st.Exited() || st.Event() != unix.PTRACE_EVENT_STOP || st.Status.StopSignal() != unix.SIGTRAP {
+		return false, nil
+	}
+	regs, err := proc.GetRegs(tid)
+	if err != nil {
+		return false, err
+	}
+	return regs.Rsp != before.Rsp, nil
 }
 
 // maxFrame bounds a signal frame (the XSAVE area is a few kilobytes today).

@@ -28,7 +28,7 @@ import (
 // target as it found it. End of file without "done" means tprec is gone
 // (the kernel closes the pipe whatever way tprec ends): the guardian waits
 // for the kernel to release the target from tprec's trace, then stops it,
-// steps every thread out of the vDSO, writes the vDSO's original bytes back
+// runs every thread out of the vDSO, writes the vDSO's original bytes back
 // (its own vDSO's: the kernel maps the same image into every process) and
 // has the target collect its dead shadows, and lets it go.
 type guardian struct {
@@ -388,7 +388,10 @@ func statOf(pid int) (string, int) {
 // holding is the set of threads of a process the guardian has stopped.
 type holding struct {
 	pid     int
-	threads map[int]bool // tid → in a group stop (stays stopped, not stepped)
+	threads map[int]bool // tid → in a group stop (stays stopped, not run)
+	// held: by thread, the signals that came while it was run out of the
+	// vDSO, given back when it is let go.
+	held map[int][]proc.HeldSignal
 }
 
 // holdAll seizes and stops every thread of pid, the threads it creates
@@ -451,7 +454,18 @@ func waitInterrupt(tid int) (stopped, group bool) {
 	}
 }
 
-// restoreVDSO steps every running thread out of [lo, hi) and writes orig
+// holdSignal has proc.RunOut hold back a signal that comes while a thread
+// is run out of the vDSO (delivered there, its handler would return into
+// the original code about to be written back, in the middle of an
+// instruction: a python3 died of SIGSEGV so); an event ends the run.
+func holdSignal(st proc.Stop) (proc.RunOn, error) {
+	if st.Signal() != 0 {
+		return proc.RunOn{Hold: true}, nil
+	}
+	return proc.RunOn{Stay: true}, nil
+}
+
+// restoreVDSO runs every running thread out of [lo, hi) (proc.RunOut) and writes orig
 // there where it differs. It refuses when a thread stays inside (a thread
 // in a group stop there would resume in the middle of an original
 // function).
@@ -464,7 +478,15 @@ func (h *holding) restoreVDSO(lo, hi uint64, orig []byte) (int, error) {
 		if group {
 			return 0, fmt.Errorf("thread %d is stopped by job control inside it", tid)
 		}
-		if out, err := proc.StepOut(tid, lo, hi, vdsoStepMax); err != nil || !out {
+		inside := func(rip uint64) bool { return rip >= lo && rip < hi }
+		out, held, err := proc.RunOut(tid, inside, runOutTries, vdsoStepMax, holdSignal)
+		if len(held) > 0 {
+			if h.held == nil {
+				h.held = map[int][]proc.HeldSignal{}
+			}
+			h.held[tid] = held
+		}
+		if err != nil || !out {
 			return 0, fmt.Errorf("thread %d does not leave it (%v)", tid, err)
 		}
 	}
@@ -546,6 +568,6 @@ func (h *holding) release() {
 		return
 	}
 	for tid := range h.threads {
-		proc.Detach(tid, 0)
+		proc.DetachGiving(h.pid, tid, h.held[tid])
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,6 +64,12 @@ type session struct {
 	vdso  *vdsoPatch
 	clk   *clockLog // the clock log (clocklog.go), nil without one
 	entry uint64    // the entry point breakpoint after an exec (entry.go), 0 when none
+	// resent: by thread, the signals runOut held back and sent again, with
+	// the siginfo each first came with (giveSiginfoBack).
+	resent map[int][]proc.HeldSignal
+	// detachHeld: the signals the leader met on its way to the detach's
+	// stop, given with the detach (stopForDetach).
+	detachHeld []proc.HeldSignal
 	// glibcRseq: where the process's glibc keeps its rseq areas, for a
 	// kernel that cannot say (threadRseq); nil until looked up.
 	glibcRseq *glibcRseq
@@ -1368,6 +1375,7 @@ func (s *session) suppressed(t *thread, sig int) (bool, error) {
 }
 
 func (s *session) onSignal(t *thread, sig int) error {
+	s.giveSiginfoBack(t.tid, sig)
 	if s.requeuedTid != 0 && sig == s.crashed {
 		// The crash's own signal, queued again by the dump: delivered as
 		// it would have been without tprec (a signal sent to the process
@@ -1493,7 +1501,7 @@ func (s *session) crash(t *thread, sig int) error {
 		}
 		return err
 	}
-	if stepped, err := s.clockSignalStep(t.tid, sig, regs.Rip, info); stepped {
+	if moved, err := s.clockSignalRunOut(t, sig, regs.Rip, info); moved {
 		if err != nil {
 			s.logf("%v", err)
 		}
@@ -1595,6 +1603,18 @@ func (s *session) holdOthers(except int, timeout time.Duration) error {
 		pending = append(pending, t)
 	}
 	deadline := time.Now().Add(timeout)
+	for _, t := range pending {
+		if err := s.holdThread(t, deadline); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// holdThread waits until thread t, asked to stop, is held (holdStop) or
+// gone, and so for the threads it creates meanwhile.
+func (s *session) holdThread(t *thread, deadline time.Time) error {
+	pending := []*thread{t}
 	for len(pending) > 0 {
 		t := pending[0]
 		pending = pending[1:]
@@ -1669,6 +1689,7 @@ func (s *session) holdStop(t *thread, st proc.Stop) (*thread, error) {
 		t.hold(req, 0)
 	default:
 		sig := st.Signal()
+		s.giveSiginfoBack(t.tid, sig)
 		if sup, err := s.suppressed(t, sig); err != nil {
 			return nil, err
 		} else if sup {
@@ -1882,13 +1903,119 @@ func (s *session) start() error {
 	return s.openInterval(time.Now())
 }
 
-// vdsoStepMax bounds the instructions a thread is stepped to leave the
-// vDSO before its patch: a clock read is a few hundred at most, a retry
-// loop against a concurrent clock update a few more.
-const vdsoStepMax = 20000
+// runOutTries bounds the rounds of proc.RunOut that take a thread out of
+// the vDSO or the clock log's code. A clock read lasts well under a
+// microsecond and a round at least 20 us, so the first round takes a
+// thread out unless the program does little else than read the clock;
+// one that does is then stepped out, at most vdsoStepMax instructions (a
+// clock read is a few hundred at most, a retry loop against a concurrent
+// clock update a few more).
+const (
+	runOutTries = 30
+	vdsoStepMax = 20000
+)
 
-// stepOutOfVDSO single-steps out of the vDSO every thread stopped inside
-// it, so that the patch goes in at this stop. Without that a program that
+// runOut lets thread t, stopped where inside says yes, run until it stops
+// elsewhere (proc.RunOut), and reports whether it did. It never steps the
+// thread (a tprec killed during a step killed the process with the step's
+// SIGTRAP). A signal that comes meanwhile is not delivered inside, where
+// its handler would return into code that is about to change or that a
+// replay does not have: it is taken from its delivery stop and sent to the
+// thread again once it is out (sendAgain), but for the eBPF programs' own
+// signal, dropped as always. An event stop that comes first (a clone, an
+// exit) ends the run, t held there when it was held (holdStop), else left
+// in it; a clone of a thread not held is followed, and the run goes on.
+//
+// t must be in a stop it can be resumed from without a signal (not in a
+// group stop, not at a syscall's entry, no signal held for it).
+func (s *session) runOut(t *thread, inside func(uint64) bool) (bool, error) {
+	other := func(st proc.Stop) (proc.RunOn, error) {
+		if st.Signal() != 0 || !t.held {
+			return s.heldOn(t, st)
+		}
+		nt, err := s.holdStop(t, st)
+		if err == nil {
+			err = s.holdThread(t, time.Now().Add(holdTimeout))
+		}
+		if err == nil && nt != nil {
+			err = s.holdThread(nt, time.Now().Add(holdTimeout))
+		}
+		return proc.RunOn{Stay: true}, err
+	}
+	out, held, err := proc.RunOut(t.tid, inside, runOutTries, vdsoStepMax, other)
+	s.sendAgain(t, held)
+	return out, err
+}
+
+// heldOn says what proc.RunOut or proc.SendAgain does with a stop of
+// thread t that came first (an event of a held thread aside, which runOut
+// holds it at): a signal is held back, but for the
+// eBPF programs' own, dropped as always; a clone is followed, and the run
+// goes on; another event ends it.
+func (s *session) heldOn(t *thread, st proc.Stop) (proc.RunOn, error) {
+	if sig := st.Signal(); sig != 0 {
+		if sup, err := s.suppressed(t, sig); err != nil || sup {
+			return proc.RunOn{}, err
+		}
+		return proc.RunOn{Hold: true}, nil
+	}
+	if st.Event() == unix.PTRACE_EVENT_CLONE {
+		child, err := proc.EventMsg(t.tid)
+		if err != nil {
+			return proc.RunOn{}, err
+		}
+		s.onClone(t, int(child))
+		return proc.RunOn{}, nil
+	}
+	return proc.RunOn{Stay: true}, nil
+}
+
+// sendAgain sends thread t the signals runOut took from their delivery
+// stops, and notes the siginfo each came with, which giveSiginfoBack sets
+// again at its next delivery stop.
+func (s *session) sendAgain(t *thread, held []proc.HeldSignal) {
+	for _, h := range held {
+		if err := unix.Tgkill(s.pid, t.tid, unix.Signal(h.Signo)); err != nil {
+			s.logf("send %v to thread %d again: %v", unix.SignalName(unix.Signal(h.Signo)), t.tid, err)
+			continue
+		}
+		if s.resent == nil {
+			s.resent = map[int][]proc.HeldSignal{}
+		}
+		s.resent[t.tid] = append(s.resent[t.tid], h)
+	}
+}
+
+// giveSiginfoBack gives a signal that sendAgain sent thread tid, now in its
+// delivery stop, the siginfo it first came with.
+func (s *session) giveSiginfoBack(tid, sig int) {
+	list := s.resent[tid]
+	for i, h := range list {
+		if h.Signo != sig {
+			continue
+		}
+		if info, err := proc.GetSiginfo(tid); err != nil || !selfSent(info, os.Getpid()) {
+			return // another instance, sent by someone else
+		}
+		if err := proc.SetSiginfo(tid, h.Siginfo); err != nil && !proc.Gone(err) {
+			s.logf("give %v its siginfo back: %v", unix.SignalName(unix.Signal(sig)), err)
+		}
+		s.resent[tid] = slices.Delete(list, i, i+1)
+		return
+	}
+}
+
+// canRunOut reports whether thread t, stopped, is in a stop runOut takes.
+func canRunOut(t *thread) bool {
+	if t.listen || t.exiting || t.fatal || t.caught || t.sig != 0 {
+		return false
+	}
+	si, err := proc.GetSyscallInfo(t.tid)
+	return err == nil && si.Op != proc.SyscallEntry
+}
+
+// stepOutOfVDSO runs out of the vDSO every thread stopped inside it
+// (runOut), so that the patch goes in at this stop. Without that a program that
 // spends its time reading the clock (python3 looping on time.time()) was
 // found there again stop after stop, and a short one exited unrecorded.
 // The steps run before recording starts; a thread that cannot be stepped
@@ -1904,15 +2031,13 @@ func (s *session) stepOutOfVDSO(maps []format.Mapping) {
 	if lo == 0 {
 		return
 	}
+	inside := func(rip uint64) bool { return rip >= lo && rip < hi }
 	for tid, t := range s.threads {
 		r, err := proc.GetRegs(tid)
-		if err != nil || r.Rip < lo || r.Rip >= hi || t.listen || t.exiting || t.fatal {
+		if err != nil || !inside(r.Rip) || !canRunOut(t) {
 			continue
 		}
-		if si, err := proc.GetSyscallInfo(tid); err != nil || si.Op == proc.SyscallEntry {
-			continue
-		}
-		if out, err := proc.StepOut(tid, lo, hi, vdsoStepMax); (err != nil || !out) && debugStops {
+		if out, err := s.runOut(t, inside); (err != nil || !out) && debugStops {
 			s.logf("thread %d stays in the vDSO at %#x: out %v, %v", tid, r.Rip, out, err)
 		}
 	}
@@ -1989,7 +2114,7 @@ func (s *session) detach(why string) error {
 			proc.Detach(tid, t.sig)
 		}
 	}
-	err := proc.Detach(s.pid, 0)
+	err := proc.DetachGiving(s.pid, s.pid, s.detachHeld)
 	if err == nil {
 		s.logf("detached from process %d (%s); it runs on", s.pid, why)
 	}
@@ -2064,7 +2189,16 @@ func (s *session) stopForDetach() error {
 				return nil
 			}
 		}
-		if err := proc.Resume(s.src.resumeRequest(), s.pid, st.Signal()); err != nil {
+		give := st.Signal()
+		if info, err := proc.GetSiginfo(s.pid); give != 0 && err == nil && !readFault(give, info) {
+			// Delivered here, a handler could return into code the
+			// detach takes away (the clock log's, unmapped; a thread
+			// inside it is run out first): held back, and given with
+			// the detach, once the process is as it was.
+			s.detachHeld = append(s.detachHeld, proc.HeldSignal{Signo: give, Siginfo: info})
+			give = 0
+		}
+		if err := proc.Resume(s.src.resumeRequest(), s.pid, give); err != nil {
 			return err
 		}
 		if err := s.interrupt(); err != nil {

@@ -1072,10 +1072,10 @@ func runningAtEnd(t *testing.T, prog, backend string) {
 	t.Fatal("in 4 recordings the worker was never running where the recording ended")
 }
 
-// pythonHashChain is a single-threaded python3 loop that both computes and
-// sleeps, so a boundary finds its thread in either, and takes a timer
-// signal every 5 ms, which tprec delivers itself (a single step into the
-// handler) while it records.
+// pythonHashChain is a single-threaded python3 loop that computes, reads
+// the clock and sleeps, so a boundary finds its thread in any of them (in a
+// clock read often), and takes a timer signal every 100 us, which tprec
+// delivers itself while it records (stopping the thread at the handler).
 const pythonHashChain = `
 import hashlib, signal, time
 ticks = 0
@@ -1083,10 +1083,11 @@ def tick(sig, frame):
     global ticks
     ticks += 1
 signal.signal(signal.SIGALRM, tick)
-signal.setitimer(signal.ITIMER_REAL, 0.005, 0.005)
+signal.setitimer(signal.ITIMER_REAL, 0.0001, 0.0001)
 h = b""
 for i in range(3000000):
     h = hashlib.sha256(h).digest()
+    time.time()
     if i % 30000 == 0:
         time.sleep(0.001)
 signal.setitimer(signal.ITIMER_REAL, 0)
@@ -1094,10 +1095,15 @@ print(h.hex(), ticks > 0)
 `
 
 // TestTargetUnharmedWhenTprecKilledAtRandom kills tprec with SIGKILL at
-// random moments while it records python3 at 10 ms intervals, so that many
-// kills land inside a boundary, in the clone or wait4 tprec has the target
-// make (before those went through the vDSO trampoline, 12 such kills in 100
-// killed the target with SIGTRAP), some in the delivery of a timer signal.
+// random moments while it records python3 at 10 ms intervals, ten times a
+// backend, so that many kills land inside a boundary, in the clone or
+// wait4 tprec has the target make (before those went through the vDSO
+// trampoline, 12 such kills in 100 killed the target with SIGTRAP), in
+// taking a thread out of a clock read, or in the delivery of a timer
+// signal (before those two ran the thread on instead of single-stepping
+// it, some kills left it to die of SIGTRAP), and the guardian then takes
+// the thread out of the vDSO with timer signals coming (delivered during
+// that, one returned into the restored vDSO: SIGSEGV).
 // Every run must end as an unrecorded one does, with no shadow left running,
 // and, once tprec's guardian has seen to it, with its vDSO as it was and no
 // zombie shadow (a kill in the middle of a clone leaves one tprec had not
@@ -1110,40 +1116,42 @@ func TestTargetUnharmedWhenTprecKilledAtRandom(t *testing.T) {
 		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
-	for run := range 15 {
-		target, out, done := startTarget(t, py, "-S", "-c", pythonHashChain)
-		pid := target.Process.Pid
-		orig := vdsoBytes(t, os.Getpid()) // the kernel maps the same image into every process
-		rec := startTprec(t, "--pid", fmt.Sprint(pid), "--output", t.TempDir(), "--interval", "10ms")
-		rec.waitRecording(t)
-		time.Sleep(time.Duration(rng.IntN(800)) * time.Millisecond)
-		shadows := childrenOf(pid)
-		if target.ProcessState != nil || procState(pid) == "Z" || len(shadows) == 0 {
-			t.Fatalf("run %d: python3 ended (state %q), or had no shadow (%v), before tprec was killed: the run would prove nothing", run, procState(pid), shadows)
-		}
-		rec.cmd.Process.Kill()
-		rec.wait(t, 10*time.Second)
-		time.Sleep(50 * time.Millisecond)
-		for _, s := range append(shadows, childrenOf(pid)...) {
-			if st := procState(s); st != "" && st != "Z" && st != "X" {
-				t.Errorf("run %d: child %d of the target is alive after tprec was killed (state %s)", run, s, st)
+	forBackends(t, func(t *testing.T, backend string) {
+		for run := range 10 {
+			target, out, done := startTarget(t, py, "-S", "-c", pythonHashChain)
+			pid := target.Process.Pid
+			orig := vdsoBytes(t, os.Getpid()) // the kernel maps the same image into every process
+			rec := startTprec(t, "--backend", backend, "--pid", fmt.Sprint(pid), "--output", t.TempDir(), "--interval", "10ms")
+			rec.waitRecording(t)
+			time.Sleep(time.Duration(rng.IntN(800)) * time.Millisecond)
+			shadows := childrenOf(pid)
+			if target.ProcessState != nil || procState(pid) == "Z" || len(shadows) == 0 {
+				t.Fatalf("run %d: python3 ended (state %q), or had no shadow (%v), before tprec was killed: the run would prove nothing", run, procState(pid), shadows)
+			}
+			rec.cmd.Process.Kill()
+			rec.wait(t, 10*time.Second)
+			time.Sleep(50 * time.Millisecond)
+			for _, s := range append(shadows, childrenOf(pid)...) {
+				if st := procState(s); st != "" && st != "Z" && st != "X" {
+					t.Errorf("run %d: child %d of the target is alive after tprec was killed (state %s)", run, s, st)
+				}
+			}
+			if err := repaired(pid, orig, true); err != nil {
+				t.Errorf("run %d: %v\n%s", run, err, rec.stderr)
+			}
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("run %d: python3 failed after tprec was killed: %v", run, err)
+				}
+			case <-time.After(60 * time.Second):
+				t.Fatalf("run %d: python3 did not finish after tprec was killed", run)
+			}
+			if got := out.String(); got != string(ref) {
+				t.Fatalf("run %d: output %q, an unrecorded run printed %q", run, got, ref)
 			}
 		}
-		if err := repaired(pid, orig, true); err != nil {
-			t.Errorf("run %d: %v\n%s", run, err, rec.stderr)
-		}
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("run %d: python3 failed after tprec was killed: %v", run, err)
-			}
-		case <-time.After(60 * time.Second):
-			t.Fatalf("run %d: python3 did not finish after tprec was killed", run)
-		}
-		if got := out.String(); got != string(ref) {
-			t.Fatalf("run %d: output %q, an unrecorded run printed %q", run, got, ref)
-		}
-	}
+	})
 }
 
 // testdata/sigafterlast.c: the main thread's last call is followed by a
