@@ -1,12 +1,9 @@
 package proc
 
 import (
-	"bytes"
 	"fmt"
 	"math/rand"
 	"os"
-	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,40 +17,9 @@ import (
 // padding and then spin on `jmp $` right after, is stopped on the spin, with
 // getpid's result in rax.
 func TestRunOutLeavesRange(t *testing.T) {
-	onStoppedSleeper(t, func(pid int, mem *Mem) error {
-		maps, err := ReadMaps(pid)
-		if err != nil {
-			return err
-		}
-		var at uint64
-		for _, m := range maps {
-			if m.Path == "[vdso]" {
-				at = m.End - 16 // padding after its ELF image (placeTrampoline)
-			}
-		}
-		old := make([]byte, 16)
-		if err := mem.ReadAt(old, at); err != nil {
-			return err
-		}
-		if !bytes.Equal(old, make([]byte, 16)) {
-			return fmt.Errorf("the end of the vDSO at %#x is not padding on this kernel", at)
-		}
-		defer mem.WriteAt(old, at)
-		before, err := GetRegs(pid)
-		if err != nil {
-			return err
-		}
-		code := []byte{0xb8, unix.SYS_GETPID, 0, 0, 0, 0x0f, 0x05, 0xeb, 0x00}
-		spin := at + uint64(len(code))
-		if err := mem.WriteAt(append(code, 0xeb, 0xfe), at); err != nil {
-			return err
-		}
-		r := before
-		r.Rip = at
-		r.OrigRax = ^uint64(0) // no restart of the sleep it stopped in
-		if err := SetRegs(pid, r); err != nil {
-			return err
-		}
+	code := []byte{0xb8, unix.SYS_GETPID, 0, 0, 0, 0x0f, 0x05, 0xeb, 0x00, 0xeb, 0xfe}
+	onPaddingCode(t, code, func(pid int, at uint64) error {
+		spin := at + uint64(len(code)) - 2
 		others := 0
 		out, _, err := RunOut(pid, func(rip uint64) bool { return rip >= at && rip < spin }, 10, 0, func(Stop) (RunOn, error) {
 			others++
@@ -72,7 +38,7 @@ func TestRunOutLeavesRange(t *testing.T) {
 		if after.Eflags&trapFlag != 0 || after.R11&trapFlag != 0 {
 			t.Errorf("the trap flag is set: flags %#x r11 %#x", after.Eflags, after.R11)
 		}
-		return SetRegs(pid, before)
+		return nil
 	})
 }
 
@@ -93,16 +59,10 @@ signal.signal(signal.SIGUSR1, on)
 // held back, DeliverStopped), the target running a little in between. The test kills
 // it at a random moment.
 func runOutHelper(out string) error {
-	runtime.LockOSThread()
-	cmd := exec.Command("/usr/bin/python3", "-S", "-c", signalLoop, out)
-	if err := cmd.Start(); err != nil {
+	pid, err := tracedPython(signalLoop, out)
+	if err != nil {
 		return err
 	}
-	pid := cmd.Process.Pid
-	if err := Seize(pid, unix.PTRACE_O_TRACESYSGOOD|unix.PTRACE_O_TRACECLONE); err != nil {
-		return err
-	}
-	fmt.Println(pid)
 	caught := false
 	deliver := func(sig int) error {
 		st, err := DeliverStopped(pid, sig)

@@ -186,13 +186,8 @@ os.rename(sys.argv[1] + '.tmp', sys.argv[1])
 // killed at once, then reaped by an injected wait4) and a few getpid, the
 // target running a little in between. The test kills it at a random moment.
 func trampolineHelper(out string) error {
-	runtime.LockOSThread()
-	cmd := exec.Command("/usr/bin/python3", "-S", "-c", hashLoop, out)
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	pid := cmd.Process.Pid
-	if err := Seize(pid, unix.PTRACE_O_TRACESYSGOOD|unix.PTRACE_O_TRACECLONE); err != nil {
+	pid, err := tracedPython(hashLoop, out)
+	if err != nil {
 		return err
 	}
 	time.Sleep(50 * time.Millisecond)
@@ -201,7 +196,6 @@ func trampolineHelper(out string) error {
 		return err
 	}
 	var tr *Trampoline
-	fmt.Println(pid)
 	for {
 		if err := Interrupt(pid); err != nil {
 			return err
@@ -253,6 +247,22 @@ func trampolineHelper(out string) error {
 		}
 		time.Sleep(time.Duration(rand.Intn(300)) * time.Microsecond)
 	}
+}
+
+// tracedPython starts Debian's python3 on script with argument out, seizes
+// it from this thread (locked to it) and prints its pid, for the test.
+func tracedPython(script, out string) (int, error) {
+	runtime.LockOSThread()
+	cmd := exec.Command("/usr/bin/python3", "-S", "-c", script, out)
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	pid := cmd.Process.Pid
+	if err := Seize(pid, unix.PTRACE_O_TRACESYSGOOD|unix.PTRACE_O_TRACECLONE); err != nil {
+		return 0, err
+	}
+	fmt.Println(pid)
+	return pid, nil
 }
 
 // TestTrampolineSurvivesTracerDeath kills the tracer (SIGKILL, nothing of it
