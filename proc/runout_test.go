@@ -75,10 +75,7 @@ func runOutHelper(out string) error {
 		return nil
 	}
 	for {
-		if err := Interrupt(pid); err != nil {
-			return err
-		}
-		st, err := Wait(pid)
+		st, err := stopTarget(pid)
 		if err != nil || st.Exited() {
 			return err
 		}

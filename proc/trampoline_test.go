@@ -197,10 +197,7 @@ func trampolineHelper(out string) error {
 	}
 	var tr *Trampoline
 	for {
-		if err := Interrupt(pid); err != nil {
-			return err
-		}
-		st, err := Wait(pid)
+		st, err := stopTarget(pid)
 		if err != nil || st.Exited() {
 			return err
 		}
@@ -247,6 +244,14 @@ func trampolineHelper(out string) error {
 		}
 		time.Sleep(time.Duration(rand.Intn(300)) * time.Microsecond)
 	}
+}
+
+// stopTarget interrupts the helpers' target and waits for its stop.
+func stopTarget(pid int) (Stop, error) {
+	if err := Interrupt(pid); err != nil {
+		return Stop{}, err
+	}
+	return Wait(pid)
 }
 
 // tracedPython starts Debian's python3 on script with argument out, seizes
