@@ -64,7 +64,7 @@ func (s *session) deliverAt(t *thread, sig int) (reached bool, st proc.Stop, err
 	}
 	live := regs // as the thread is stopped
 	if s.clk != nil && s.clk.inside(regs.Rip) {
-		// A fault of the read itself, or a thread that would not step
+		// A fault of the read itself, or a thread that would not run
 		// out: the frame would return into the clock log's code or the
 		// vDSO's own, which a replay does not run.
 		s.notReplayable(fmt.Sprintf("signal %s came inside a clock read (rip %#x)", name, regs.Rip))

@@ -1916,9 +1916,10 @@ const (
 )
 
 // runOut lets thread t, stopped where inside says yes, run until it stops
-// elsewhere (proc.RunOut), and reports whether it did. It never steps the
-// thread (a tprec killed during a step killed the process with the step's
-// SIGTRAP). A signal that comes meanwhile is not delivered inside, where
+// elsewhere (proc.RunOut), and reports whether it did. It single-steps the
+// thread only as RunOut's last resort, for a thread that does nothing but
+// read the clock (a tprec killed during a step kills the process with the
+// step's SIGTRAP). A signal that comes meanwhile is not delivered inside, where
 // its handler would return into code that is about to change or that a
 // replay does not have: it is taken from its delivery stop and sent to the
 // thread again once it is out (sendAgain), but for the eBPF programs' own
@@ -2018,7 +2019,7 @@ func canRunOut(t *thread) bool {
 // (runOut), so that the patch goes in at this stop. Without that a program that
 // spends its time reading the clock (python3 looping on time.time()) was
 // found there again stop after stop, and a short one exited unrecorded.
-// The steps run before recording starts; a thread that cannot be stepped
+// This runs before recording starts; a thread that cannot be run out
 // (in a syscall's entry stop, in a group stop) is left, and the patch
 // waits for a later stop as before.
 func (s *session) stepOutOfVDSO(maps []format.Mapping) {
@@ -2190,6 +2191,9 @@ func (s *session) stopForDetach() error {
 			}
 		}
 		give := st.Signal()
+		if s.src.ownSignal(give) {
+			give = 0 // the eBPF programs', for a recording that ends
+		}
 		if info, err := proc.GetSiginfo(s.pid); give != 0 && err == nil && !readFault(give, info) {
 			// Delivered here, a handler could return into code the
 			// detach takes away (the clock log's, unmapped; a thread
