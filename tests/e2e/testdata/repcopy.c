@@ -45,8 +45,15 @@ static int mapped(const char *path) {
 	int fd = open(path, O_RDONLY);
 	char *b = malloc(n);
 	pthread_t t;
+	// SIGUSR1 is the main thread's: the second thread, blocked in its read
+	// from creation, never takes it.
+	sigset_t usr1;
+	sigemptyset(&usr1);
+	sigaddset(&usr1, SIGUSR1);
+	pthread_sigmask(SIG_BLOCK, &usr1, NULL);
 	if (fd < 0 || !b || pipe(wake) || pthread_create(&t, NULL, killer, NULL))
 		return 1;
+	pthread_sigmask(SIG_UNBLOCK, &usr1, NULL);
 	memset(b, 2, n);
 	main_tid = gettid();
 	signal(SIGUSR1, on_usr1);
