@@ -90,6 +90,24 @@ func (s *session) deliverAt(t *thread, sig int) (reached bool, st proc.Stop, err
 	if debugStops {
 		s.logf("signal %s after #%d (interval from #%d): rip %#x orig_rax %d rax %d", name, seq, s.cur.meta.FirstSeq, regs.Rip, int64(regs.OrigRax), int64(regs.Rax))
 	}
+	if s.vdso != nil && s.mem != nil {
+		// A thread in one of the vDSO patch's stubs (the ptrace backend's
+		// clock reads: on its way back from the stub's syscall, most of
+		// the time) is moved out of it first, as a detach moves it
+		// (vdsoPatch.leave): a handler that returns into the stub once
+		// the vDSO is restored (tprec gone meanwhile, or detached) lands
+		// in the middle of an original instruction. The recorded
+		// registers stay the stop's, where a
+		// replay finds the delivery; the frame, which the replay writes
+		// as recorded, returns to the stub's caller.
+		moved := live
+		if ok, err := s.vdso.leave(&moved, s.mem); err == nil && ok {
+			if err := proc.SetRegs(t.tid, moved); err != nil {
+				return false, st, err
+			}
+			live = moved
+		}
+	}
 	if st, err = proc.DeliverStopped(t.tid, sig); err != nil {
 		return false, st, err
 	}
