@@ -1,33 +1,36 @@
-// Reads the clock in a loop under a 2 ms timer whose SIGALRM handler
-// computes for about 1 ms, and prints a count every million reads.
-//
-// Recorded with --backend ptrace and tprec killed with SIGKILL at a random
-// moment, the process died of SIGBUS in 5 of 8 kills (in the original
-// clock_gettime of the vDSO, which the guardian had put back, with a
-// stack pointer that is not the program's): a known defect, not fixed.
+// A SIGALRM handler that computes for about 3 ms, every 10 ms, while the
+// program sleeps and calls getppid in a loop: interval boundaries (and the
+// pieces of a trial replay) often begin inside the handler, before its
+// rt_sigreturn. After 300 alarms (3 s) it crashes by itself, in its main
+// loop: a crash sent from outside could land in the handler's loop, whose
+// end point a replay finds only by comparing each of up to 3 million passes.
 #include <signal.h>
-#include <stdio.h>
 #include <sys/time.h>
 #include <time.h>
+#include <unistd.h>
 
-static volatile unsigned long spins;
-
-static void on_alarm(int sig) {
+static volatile unsigned long n, spin;
+static void on_alarm(int sig)
+{
 	(void)sig;
-	for (volatile int i = 0; i < 300000; i++)
-		spins++;
+	n++;
+	for (int i = 0; i < 3000000; i++)
+		spin += i;
 }
 
-int main(void) {
-	signal(SIGALRM, on_alarm);
-	struct itimerval it = {{0, 2000}, {0, 2000}};
+int main(void)
+{
+	struct sigaction sa = {0};
+	sa.sa_handler = on_alarm;
+	sa.sa_flags = SA_RESTART;
+	sigaction(SIGALRM, &sa, NULL);
+	struct itimerval it = {{0, 10000}, {0, 10000}};
 	setitimer(ITIMER_REAL, &it, NULL);
-	struct timespec ts;
-	for (unsigned long n = 0;; n++) {
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		if (n % 1000000 == 0) {
-			printf("%lu\n", n);
-			fflush(stdout);
-		}
+	for (;;) {
+		struct timespec d = {0, 1000000};
+		nanosleep(&d, NULL);
+		getppid();
+		if (n >= 300)
+			*(volatile int *)0 = 1;
 	}
 }
