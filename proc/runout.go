@@ -82,7 +82,6 @@ func RunOut(tid int, inside func(rip uint64) bool, tries, stepMax int, other fun
 			switch {
 			case on.Stay:
 				return false, held, nil
-			case on.Look:
 			case on.Hold && st.Signal() != 0:
 				info, err := GetSiginfo(tid)
 				if err != nil {
@@ -90,9 +89,6 @@ func RunOut(tid int, inside func(rip uint64) bool, tries, stepMax int, other fun
 				}
 				held = append(held, HeldSignal{Signo: st.Signal(), Siginfo: info})
 				on.Signal = 0
-			}
-			if on.Look {
-				break
 			}
 			// A signal or event before the interrupt's stop: resumed,
 			// the thread comes to that stop next.
@@ -107,10 +103,6 @@ func RunOut(tid int, inside func(rip uint64) bool, tries, stepMax int, other fun
 type RunOn struct {
 	// Stay: RunOut returns, the thread left where it is.
 	Stay bool
-	// Look: the thread is in a clean event stop, its interrupt taken
-	// (the caller delivered a signal with DeliverStopped): RunOut looks
-	// at its rip again.
-	Look bool
 	// Hold: the signal of a delivery stop is taken from it and returned
 	// to the caller (RunOut's held).
 	Hold bool
