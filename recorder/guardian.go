@@ -3,17 +3,21 @@ package recorder
 import (
 	"bufio"
 	"bytes"
+	"debug/elf"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/proc"
 	"golang.org/x/sys/unix"
 )
@@ -247,17 +251,53 @@ func repair(pid, tprecPid int, shadows []int, log io.Writer) error {
 		return nil
 	}
 	h, err := holdAll(pid)
-	defer h.release()
+	defer func() { h.release() }()
 	if err != nil {
 		say("cannot stop process %d to repair it: %v", pid, err)
 		return nil
+	}
+	// A signal handler entered while its thread was in a stub (a ptrace
+	// backend's clock read stops at the stub's syscall exit: a tprec killed
+	// there lets the kernel deliver a pending signal at once) returns into
+	// the patched code: restored under it, it runs the middle of an
+	// original function (a SIGBUS, seen). The handler is waited for;
+	// one that does not end in time keeps the patch, whose stubs are
+	// correct syscalls.
+	risky := returnsUnsafe(cur, orig)
+	var waited int
+	for try := 1; patched; try++ {
+		tid, at, err := h.returnInto(lo, risky)
+		if err != nil {
+			say("process %d: the vDSO stays patched (its clock reads stay syscalls): its stacks cannot be read: %v", pid, err)
+			patched = false
+			break
+		}
+		if tid == 0 {
+			break
+		}
+		if try == returnTries {
+			say("process %d: the vDSO stays patched (its clock reads stay syscalls): after %v thread %d's stack still holds a return into the patched code (%#x), a signal handler's most likely", pid, returnTries*returnWait, tid, at)
+			patched = false
+			break
+		}
+		h.release()
+		time.Sleep(returnWait)
+		waited++
+		if h, err = holdAll(pid); err != nil {
+			say("cannot stop process %d to repair it: %v", pid, err)
+			return nil
+		}
 	}
 	var did []string
 	if patched {
 		if n, err := h.restoreVDSO(lo, hi, orig); err != nil {
 			say("process %d: the vDSO stays patched: %v", pid, err)
 		} else {
-			did = append(did, fmt.Sprintf("restored its vDSO (%d bytes)", n))
+			d := fmt.Sprintf("restored its vDSO (%d bytes)", n)
+			if waited > 0 {
+				d += fmt.Sprintf(" once a signal handler had returned out of the patched code (%v later)", time.Duration(waited)*returnWait)
+			}
+			did = append(did, d)
 		}
 	}
 	if len(zombies) > 0 {
@@ -392,6 +432,91 @@ type holding struct {
 	// held: by thread, the signals that came while it was run out of the
 	// vDSO, given back when it is let go.
 	held map[int][]proc.HeldSignal
+}
+
+// How long the guardian waits for the handlers that would return into the
+// patched vDSO (repair): returnTries holds of the process, returnWait apart.
+const (
+	returnTries = 40
+	returnWait  = 50 * time.Millisecond
+	// returnScan bounds the bytes of a stack read above its rsp.
+	returnScan = 8 << 20
+)
+
+// returnsUnsafe tells, for each offset of the vDSO, whether a thread that
+// returns there (a saved rip, a return address) once orig is back in place
+// of cur would run something else than it was running: a differing byte
+// lies in the 16 before it, or it differs and starts no function (a
+// thread may always enter a function at its first byte, which the stubs
+// and the original agree on: the same arguments, nothing done yet).
+func returnsUnsafe(cur, orig []byte) []bool {
+	entries := map[int]bool{}
+	if f, err := elf.NewFile(bytes.NewReader(orig)); err == nil {
+		var load uint64
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_LOAD {
+				load = p.Vaddr - p.Off
+				break
+			}
+		}
+		if syms, err := f.DynamicSymbols(); err == nil {
+			for _, s := range syms {
+				entries[int(s.Value-load)] = true
+			}
+		}
+	}
+	bad := make([]bool, len(orig))
+	last := -1 << 30 // the last differing offset
+	for k := range orig {
+		if k-last <= 16 {
+			bad[k] = true
+		}
+		if cur[k] != orig[k] {
+			bad[k] = bad[k] || !entries[k]
+			last = k
+		}
+	}
+	return bad
+}
+
+// returnInto looks through the live part of every held thread's stack,
+// from its rsp up (within the mapping, returnScan bytes at most), for a
+// word that is an address of the vDSO at lo where risky says a return is
+// unsafe. It gives the first thread found and the word, or tid 0. A word
+// that only looks like one (a stale local) costs a wait, never a crash.
+func (h *holding) returnInto(lo uint64, risky []bool) (tid int, at uint64, err error) {
+	maps, err := proc.ReadMaps(h.pid)
+	if err != nil {
+		return 0, 0, err
+	}
+	mem, err := proc.OpenMem(h.pid)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer mem.Close()
+	hi := lo + uint64(len(risky))
+	for t := range h.threads {
+		r, err := proc.GetRegs(t)
+		if err != nil {
+			continue // gone
+		}
+		sp := r.Rsp &^ 7
+		i := slices.IndexFunc(maps, func(m format.Mapping) bool { return sp >= m.Start && sp < m.End })
+		if i < 0 {
+			continue // no stack to return through
+		}
+		buf := make([]byte, min(maps[i].End-sp, returnScan))
+		if err := mem.ReadAt(buf, sp); err != nil {
+			return 0, 0, fmt.Errorf("thread %d's stack at %#x: %w", t, sp, err)
+		}
+		for o := 0; o+8 <= len(buf); o += 8 {
+			w := binary.LittleEndian.Uint64(buf[o:])
+			if w >= lo && w < hi && risky[w-lo] {
+				return t, w, nil
+			}
+		}
+	}
+	return 0, 0, nil
 }
 
 // holdAll seizes and stops every thread of pid, the threads it creates

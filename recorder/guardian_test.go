@@ -1,14 +1,19 @@
 package recorder
 
 import (
+	"bytes"
+	"debug/elf"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // A guardian that ends while tprec records (killed by someone) is replaced,
@@ -94,5 +99,51 @@ func TestGuardianRestarted(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("after %d restarts, tprec did not say the process is unguarded:\n%s", maxGuardianRestarts, lines())
 		}
+	}
+}
+
+// returnsUnsafe, on this process's vDSO with clock_gettime's entry patched
+// as the recorder patches it: a return to the entry is safe (the original
+// function runs from its start), to the stub's syscall or ret, or just past
+// the stub, is not; far from the stub, it is.
+func TestReturnsUnsafe(t *testing.T) {
+	orig, err := ownVDSO()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := elf.NewFile(bytes.NewReader(orig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var load uint64
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD {
+			load = p.Vaddr - p.Off
+			break
+		}
+	}
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry := -1
+	for _, s := range syms {
+		if s.Name == "__vdso_clock_gettime" {
+			entry = int(s.Value - load)
+		}
+	}
+	if entry < 0 {
+		t.Fatal("no __vdso_clock_gettime in this vDSO")
+	}
+	cur := append([]byte(nil), orig...)
+	copy(cur[entry:], vdsoStub(unix.SYS_CLOCK_GETTIME).code)
+	bad := returnsUnsafe(cur, orig)
+	for off, want := range map[int]bool{0: false, 5: true, 7: true, 8: true, 20: true, 200: false} {
+		if bad[entry+off] != want {
+			t.Errorf("a return to clock_gettime+%d: unsafe %v, want %v", off, bad[entry+off], want)
+		}
+	}
+	if slices.Contains(returnsUnsafe(orig, orig), true) {
+		t.Errorf("an unpatched vDSO has unsafe returns")
 	}
 }

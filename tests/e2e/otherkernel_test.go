@@ -493,13 +493,12 @@ record "redis auto" -- /bin/busybox sh -c '
 # tprec killed four times while it records, each time once it said it
 # records and then 0.1-1.9 s later: python3, reading the clock and taking a
 # timer's SIGALRM every millisecond, runs on, its clock reads work (the
-# guardian puts the vDSO back), and no process of tprec's is left. Where
-# tprec records with ptrace (5.10) there is no timer: a known defect
-# (README, the guardian) kills a process taking signals on that backend
-# when tprec is killed (python3 died of SIGSEGV in one CI run).
+# guardian puts the vDSO back), and no process of tprec's is left. On 5.10
+# tprec records with ptrace: a kill at a clock read's stop let the kernel
+# deliver SIGALRM in the vDSO stub, and the guardian used to restore the
+# vDSO under the handler (python3 died of SIGSEGV in one CI run).
 echo "tprec-vm killed"
 timer=0.001
-case $(/bin/busybox uname -r) in 5.10.*) timer=0;; esac
 /usr/bin/python3 -S -c 'import time, os, signal, sys
 signal.signal(signal.SIGALRM, lambda s, f: None)
 signal.setitimer(signal.ITIMER_REAL, float(sys.argv[1]), float(sys.argv[1]))

@@ -1154,6 +1154,54 @@ func TestTargetUnharmedWhenTprecKilledAtRandom(t *testing.T) {
 	})
 }
 
+// TestSlowHandlerUnharmedWhenTprecKilled kills tprec with SIGKILL while it
+// records testdata/slowalarm.c, which reads the clock under a 2 ms timer
+// whose handler computes for about 1 ms. A kill at a clock read's stop in
+// the vDSO stub lets the kernel deliver the pending SIGALRM there, its frame
+// saving the stub's address; the guardian used to put the original vDSO
+// back under the running handler, which returned into the middle of
+// clock_gettime and died of SIGBUS (with --backend ptrace, 2 to 5 kills in
+// 10). The guardian now waits until no stack returns into the patched
+// code. Every kill must leave the program running, counting, and repaired.
+func TestSlowHandlerUnharmedWhenTprecKilled(t *testing.T) {
+	requireRoot(t)
+	prog := cc(t, "testdata/slowalarm.c", t.TempDir())
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
+	orig := vdsoBytes(t, os.Getpid())
+	forBackends(t, func(t *testing.T, backend string) {
+		waits := 0
+		for run := range 10 {
+			target, out, done := startTarget(t, prog)
+			pid := target.Process.Pid
+			time.Sleep(200 * time.Millisecond)
+			rec := startTprec(t, "--backend", backend, "--pid", fmt.Sprint(pid), "--output", t.TempDir())
+			rec.waitRecording(t)
+			time.Sleep(time.Duration(100+rng.IntN(800)) * time.Millisecond)
+			rec.cmd.Process.Kill()
+			rec.wait(t, 10*time.Second)
+			if err := repaired(pid, orig, false); err != nil {
+				t.Fatalf("run %d: %v\n%s", run, err, rec.stderr)
+			}
+			if strings.Contains(rec.stderr.String(), "once a signal handler had returned out of the patched code") {
+				waits++
+			}
+			before := len(out.String())
+			time.Sleep(300 * time.Millisecond)
+			select {
+			case err := <-done:
+				t.Fatalf("run %d: the program ended after tprec was killed: %v\n%s", run, err, rec.stderr)
+			default:
+			}
+			if len(out.String()) == before {
+				t.Fatalf("run %d: the program stopped counting after tprec was killed", run)
+			}
+			target.Process.Kill()
+			<-done
+		}
+		t.Logf("%s: the guardian waited for a handler in %d kills of 10", backend, waits)
+	})
+}
+
 // testdata/sigafterlast.c: the main thread's last call is followed by a
 // SIGALRM delivered in its computation, whose handler it is still running
 // when a timer's SIGSEGV ends the worker, the end thread, in its read. After
