@@ -10,6 +10,20 @@ import (
 // cpuid executes the CPUID instruction (cpuid_amd64.s).
 func cpuid(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
 
+// xgetbv0 reads XCR0, the XSAVE components the kernel enabled
+// (cpuid_amd64.s; user mode may when CPUID says OSXSAVE).
+func xgetbv0() (eax, edx uint32)
+
+// LocalXSaveMask is the set of XSAVE components this machine's kernel has
+// the CPU save (XCR0), 0 where the CPU has no XSAVE enabled.
+func LocalXSaveMask() uint64 {
+	if _, _, ecx, _ := cpuid(1, 0); ecx&(1<<27) == 0 { // OSXSAVE
+		return 0
+	}
+	lo, hi := xgetbv0()
+	return uint64(hi)<<32 | uint64(lo)
+}
+
 // The XSAVE image PTRACE_GETREGSET gives (NT_X86_XSTATE) is in the
 // standard, non-compacted format: the legacy x87/SSE area, whose software
 // bytes hold the kernel's user feature mask (XCR0, the layout gdb reads),

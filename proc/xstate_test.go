@@ -205,3 +205,14 @@ func TestXStateWithComponentThisCPULacks(t *testing.T) {
 		return SetXState(pid, orig, nil)
 	})
 }
+
+// LocalXSaveMask, read from XCR0, is the feature mask the kernel gives a
+// thread's image on this machine.
+func TestLocalXSaveMask(t *testing.T) {
+	rec := recordedXState(t)
+	writeXState(t, rec, &intelAVX512, func(got []byte, here XSaveLayout) {
+		if m, want := LocalXSaveMask(), XSaveMask(got); m != want {
+			t.Errorf("XCR0 %#x, a thread's image says %#x", m, want)
+		}
+	})
+}

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/tprec/tprec/format"
 	"golang.org/x/arch/x86/x86asm"
 )
 
@@ -154,3 +155,38 @@ func legacyPrefix(b byte) bool {
 	}
 	return b&0xf0 == 0x40
 }
+
+// xsaveNames name the XSAVE components a program's own code uses.
+var xsaveNames = []struct {
+	bits uint64
+	name string
+}{{1 << 2, "AVX"}, {7 << 5, "AVX-512"}, {1 << 9, "protection keys"}, {3 << 17, "AMX"}}
+
+// xsaveHint explains a divergence where this CPU saves register state the
+// recording CPU did not (recorded: the file's layout of the recording CPU's
+// components; empty in files older than 7.2, which say nothing): code that
+// sizes an XSAVE area by CPUID wrote more here than in the recording. The
+// dynamic loader binding a function on its first call does so on the stack
+// (a python3 recorded under qemu and replayed on a CPU with AVX-512).
+func xsaveHint(recorded []format.XComponent, local uint64) string {
+	if len(recorded) == 0 {
+		return ""
+	}
+	had := uint64(xsaveLegacy)
+	for _, c := range recorded {
+		had |= 1 << c.Index
+	}
+	var more []string
+	for _, n := range xsaveNames {
+		if local&n.bits&^had != 0 {
+			more = append(more, n.name)
+		}
+	}
+	if len(more) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("this CPU saves %s state, which the recording CPU did not: where the recorded program saved registers with xsave into an area sized for that CPU (the loader binding a function lazily), it wrote more here; record with LD_BIND_NOW=1, or replay on a CPU like the recording one", strings.Join(more, " and "))
+}
+
+// xsaveLegacy: x87 and SSE, which every image holds.
+const xsaveLegacy = 3

@@ -1,8 +1,11 @@
 package replayer
 
 import (
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/tprec/tprec/format"
 )
 
 // A SIGILL the recording did not have names the instruction's kind, and the
@@ -48,5 +51,29 @@ func TestIllegalHint(t *testing.T) {
 	}
 	if got := illegalHint(evex, nil); got != "the instruction is an AVX-512 one (EVEX-encoded)" {
 		t.Errorf("nothing missing: %q", got)
+	}
+}
+
+// xsaveHint speaks when this CPU saves a component the recording CPU's
+// layout lacks, and only then.
+func TestXSaveHint(t *testing.T) {
+	avx := []format.XComponent{{Index: 2, Offset: 576, Size: 256}}
+	avx512 := append(slices.Clone(avx), format.XComponent{Index: 5, Offset: 1088, Size: 64},
+		format.XComponent{Index: 6, Offset: 1152, Size: 512}, format.XComponent{Index: 7, Offset: 1664, Size: 1024})
+	for _, c := range []struct {
+		recorded []format.XComponent
+		local    uint64
+		want     string
+	}{
+		{avx, 0xe7, "this CPU saves AVX-512 state, which the recording CPU did not"},
+		{avx, 0x2e7, "this CPU saves AVX-512 and protection keys state"},
+		{avx512, 0xe7, ""},
+		{avx512, 0x7, ""},
+		{nil, 0xe7, ""}, // a file older than 7.2 names no layout
+	} {
+		got := xsaveHint(c.recorded, c.local)
+		if c.want == "" && got != "" || !strings.Contains(got, c.want) {
+			t.Errorf("recorded %v, local %#x: %q, want %q", c.recorded, c.local, got, c.want)
+		}
 	}
 }

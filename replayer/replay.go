@@ -251,6 +251,9 @@ func Run(ctx context.Context, c *format.Checkpoint, pages format.PageSource, opt
 			if d.Hint == "" && e.multi() {
 				d.Hint = e.threadsHint()
 			}
+			if d.Hint == "" {
+				d.Hint = xsaveHint(c.Header.XSave, proc.LocalXSaveMask())
+			}
 		}
 		return nil, err
 	}
