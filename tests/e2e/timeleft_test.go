@@ -122,22 +122,26 @@ func TestAttachDuringPoll(t *testing.T) {
 	})
 }
 
-// pythonTimedWait waits 3 s for a lock it holds itself (a futex wait with
+// pythonTimedWait waits 4 s for a lock it holds itself (a futex wait with
 // an absolute timeout, which the kernel resumes through restart_syscall
-// after each boundary's stop), while a thread computes for 2 s and ends (so
+// after each boundary's stop), while a thread computes for 3 s and ends (so
 // that boundaries come: a process that does nothing has none); then it
-// computes a little and crashes.
+// computes a little and crashes. The computation gives twelve boundaries at
+// 250 ms, so that the window of eight does not reach back to the
+// interval the program started in (not replayable: the dynamic loader reads
+// the time stamp counter); with 2 s, on a machine two other programs kept
+// busy, it did in 1 run of 6.
 const pythonTimedWait = `
 import os, signal, time
 import _thread
 def work():
-    end = time.monotonic() + 2.0
+    end = time.monotonic() + 3.0
     while time.monotonic() < end:
         sum(range(2000))
 _thread.start_new_thread(work, ())
 l = _thread.allocate_lock()
 l.acquire()
-l.acquire(True, 3.0)
+l.acquire(True, 4.0)
 n = sum(range(300000))
 os.kill(os.getpid(), signal.SIGSEGV)
 `
