@@ -3,7 +3,6 @@ package recorder
 import (
 	"bufio"
 	"bytes"
-	"debug/elf"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -451,19 +450,9 @@ const (
 // and the original agree on: the same arguments, nothing done yet).
 func returnsUnsafe(cur, orig []byte) []bool {
 	entries := map[int]bool{}
-	if f, err := elf.NewFile(bytes.NewReader(orig)); err == nil {
-		var load uint64
-		for _, p := range f.Progs {
-			if p.Type == elf.PT_LOAD {
-				load = p.Vaddr - p.Off
-				break
-			}
-		}
-		if syms, err := f.DynamicSymbols(); err == nil {
-			for _, s := range syms {
-				entries[int(s.Value-load)] = true
-			}
-		}
+	syms, _ := vdsoSymbols(orig) // none: every differing byte is unsafe
+	for _, s := range syms {
+		entries[int(s.Off)] = true
 	}
 	bad := make([]bool, len(orig))
 	last := -1 << 30 // the last differing offset

@@ -1,8 +1,6 @@
 package recorder
 
 import (
-	"bytes"
-	"debug/elf"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -111,25 +109,14 @@ func TestReturnsUnsafe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := elf.NewFile(bytes.NewReader(orig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var load uint64
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_LOAD {
-			load = p.Vaddr - p.Off
-			break
-		}
-	}
-	syms, err := f.DynamicSymbols()
+	syms, err := vdsoSymbols(orig)
 	if err != nil {
 		t.Fatal(err)
 	}
 	entry := -1
 	for _, s := range syms {
 		if s.Name == "__vdso_clock_gettime" {
-			entry = int(s.Value - load)
+			entry = int(s.Off)
 		}
 	}
 	if entry < 0 {

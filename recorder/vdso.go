@@ -143,25 +143,14 @@ func planVDSO(mem *proc.Mem, maps []format.Mapping) (*vdsoPatch, error) {
 	if err := mem.ReadAt(img, vm.Start); err != nil {
 		return nil, fmt.Errorf("patch vdso: %w", err)
 	}
-	f, err := elf.NewFile(bytes.NewReader(img))
+	syms, err := vdsoSymbols(img)
 	if err != nil {
-		return nil, fmt.Errorf("patch vdso: parse image: %w", err)
-	}
-	var loadVaddr uint64
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_LOAD {
-			loadVaddr = p.Vaddr - p.Off
-			break
-		}
-	}
-	syms, err := f.DynamicSymbols()
-	if err != nil {
-		return nil, fmt.Errorf("patch vdso: symbols: %w", err)
+		return nil, fmt.Errorf("patch vdso: %w", err)
 	}
 	addrOf := map[string]uint64{}
 	sizeOf := map[string]uint64{}
 	for _, s := range syms {
-		addrOf[s.Name] = vm.Start + s.Value - loadVaddr
+		addrOf[s.Name] = vm.Start + s.Off
 		sizeOf[s.Name] = s.Size
 	}
 	p := &vdsoPatch{start: vm.Start, end: vm.End}
@@ -215,6 +204,37 @@ func planVDSO(mem *proc.Mem, maps []format.Mapping) (*vdsoPatch, error) {
 }
 
 type vdsoRange struct{ start, end uint64 }
+
+// vdsoSymbol is a dynamic symbol of a vDSO image: its offset from the
+// image's start (where the mapping starts) and its size.
+type vdsoSymbol struct {
+	Name      string
+	Off, Size uint64
+}
+
+// vdsoSymbols lists the dynamic symbols of the vDSO image img.
+func vdsoSymbols(img []byte) ([]vdsoSymbol, error) {
+	f, err := elf.NewFile(bytes.NewReader(img))
+	if err != nil {
+		return nil, fmt.Errorf("parse image: %w", err)
+	}
+	var load uint64
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD {
+			load = p.Vaddr - p.Off
+			break
+		}
+	}
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		return nil, fmt.Errorf("symbols: %w", err)
+	}
+	out := make([]vdsoSymbol, len(syms))
+	for i, s := range syms {
+		out[i] = vdsoSymbol{s.Name, s.Value - load, s.Size}
+	}
+	return out, nil
+}
 
 // trampolineSite chooses where the trampoline goes: in the padding after
 // the end of the vDSO's ELF image (its sections and section headers), which
