@@ -79,20 +79,16 @@ func RunOut(tid int, inside func(rip uint64) bool, tries, stepMax int, other fun
 					return false, held, err
 				}
 			}
-			switch {
-			case on.Stay:
+			if on.Stay {
 				return false, held, nil
-			case on.Hold && st.Signal() != 0:
-				info, err := GetSiginfo(tid)
-				if err != nil {
-					return false, held, err
-				}
-				held = append(held, HeldSignal{Signo: st.Signal(), Siginfo: info})
-				on.Signal = 0
+			}
+			give, err := on.take(tid, st, &held)
+			if err != nil {
+				return false, held, err
 			}
 			// A signal or event before the interrupt's stop: resumed,
 			// the thread comes to that stop next.
-			if err := Resume(unix.PTRACE_CONT, tid, on.Signal); err != nil {
+			if err := Resume(unix.PTRACE_CONT, tid, give); err != nil {
 				return false, held, fmt.Errorf("run out: %w", err)
 			}
 		}
@@ -109,6 +105,21 @@ type RunOn struct {
 	// Otherwise the thread is resumed with Signal (0: none), and RunOut
 	// waits for its interrupt's stop.
 	Signal int
+}
+
+// take carries out on for stop st of thread tid, Stay aside: with Hold, the
+// stop's signal is taken, with its siginfo, into held. It returns the
+// signal to resume the thread with.
+func (on RunOn) take(tid int, st Stop, held *[]HeldSignal) (int, error) {
+	if !on.Hold || st.Signal() == 0 {
+		return on.Signal, nil
+	}
+	info, err := GetSiginfo(tid)
+	if err != nil {
+		return 0, err
+	}
+	*held = append(*held, HeldSignal{Signo: st.Signal(), Siginfo: info})
+	return 0, nil
 }
 
 // A HeldSignal is a signal RunOut took from its delivery stop.
@@ -170,18 +181,12 @@ func SendAgain(pid, tid int, h HeldSignal, other func(Stop) (RunOn, error)) (hel
 				return held, err
 			}
 		}
-		switch {
-		case on.Stay:
+		if on.Stay {
 			return held, fmt.Errorf("send signal %d again: stopped at %v", h.Signo, st)
-		case on.Hold && st.Signal() != 0:
-			info, err := GetSiginfo(tid)
-			if err != nil {
-				return held, err
-			}
-			held = append(held, HeldSignal{Signo: st.Signal(), Siginfo: info})
-			on.Signal = 0
 		}
-		give = on.Signal
+		if give, err = on.take(tid, st, &held); err != nil {
+			return held, err
+		}
 	}
 }
 
