@@ -173,6 +173,15 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 		return nil, nil, nil, err
 	}
 	clk.mark("close interval")
+	if end.Kind == format.EndRequest {
+		// Read after the close, which runs the thread out of a clock read
+		// it was stopped in (clockStepOut): a request ends where the
+		// thread stands then, not in the clock log's code, which no
+		// replay has.
+		if end.Regs, err = proc.GetRegs(end.Tid); err != nil {
+			return nil, nil, nil, err
+		}
+	}
 	ivs := append([]*interval(nil), s.ring.intervals...)
 	if len(ivs) == 0 {
 		return nil, nil, nil, errors.New("nothing recorded yet")

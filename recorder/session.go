@@ -1331,11 +1331,8 @@ func (s *session) actHeld() error {
 		return s.start()
 	case s.want.dump:
 		s.want.dump, s.want.boundary = false, false
-		regs, err := proc.GetRegs(s.pid)
-		if err != nil {
-			return err
-		}
-		end := format.EndState{Kind: format.EndRequest, Tid: s.pid, Regs: regs}
+		// collect reads its registers, after the close.
+		end := format.EndState{Kind: format.EndRequest, Tid: s.pid}
 		if err := s.dump(end, format.EndRequest); err != nil {
 			s.logf("dump on request: %v", err)
 		}
