@@ -77,6 +77,11 @@ func (e *engine) atLogEnd(regs proc.Regs) (*Result, error) {
 	if why == "" {
 		return e.verified(regs.Rip), nil
 	}
+	if len(regsDiff(e.end.Regs, regs)) == 0 {
+		if ok, res, err := e.passOnFromEnd(why, threadHeld); ok || err != nil {
+			return res, err
+		}
+	}
 	if err := e.startSearch(regs, "the recorded end rip"); err != nil {
 		return nil, err
 	}

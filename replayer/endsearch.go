@@ -711,9 +711,17 @@ func (e *engine) retargetCall(s *endInProcess, k int, rsp uint64) {
 // digest leaves out (format.DigestMasked) and what the end comparison does
 // not count (the other threads' dead stacks: deadStacksOnly).
 func (e *engine) watchEndWord(d format.PageRef) {
-	s := e.bp.inproc
-	if s == nil || len(s.words) >= endWords || e.sigSearch != nil || e.dbg != nil && len(e.dbg.watches) > 0 {
+	if e.sigSearch != nil || e.dbg != nil && len(e.dbg.watches) > 0 {
 		// (A debugger's read watchpoint would fire in the search's code.)
+		return
+	}
+	e.watchWord(e.bp.inproc, d, "the end search")
+}
+
+// watchWord adds to the in-process search s the first word of the end page
+// d that differs (watchEndWord); who names the search in the line it logs.
+func (e *engine) watchWord(s *endInProcess, d format.PageRef, who string) {
+	if s == nil || len(s.words) >= endWords {
 		return
 	}
 	if _, guarded := e.guards.find(d.Addr); guarded {
@@ -750,7 +758,7 @@ func (e *engine) watchEndWord(d format.PageRef) {
 		le.PutUint64(s.data[idEndWords+16*k+8:], le.Uint64(rec[off:]))
 		le.PutUint64(s.data[idEndWords+16*k:], addr)
 		s.words = append(s.words, addr)
-		e.logf("the end search compares the word at %#x with its recorded value %#x in the process too", addr, le.Uint64(rec[off:]))
+		e.logf("%s compares the word at %#x with its recorded value %#x in the process too", who, addr, le.Uint64(rec[off:]))
 		return
 	}
 }

@@ -110,8 +110,10 @@ type Result struct {
 	// the replay needed no search.
 	EndPasses int
 	// EndWords lists the memory words the end search compared in the
-	// process (endsearch.go): a file that is to be verified the same way
-	// must hold the content of their pages where the recording ended.
+	// process (endsearch.go), and the pages the stop searches of threads
+	// held at their stops compared a word of (passOnFromEnd): a file that
+	// is to be verified the same way must hold the content of their pages
+	// where the recording ended.
 	EndWords []uint64
 	// endRedirects counts the jumps the end search in the process moved to
 	// a displaced instruction's copy, endRetargeted the calls it made go
@@ -334,6 +336,11 @@ type engine struct {
 	sigQ      map[int][]format.SignalEvent
 	sigAtExit *format.SignalEvent // delivered at the exit of the call it interrupted
 	sigSearch *format.SignalEvent // delivered in user code, its point searched for (startSearch)
+	// passedOn counts the times the end differed only in memory with a
+	// thread held at its stop, which went on to its next pass
+	// (atLogEndAfterStops); passedOnWhy is how it differed the first time.
+	passedOn    int
+	passedOnWhy string
 	// again: a call skipped at its entry, to be run again once the memory
 	// the kernel reads for it is served (skipToServe).
 	again   *skippedCall
@@ -972,6 +979,13 @@ func (e *engine) onEntry(regs proc.Regs, nr int, args [6]uint64) (*Result, error
 				r.InCall = syscalls.Name(nr)
 				return r, nil
 			}
+			if len(regsDiff(e.end.Regs, at)) == 0 {
+				// Parked at this entry, compared again once a thread held
+				// at its stop went on to its next pass.
+				if ok, res, err := e.passOnFromEnd(inCall, threadParked); ok || err != nil {
+					return res, err
+				}
+			}
 		}
 		actual := e.describe(nr, args)
 		if inCall != "" && regs.Rip-2 == e.end.Regs.Rip {
@@ -982,6 +996,9 @@ func (e *engine) onEntry(regs proc.Regs, nr int, args [6]uint64) (*Result, error
 			if e.bp.regsMatched > 0 {
 				actual += fmt.Sprintf("; the registers matched %d times, the first time memory differed: %s", e.bp.regsMatched, e.bp.memWhy)
 			}
+		}
+		if e.passedOn > 0 {
+			actual += fmt.Sprintf(" (the end thread stood at the recorded end %d times, a thread held at its stop going on to a later pass each time; the first time memory differed: %s)", e.passedOn, e.passedOnWhy)
 		}
 		return nil, e.diverge(regs.Rip, e.lastSeq(), "made a syscall after the last recorded one", "no syscall", actual)
 	}
@@ -1329,6 +1346,9 @@ func (e *engine) verified(rip uint64) *Result {
 		}
 		e.logf("end found at breakpoint hit %d (%s) at %#x after the last syscall", e.bp.hits, kind, e.bp.addr)
 	}
+	if e.passedOn > 0 {
+		e.logf("end found once a thread held at its stop had gone on to a later pass %d times", e.passedOn)
+	}
 	r := &Result{
 		From:         e.c.Intervals[e.k].Index,
 		Syscalls:     len(e.log),
@@ -1345,6 +1365,12 @@ func (e *engine) verified(rip uint64) *Result {
 	}
 	if s := e.bp.inproc; s != nil {
 		s.report(r)
+	}
+	for _, t := range e.threads {
+		// The pages a thread's stop search compared a word of.
+		for _, d := range t.endDiffs {
+			r.EndWords = append(r.EndWords, d.Addr)
+		}
 	}
 	return r
 }

@@ -69,6 +69,14 @@ type rthread struct {
 	// counts its passes there.
 	stop       *format.Regs
 	stopPasses int
+	// atStop: held at its stop with the recorded registers (holdNow),
+	// where the end may find it at an earlier pass than the recording's
+	// (passOnFromStop).
+	atStop bool
+	// endDiffs are end pages that differed with the thread held at an
+	// earlier pass over its stop: the search of its passes in the process
+	// compares a word of each too (watchWord).
+	endDiffs []format.PageRef
 	// stopWhy says why the process could not compare the passes over stop
 	// itself (engine.stopSearch, with DR3 off), once it tried; a
 	// divergence's hint names it.
@@ -656,7 +664,7 @@ func (e *engine) switchTo(t *rthread) {
 	// PTRACE_SYSCALL's.
 	e.emu = false
 	e.cur = t
-	t.state = threadRunning
+	t.state, t.atStop = threadRunning, false
 	e.stub.tid = t.tid
 }
 
@@ -1157,6 +1165,9 @@ func (e *engine) stopInProcess() error {
 	}
 	e.stopSearch, e.stopThread = s, t
 	e.logf("thread %d: the passes over its stop at %#x are compared in the process", t.rec.Tid, t.stop.Rip)
+	for _, d := range t.endDiffs {
+		e.watchWord(s, d, fmt.Sprintf("thread %d's stop search", t.rec.Tid))
+	}
 	return e.setDR7(t)
 }
 
@@ -1301,6 +1312,7 @@ func (e *engine) holdNow(ev event) (event, error) {
 		return ev, fmt.Errorf("thread %d stopped where the recording ended, and no thread is due", t.rec.Tid)
 	}
 	t.state = threadHeld
+	t.atStop = true
 	if e.dbg != nil {
 		// What ran last before the next thread's first event: this
 		// thread, standing at its stop (Session.beforeEntry).
@@ -1310,6 +1322,84 @@ func (e *engine) holdNow(ev event) (event, error) {
 	ev.standing, ev.switched = false, true
 	ev.res, err = e.resumeThread(o)
 	return ev, err
+}
+
+// passOnFromEnd is for the end thread standing at the recorded end with its
+// recorded registers, where only memory differs (why), other threads held at
+// their stops. A stop holds a thread at the first pass where its registers
+// are the recorded ones, and code can pass an instruction with the same
+// registers many times, its progress kept in memory (a counter bumped with
+// `lock add`; V8's allocation code in node, where a crash was delivered to
+// another thread and the main thread ran on while tprec took the signal's
+// stop). When one thread waits at its stop, it goes on to its next such
+// pass (passOnFromStop), the end thread waiting (in state wait), and the
+// end is compared again there. Its search in the process then compares a
+// word of each page that differed too (endDiffs), so that the passes it
+// stops at are few. When no pass matches, it runs into a call past the
+// log: a divergence, which says how often the end thread stood at the end.
+// Not under a debugger, which holds a thread at its stop in steps of its
+// own (holdAtStop).
+func (e *engine) passOnFromEnd(why string, wait threadState) (bool, *Result, error) {
+	var held []*rthread
+	for _, t := range e.threads {
+		if t.atStop {
+			held = append(held, t)
+		}
+	}
+	if len(held) != 1 || e.dbg != nil {
+		return false, nil, nil
+	}
+	t := held[0]
+	if i := e.firstEndDiffer(); i >= 0 && !slices.ContainsFunc(t.endDiffs, func(d format.PageRef) bool { return d.Addr == e.end.Digests[i].Addr }) {
+		t.endDiffs = append(t.endDiffs, e.end.Digests[i])
+	}
+	if ok, err := e.passOnFromStop(t); err != nil || !ok {
+		return false, nil, err
+	}
+	e.passedOn++
+	if e.passedOnWhy == "" {
+		e.passedOnWhy = why
+	}
+	if e.opts.Verbose {
+		e.logf("the end differs in memory with thread %d at pass %d over its stop: it goes on to its next pass", t.rec.Tid, t.stopPasses)
+	}
+	e.cur.state = wait
+	res, err := e.resumeThread(t)
+	return true, res, err
+}
+
+// passOnFromStop runs thread t, held at its stop, over the instruction
+// there, and arms the stop again for its next pass. It reports false, and
+// does nothing, when that instruction is a syscall (a step would make the
+// call).
+func (e *engine) passOnFromStop(t *rthread) (bool, error) {
+	r, ok := e.runningAtEnd(t)
+	if !ok {
+		return false, nil
+	}
+	code := make([]byte, 2)
+	if err := e.readMem(code, r.Rip); err != nil || code[0] == 0x0f && code[1] == 0x05 {
+		return false, nil
+	}
+	if err := e.int3s.lift(e.mem, r.Rip); err != nil {
+		return false, err
+	}
+	err := proc.Resume(unix.PTRACE_SINGLESTEP, t.tid, 0)
+	var st proc.Stop
+	if err == nil {
+		st, err = proc.Wait(t.tid)
+	}
+	if derr := e.int3s.drop(e.mem); err == nil {
+		err = derr
+	}
+	if err != nil {
+		return false, err
+	}
+	if sig := st.Signal(); sig != int(unix.SIGTRAP) {
+		return false, fmt.Errorf("thread %d: a step from its stop at %#x stopped with signal %d", t.rec.Tid, r.Rip, sig)
+	}
+	t.atStop = false
+	return true, e.armStop(t)
 }
 
 // stopAt reports whether a thread's stop is at addr.

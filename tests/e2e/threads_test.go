@@ -1445,3 +1445,41 @@ func TestCrashWhileThreadsStart(t *testing.T) {
 		}
 	})
 }
+
+// testdata/countworker.c: the main thread counts in memory with `lock add`,
+// its registers the same at every pass of its loop, and a crash is sent to
+// its worker, in a poll. Replay held the main thread at the first pass with
+// the recorded registers, where the count was not the recorded one, and the
+// worker's end never matched: "made a syscall after the last recorded one",
+// and the file kept every page. node met the same (a crash its epoll thread
+// took while V8's allocation code ran in the main thread) in CI. The held
+// thread now goes on to its next pass until the end matches (threads.go,
+// passOnFromEnd), its passes compared in the process with the word that
+// differed (the count), whose page the file keeps. Both backends.
+func TestCountingThreadAtEnd(t *testing.T) {
+	requireRoot(t)
+	prog := cc(t, "testdata/countworker.c", t.TempDir())
+	forBackends(t, func(t *testing.T, backend string) {
+		target, out, done := startTarget(t, prog)
+		waitReady(t, out)
+		pid := target.Process.Pid
+		worker := 0
+		for _, tid := range tids(t, pid) {
+			if tid != pid {
+				worker = tid
+			}
+		}
+		if worker == 0 {
+			t.Fatal("countworker did not start its worker")
+		}
+		ck, log := crashWith(t, target, done, time.Second, func(pid int) error { return unix.Tgkill(pid, worker, unix.SIGSEGV) }, "--backend", backend)
+		wantMinimized(t, ck, log)
+		rep := replay(t, ck, "-v")
+		if threadsVerified(t, rep) != 2 {
+			t.Fatalf("want both threads in the replay:\n%s", rep)
+		}
+		if !strings.Contains(rep, fmt.Sprintf("thread %d's stop search compares the word at", pid)) || !strings.Contains(rep, "had gone on to a later pass") {
+			t.Fatalf("the main thread was not taken on from its first pass to the recorded one:\n%s", rep)
+		}
+	})
+}
