@@ -338,7 +338,7 @@ type engine struct {
 	sigSearch *format.SignalEvent // delivered in user code, its point searched for (startSearch)
 	// passedOn counts the times the end differed only in memory with a
 	// thread held at its stop, which went on to its next pass
-	// (atLogEndAfterStops); passedOnWhy is how it differed the first time.
+	// (passOnFromEnd); passedOnWhy is how it differed the first time.
 	passedOn    int
 	passedOnWhy string
 	// again: a call skipped at its entry, to be run again once the memory

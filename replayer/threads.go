@@ -1396,6 +1396,15 @@ func (e *engine) passOnFromStop(t *rthread) (bool, error) {
 		return false, err
 	}
 	if sig := st.Signal(); sig != int(unix.SIGTRAP) {
+		if sig == int(unix.SIGSTOP) && e.stopReq.Load() != 0 {
+			// The time is up (or an interrupt): the divergence says
+			// so, from the end thread's standpoint.
+			if regs, err := proc.GetRegs(e.stub.tid); err == nil {
+				if _, _, err := e.onSignal(regs, sig); err != nil {
+					return false, err
+				}
+			}
+		}
 		return false, fmt.Errorf("thread %d: a step from its stop at %#x stopped with signal %d", t.rec.Tid, r.Rip, sig)
 	}
 	t.atStop = false
