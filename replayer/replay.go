@@ -341,6 +341,9 @@ type engine struct {
 	// (passOnFromEnd); passedOnWhy is how it differed the first time.
 	passedOn    int
 	passedOnWhy string
+	// heldAtFirstPass is the thread a debugger's replay left held at the
+	// first pass over its stop where only memory differed at the end.
+	heldAtFirstPass int
 	// again: a call skipped at its entry, to be run again once the memory
 	// the kernel reads for it is served (skipToServe).
 	again   *skippedCall
@@ -999,6 +1002,9 @@ func (e *engine) onEntry(regs proc.Regs, nr int, args [6]uint64) (*Result, error
 		}
 		if e.passedOn > 0 {
 			actual += fmt.Sprintf(" (the end thread stood at the recorded end %d times, a thread held at its stop going on to a later pass each time; the first time memory differed: %s)", e.passedOn, e.passedOnWhy)
+		}
+		if e.heldAtFirstPass != 0 {
+			actual += fmt.Sprintf(" (under a debugger thread %d stays at the first pass over its stop with the recorded registers; tpreplay without --gdb takes it on to later passes, where memory may match too)", e.heldAtFirstPass)
 		}
 		return nil, e.diverge(regs.Rip, e.lastSeq(), "made a syscall after the last recorded one", "no syscall", actual)
 	}

@@ -128,6 +128,7 @@ func (e *engine) fork() (*engine, error) {
 	// fork's to start.
 	cur := *e.cur
 	cur.tid = child
+	cur.endDiffs = slices.Clone(e.cur.endDiffs)
 	c.cur = &cur
 	c.threads = map[int]*rthread{cur.rec.Tid: c.cur}
 	c.born = maps.Clone(e.born)
@@ -229,6 +230,7 @@ func (c *engine) copyThreads(e *engine) error {
 		}
 		nt := *t
 		nt.tid = child
+		nt.endDiffs = slices.Clone(t.endDiffs)
 		c.threads[tid] = &nt
 		mine[t] = &nt
 	}

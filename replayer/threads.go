@@ -1337,8 +1337,10 @@ func (e *engine) holdNow(ev event) (event, error) {
 // word of each page that differed too (endDiffs), so that the passes it
 // stops at are few. When no pass matches, it runs into a call past the
 // log: a divergence, which says how often the end thread stood at the end.
-// Not under a debugger, which holds a thread at its stop in steps of its
-// own (holdAtStop).
+// Not under a debugger: there every pass is a ptrace stop (no search runs
+// in the process, stopInProcess), and a count that ran for a second before
+// the end would keep gdb's continue for hours; the divergence says that a
+// replay without a debugger takes the thread on (heldAtFirstPass).
 func (e *engine) passOnFromEnd(why string, wait threadState) (bool, *Result, error) {
 	var held []*rthread
 	for _, t := range e.threads {
@@ -1346,10 +1348,14 @@ func (e *engine) passOnFromEnd(why string, wait threadState) (bool, *Result, err
 			held = append(held, t)
 		}
 	}
-	if len(held) != 1 || e.dbg != nil {
+	if len(held) != 1 {
 		return false, nil, nil
 	}
 	t := held[0]
+	if e.dbg != nil {
+		e.heldAtFirstPass = t.rec.Tid
+		return false, nil, nil
+	}
 	if i := e.firstEndDiffer(); i >= 0 && !slices.ContainsFunc(t.endDiffs, func(d format.PageRef) bool { return d.Addr == e.end.Digests[i].Addr }) {
 		t.endDiffs = append(t.endDiffs, e.end.Digests[i])
 	}

@@ -1481,5 +1481,11 @@ func TestCountingThreadAtEnd(t *testing.T) {
 		if !strings.Contains(rep, fmt.Sprintf("thread %d's stop search compares the word at", pid)) || !strings.Contains(rep, "had gone on to a later pass") {
 			t.Fatalf("the main thread was not taken on from its first pass to the recorded one:\n%s", rep)
 		}
+		// Under gdb every pass would be a ptrace stop (hours of them): the
+		// main thread stays at its first pass, and the divergence says why.
+		g := runGDB(t, prog, "| "+filepath.Join(tools(t), "tpreplay")+" --gdb-stdio "+ck, "continue\n")
+		if !strings.Contains(g, fmt.Sprintf("under a debugger thread %d stays at the first pass over its stop", pid)) {
+			t.Fatalf("gdb's continue did not end in a divergence that names the held thread:\n%s", g)
+		}
 	})
 }
