@@ -1245,17 +1245,7 @@ func (e *engine) atSoftStop(ev event) (event, error) {
 	if e.atOwnStop(regs) {
 		return e.holdAtStop(ev)
 	}
-	if err := e.int3s.lift(e.mem, regs.Rip); err != nil {
-		return ev, err
-	}
-	err := proc.Resume(unix.PTRACE_SINGLESTEP, e.cur.tid, 0)
-	var st proc.Stop
-	if err == nil {
-		st, err = proc.Wait(e.cur.tid)
-	}
-	if derr := e.int3s.drop(e.mem); err == nil {
-		err = derr
-	}
+	st, err := e.stepOver(e.cur.tid, regs.Rip)
 	if err != nil {
 		return ev, err
 	}
@@ -1269,6 +1259,23 @@ func (e *engine) atSoftStop(ev event) (event, error) {
 		ev.res, ev.next, err = e.onSignal(ev.regs, sig)
 	}
 	return ev, err
+}
+
+// stepOver single-steps thread tid over the instruction at rip, an int3 of
+// the table there taken out for the step, and returns the stop it came to.
+func (e *engine) stepOver(tid int, rip uint64) (proc.Stop, error) {
+	if err := e.int3s.lift(e.mem, rip); err != nil {
+		return proc.Stop{}, err
+	}
+	err := proc.Resume(unix.PTRACE_SINGLESTEP, tid, 0)
+	var st proc.Stop
+	if err == nil {
+		st, err = proc.Wait(tid)
+	}
+	if derr := e.int3s.drop(e.mem); err == nil {
+		err = derr
+	}
+	return st, err
 }
 
 // holdAtStop makes the current thread, standing at its stop with the
@@ -1387,17 +1394,7 @@ func (e *engine) passOnFromStop(t *rthread) (bool, error) {
 	if err := e.readMem(code, r.Rip); err != nil || code[0] == 0x0f && code[1] == 0x05 {
 		return false, nil
 	}
-	if err := e.int3s.lift(e.mem, r.Rip); err != nil {
-		return false, err
-	}
-	err := proc.Resume(unix.PTRACE_SINGLESTEP, t.tid, 0)
-	var st proc.Stop
-	if err == nil {
-		st, err = proc.Wait(t.tid)
-	}
-	if derr := e.int3s.drop(e.mem); err == nil {
-		err = derr
-	}
+	st, err := e.stepOver(t.tid, r.Rip)
 	if err != nil {
 		return false, err
 	}
