@@ -667,32 +667,19 @@ func (p *vdsoPatch) clockFuncs() []clockFunc {
 // uses one: --clock-log=false, the eBPF backend (the ptrace backend's
 // syscall stops would need the counter read at each of them, not built),
 // and a CPU that lets user code read its fs base (the stubs' rdfsbase:
-// FSGSBASE, Linux 5.9 and later).
+// FSGSBASE, Linux 5.9 and later, or a hypervisor that leaves it on for
+// user code without the guest's kernel knowing: proc.ProbeRdfsbase).
 func clockLogOff(o *Options, backend string) string {
 	switch {
 	case o.NoClockLog:
 		return "--clock-log=false"
 	case backend != "ebpf":
 		return "the " + backend + " backend"
-	case !fsgsbase():
-		return "the CPU or the kernel does not let programs read their fs base (FSGSBASE)"
+	}
+	if ok, why := proc.ProbeRdfsbase(o.RdfsbaseProbe); !ok {
+		return why
 	}
 	return ""
-}
-
-// fsgsbase reports whether the kernel lets user code use rdfsbase: bit 1 of
-// AT_HWCAP2 (HWCAP2_FSGSBASE).
-func fsgsbase() bool {
-	b, err := os.ReadFile("/proc/self/auxv")
-	if err != nil {
-		return false
-	}
-	for i := 0; i+16 <= len(b); i += 16 {
-		if binary.LittleEndian.Uint64(b[i:]) == 26 { // AT_HWCAP2
-			return binary.LittleEndian.Uint64(b[i+8:])&2 != 0
-		}
-	}
-	return false
 }
 
 // installClock installs the clock log in the target, stopped with its

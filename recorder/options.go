@@ -46,6 +46,11 @@ type Options struct {
 	// tprec adds --pid and --tprec: the tprec binary's hidden "guardian"
 	// command. Empty: no guardian.
 	Guardian []string
+	// RdfsbaseProbe is the command line of a process that checks whether
+	// user code can read its fs base with rdfsbase (proc.CheckRdfsbase),
+	// run when the kernel does not announce FSGSBASE: the tprec binary's
+	// hidden "rdfsbase-probe" command. Empty: the kernel's word decides.
+	RdfsbaseProbe []string
 }
 
 func (o *Options) defaults() {

@@ -62,6 +62,12 @@ func main() {
 				&cli.IntFlag{Name: "tprec", Required: true},
 			},
 			Action: guard,
+		}, {
+			// Started by tprec when the kernel does not announce
+			// FSGSBASE (proc.ProbeRdfsbase): not for users.
+			Name:   "rdfsbase-probe",
+			Hidden: true,
+			Action: func(*cli.Context) error { return proc.CheckRdfsbase() },
 		}},
 		HideHelpCommand: true,
 	}
@@ -219,6 +225,7 @@ func record(c *cli.Context) error {
 	// The guardian is this very binary (/proc/self/exe: still there if the
 	// file was replaced or removed since tprec started).
 	o.Guardian = []string{"/proc/self/exe", "guardian"}
+	o.RdfsbaseProbe = []string{"/proc/self/exe", "rdfsbase-probe"}
 	return recorder.Record(ctx, o, requests)
 }
 
