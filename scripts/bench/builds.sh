@@ -14,7 +14,10 @@
 #   CLIENTS sets redis-benchmark's -c (default 10, which keeps both CPUs of
 #   a 2-CPU machine busy); CLIENTS=1 leaves CPU time free, as a server
 #   machine with cores to spare has: the slowdown is then each request's
-#   added latency.
+#   added latency. PIN=1 runs the server and its client on CPU 0 and tprec
+#   on CPU 1: a machine with a CPU to spare for the recorder, where only the
+#   recording's work in the server's own threads (the eBPF programs, the
+#   boundaries' stops) can slow it.
 # Build an older commit with: git worktree add /tmp/old COMMIT && make -C /tmp/old build
 # Needs root.
 set -euo pipefail
@@ -56,11 +59,12 @@ run() { # run BIN|none: one measurement
 		tail -1 "$WORK/out"
 		;;
 	redis)
-		local port=7470 r= t0= t1= c0 c1
+		local port=7470 r= t0= t1= c0 c1 pin=()
+		[ -z "${PIN:-}" ] || { pin=(taskset -c 1); LOAD_CPUS=0; }
 		redis_load $port "${CLIENTS:-10}"
 		local p=$SRV load=$LOAD
 		sleep 1
-		if [ "$1" != none ]; then "$1/tprec" -q --pid "$p" -o "$ck" 2>/dev/null & r=$!; fi
+		if [ "$1" != none ]; then "${pin[@]}" "$1/tprec" -q --pid "$p" -o "$ck" 2>/dev/null & r=$!; fi
 		sleep 2
 		cpu() { [ -n "$r" ] && awk '{print $14 + $15}' "/proc/$r/stat"; }
 		c0=$(redis_requests $port) t0=$(cpu)

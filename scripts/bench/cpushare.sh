@@ -12,6 +12,9 @@
 #   hogidle   the same hog at SCHED_IDLE (chrt --idle 0)
 #   hogbatch  the same hog at SCHED_BATCH (chrt --batch 0)
 #   batch     recorded by a tprec started at SCHED_BATCH
+#   cpu1      recorded by a tprec kept to CPU 1 (taskset -c 1); with
+#             LOAD_CPUS=0 the server and its client share CPU 0, and tprec
+#             has a CPU of its own
 #   ROUNDS=5 bash scripts/bench/cpushare.sh          (MODES="none tprec" ...)
 # CPU times come from /proc (utime + stime of each process, /proc/stat for
 # idle), in percent of one CPU. Needs root, redis-server, redis-benchmark, gcc.
@@ -47,6 +50,7 @@ run() { # run MODE: one measurement, one line
 	tprec) what=tprec ;;
 	nice19) what=tprec pre=(nice -n 19) ;;
 	batch) what=tprec pre=(chrt --batch 0) ;;
+	cpu1) what=tprec pre=(taskset -c 1) ;;
 	hog) what=hog ;;
 	hogidle) what=hog pre=(chrt --idle 0) ;;
 	hogbatch) what=hog pre=(chrt --batch 0) ;;
