@@ -290,9 +290,10 @@ func (e *engine) searchInProcess(goal format.Regs, now uint64) (*endInProcess, e
 // end search or a thread's stop (threads.go, stopInProcess), whose thread
 // stands at now: displacing several instructions if it can, else one.
 func (e *engine) compareInProcess(goal format.Regs, now uint64) (*endInProcess, error) {
-	if e.dbg == nil {
+	if e.dbg == nil && e.hwbp {
 		// A debugger's watchpoints take the debug registers that would
-		// watch the displaced instructions after the first.
+		// watch the displaced instructions after the first; where the
+		// registers do not work (HardwareBreakpoints), nothing would.
 		if s, err := e.patchInProcess(goal, now, displaceSeveral); s != nil || err != nil {
 			return s, err
 		}
@@ -343,7 +344,7 @@ func (e *engine) displaced(rip uint64, size int) (code []byte, insts []x86asm.In
 func (e *engine) patchInProcess(goal format.Regs, now uint64, d displacing) (*endInProcess, error) {
 	rip := goal.Rip
 	c := e.inproc
-	if c == nil || e.sigSearch != nil || e.sigsLeft() > 0 || !e.hwbp || e.stopSearch != nil {
+	if c == nil || e.sigSearch != nil || e.sigsLeft() > 0 || e.stopSearch != nil || d == displaceSeveral && !e.hwbp {
 		return nil, nil
 	}
 	// Only the code of a file the program does not write: JIT code may be
@@ -478,13 +479,17 @@ func (e *engine) patchInProcess(goal format.Regs, now uint64, d displacing) (*en
 		le.PutUint64(s.data[idEndWords+16*k:], s.dataAddr+uint64(idEndWords+16*k+8))
 	}
 	copy(c.buf[ipDataSize+c.viewIndex(view)*ipCodeSize+endCode:], a.B)
-	for k, addr := range s.interior {
-		if err := proc.SetDebugReg(e.stub.tid, k+1, addr); err != nil {
+	// Without working debug registers the jmp displaces one instruction
+	// (displaceOne): nothing after it to watch.
+	if e.hwbp {
+		for k, addr := range s.interior {
+			if err := proc.SetDebugReg(e.stub.tid, k+1, addr); err != nil {
+				return nil, err
+			}
+		}
+		if err := proc.SetDebugReg(e.stub.tid, 7, e.dr7For(e.stub.tid)|s.dr7()); err != nil {
 			return nil, err
 		}
-	}
-	if err := proc.SetDebugReg(e.stub.tid, 7, e.dr7For(e.stub.tid)|s.dr7()); err != nil {
-		return nil, err
 	}
 	jmp := append([]byte{0xe9}, u32le(uint32(int32(there)))...)
 	if pun.to != 0 {

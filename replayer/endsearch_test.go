@@ -53,15 +53,40 @@ func TestEndSearchInProcessJumpInside(t *testing.T) {
 		}
 		// add, add, bt, jb, add, jmp: the first one's 5 bytes cover the
 		// loop's entry, where a punned jmp takes over.
-		want := [2]int{1, 1}
+		want := [3]int{6, 1, 1}
 		if !pun {
-			want = [2]int{1, 0}
+			want = [3]int{6, 1, 0}
 		}
-		if inProcess != 6 || redirected != want[0] || punned != want[1] {
-			t.Errorf("punned jmps %v: %d of 6 ends searched in the process, %d with a jump moved, %d punned; want 6, %d and %d", pun, inProcess, redirected, punned, want[0], want[1])
+		if !debugRegisters(t) {
+			// Only the bt (5 bytes) takes a plain jmp; the five
+			// shorter ones need a punned one each.
+			want = [3]int{6, 0, 5}
+			if !pun {
+				want = [3]int{1, 0, 0}
+			}
+		}
+		if inProcess != want[0] || redirected != want[1] || punned != want[2] {
+			t.Errorf("punned jmps %v: %d of 6 ends searched in the process, %d with a jump moved, %d punned; want %d, %d and %d", pun, inProcess, redirected, punned, want[0], want[1], want[2])
 		}
 	}
 	punJumps = true
+}
+
+// debugRegisters reports whether the debug registers work here
+// (HardwareBreakpoints). Where they do not (a PVM guest on AMD EPYC), the
+// search's jmp displaces one instruction: one of 5 bytes or more, or a
+// shorter one under a punned jmp; no debug register watches the
+// instructions after it, so no jump into them is moved and no call
+// retargeted, and an end the jmp cannot be placed at alone is searched
+// with a stop at every pass. Each test says what it expects then, and
+// every end must still be the one a replay that stops at every pass
+// reaches.
+func debugRegisters(t *testing.T) bool {
+	ok, why := HardwareBreakpoints()
+	if !ok {
+		t.Logf("the debug registers do not work here (%s): the search displaces one instruction", why)
+	}
+	return ok
 }
 
 // sameEndStopping replays rec again with a stop at every pass of the end
@@ -105,8 +130,12 @@ func replayRequestAt(t *testing.T, name string, steps int) (*recording, *Result)
 func TestEndSearchInProcessMemoryWord(t *testing.T) {
 	needRoot(t)
 	inProcess, words := searchEnds(t, "loopcall", 4001, 4007)
-	if inProcess != 6 || words < 5 {
-		t.Errorf("%d of 6 ends searched in the process, %d with a memory word compared there; want 6 and at least 5", inProcess, words)
+	want := 6
+	if !debugRegisters(t) {
+		want = 5 // the loop's 2-byte jmp back: no punned jmp lands where its bytes say
+	}
+	if inProcess != want || words < want-1 {
+		t.Errorf("%d of 6 ends searched in the process, %d with a memory word compared there; want %d and at least %d", inProcess, words, want, want-1)
 	}
 }
 
@@ -142,9 +171,10 @@ func TestEndSearchInProcessIndirectCall(t *testing.T) {
 // both ways.
 func TestEndSearchInProcessNearFunctionStart(t *testing.T) {
 	needRoot(t)
+	drs := debugRegisters(t)
 	for _, pun := range []bool{false, true} {
 		punJumps = pun
-		retargeted, afterRet := 0, 0
+		retargeted, afterRet, notInProcess := 0, 0, 0
 		for steps := 4001; steps < 4010; steps++ {
 			rec, res := replayRequestAt(t, "loopret", steps)
 			if res.endRetargeted > 0 {
@@ -154,18 +184,31 @@ func TestEndSearchInProcessNearFunctionStart(t *testing.T) {
 				afterRet++
 			}
 			if res.EndPasses == 0 {
-				t.Errorf("%d steps: end at %#x not searched in the process", steps, res.Rip)
+				notInProcess++
+				if drs {
+					t.Errorf("%d steps: end at %#x not searched in the process", steps, res.Rip)
+				}
 			}
 			sameEndStopping(t, steps, rec, res)
 			t.Logf("punned jmps %v, %d steps: end at %#x, %d passes in the process, %d jumps moved, %d calls retargeted, after the ret %v, punned %v", pun, steps, res.Rip, res.EndPasses, res.endRedirects, res.endRetargeted, res.endAfterRet, res.endPunned)
 		}
 		// Two rets (bump's and zero's), one xor before a function start.
-		want := 1
+		want := [3]int{1, 2, 0}
 		if pun {
-			want = 0
+			want = [3]int{0, 2, 0}
 		}
-		if retargeted != want || afterRet != 2 {
-			t.Errorf("punned jmps %v: %d of 9 ends had a call made to go to the copy, %d were searched after their ret; want %d and 2", pun, retargeted, afterRet, want)
+		if !drs {
+			// No call retargeted (a debug register's trap moves the
+			// first), and one of the two rets searched after it
+			// returns. Without punned jmps, four ends have no jmp of
+			// their own.
+			want = [3]int{0, 1, 1}
+			if !pun {
+				want = [3]int{0, 1, 4}
+			}
+		}
+		if retargeted != want[0] || afterRet != want[1] || notInProcess != want[2] {
+			t.Errorf("punned jmps %v: %d of 9 ends had a call made to go to the copy, %d were searched after their ret, %d not in the process; want %d, %d and %d", pun, retargeted, afterRet, notInProcess, want[0], want[1], want[2])
 		}
 	}
 	punJumps = true
@@ -205,8 +248,12 @@ func TestEndSearchInProcessEndbr(t *testing.T) {
 		punJumps = pun
 		// 4012 steps end at the endbr64, 4013 at the xor after it, 4014
 		// at the cmp.
-		if inProcess, words := searchEnds(t, "loopendbr", 4012, 4015); inProcess != 3 || words != 3 {
-			t.Errorf("punned jmps %v: %d of 3 ends searched in the process, %d with a memory word compared there; want 3 and 3", pun, inProcess, words)
+		want := 3
+		if !pun && !debugRegisters(t) {
+			want = 0 // three instructions shorter than a jmp
+		}
+		if inProcess, words := searchEnds(t, "loopendbr", 4012, 4015); inProcess != want || words != want {
+			t.Errorf("punned jmps %v: %d of 3 ends searched in the process, %d with a memory word compared there; want %d and %d", pun, inProcess, words, want, want)
 		}
 	}
 	punJumps = true
