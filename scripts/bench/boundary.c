@@ -9,12 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
+#include "now.h"
 
 static int cmp(const void *a, const void *b)
 {

@@ -15,12 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
+#include "now.h"
 
 volatile unsigned long sink;
 

@@ -37,7 +37,7 @@ struct page_region { uint64_t start, end, categories; };
 #define FEATURE_WP_UNPOPULATED (1 << 13)
 #define FEATURE_WP_ASYNC (1 << 15)
 
-static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
+#include "now.h"
 
 static void touch(char *p, size_t n) {
 	for (size_t i = 0; i < n; i++)

@@ -12,12 +12,7 @@
 #define MADV_POPULATE_WRITE 23
 #endif
 
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
+#include "now.h"
 
 int main(void)
 {

@@ -24,12 +24,7 @@
 #define PTRACE_SYSEMU 31
 #endif
 
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
+#include "now.h"
 
 int main(int argc, char **argv)
 {

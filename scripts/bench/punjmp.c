@@ -11,11 +11,7 @@
 uint64_t loop_plain(long n), loop_punned(long n);
 extern char head_punned[], compare_punned[];
 
-static double now(void) {
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec * 1e-9;
-}
+#include "now.h"
 
 int main(void) {
 	int32_t rel;

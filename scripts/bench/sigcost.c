@@ -13,12 +13,7 @@
 static volatile unsigned long caught;
 static void on_usr1(int sig) { (void)sig; caught++; }
 
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
+#include "now.h"
 
 int main(int argc, char **argv)
 {

@@ -23,12 +23,7 @@ static void answer(int sig, siginfo_t *si, void *ctx)
 	((ucontext_t *)ctx)->uc_mcontext.gregs[REG_RAX] = 42;
 }
 
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
+#include "now.h"
 
 int main(void)
 {
