@@ -15,8 +15,9 @@ import (
 
 func rdfsbase() uint64
 
-// hwcap2FSGSBase is bit 1 of AT_HWCAP2: the kernel has let user code use
-// the FSGSBASE instructions.
+// hwcap2FSGSBase is bit 1 of the auxiliary vector's AT_HWCAP2 (entry 26):
+// the kernel has let user code use the FSGSBASE instructions. archGetFS is
+// arch_prctl's ARCH_GET_FS.
 const (
 	hwcap2FSGSBase = 2
 	atHWCAP2       = 26
