@@ -1168,9 +1168,6 @@ func (e *engine) stopInProcess() error {
 	for _, d := range t.endDiffs {
 		e.watchWord(s, d, fmt.Sprintf("thread %d's stop search", t.rec.Tid))
 	}
-	if !e.hwbp {
-		return nil // one instruction displaced: no debug register to set
-	}
 	return e.setDR7(t)
 }
 
