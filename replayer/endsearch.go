@@ -377,7 +377,7 @@ func (e *engine) patchInProcess(goal format.Regs, now uint64, d displacing) (*en
 	var pun punned
 	mayPun := false
 	if l := insts[0].Len; l < 5 && punJumps {
-		pun = punTarget(rip, code[:5], l, c.used)
+		pun = punTarget(rip, code[:5], l, e.punBusy())
 		if mayPun = pun.to != 0; d == displaceOne && mayPun {
 			insts, n = insts[:1], l
 		} else {
@@ -496,18 +496,23 @@ func (e *engine) patchInProcess(goal format.Regs, now uint64, d displacing) (*en
 		// A page there, with a jmp to the code; then the jmp's own bytes,
 		// its rel32's last ones being the code's already.
 		page := pageDown(pun.to)
-		if _, err := e.stub.injectOK(fmt.Sprintf("end search: map %#x", page), unix.SYS_MMAP, page, pageSize,
-			unix.PROT_READ|unix.PROT_EXEC, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED_NOREPLACE, ^uint64(0), 0); err != nil {
-			return nil, err
+		if !c.landings[page] {
+			if _, err := e.stub.injectOK(fmt.Sprintf("end search: map %#x", page), unix.SYS_MMAP, page, pageSize,
+				unix.PROT_READ|unix.PROT_EXEC, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED_NOREPLACE, ^uint64(0), 0); err != nil {
+				return nil, err
+			}
+			if c.landings == nil {
+				c.landings = map[uint64]bool{}
+			}
+			c.landings[page] = true
 		}
-		c.used = append(c.used, [2]uint64{page, page + pageSize})
 		abs := append([]byte{0xff, 0x25, 0, 0, 0, 0}, u64le(base)...) // jmp [rip+0]
 		if err := e.mem.WriteAt(abs, pun.to); err != nil {
 			return nil, fmt.Errorf("end search: write %#x: %w", pun.to, err)
 		}
 		jmp = append([]byte{0xe9}, u32le(pun.rel)...)[:n]
 		s.punned = pun.to
-		e.logf("the end search's jmp at %#x lands at %#x: its last %d bytes are the code's own", rip, pun.to, 5-n)
+		e.logf("the jmp of the search in the process at %#x lands at %#x: its last %d bytes are the code's own", rip, pun.to, 5-n)
 	}
 	s.orig, s.patched = slices.Clone(code[:len(jmp)]), jmp
 	s.code = [2]uint64{base, a.Here()}
@@ -626,6 +631,19 @@ func (s *endInProcess) redirect(tid, k int, regs proc.Regs) error {
 	return proc.SetRegs(tid, regs)
 }
 
+// punBusy returns the ranges a punned jmp may not land in: those the
+// window uses, and the landing pages of the searches that run (a page an
+// earlier search mapped and left is free to land on again).
+func (e *engine) punBusy() [][2]uint64 {
+	busy := slices.Clone(e.inproc.used)
+	for _, s := range []*endInProcess{e.bp.inproc, e.stopSearch} {
+		if s != nil && s.punned != 0 {
+			busy = append(busy, [2]uint64{pageDown(s.punned), pageDown(s.punned) + pageSize})
+		}
+	}
+	return busy
+}
+
 // punJumps lets the end search use punned jmps (tests turn them off to
 // test the other way).
 var punJumps = true
@@ -643,7 +661,7 @@ type punned struct {
 // 5-l high bytes are those the code has after it, left as they are, so
 // that a jump there still finds its instructions, and nothing else is
 // displaced. That leaves 256^(l-1) places the jmp can land at, in a range
-// of up to 16 MiB; one whose page no range of used takes (inProcess.used)
+// of up to 16 MiB; one whose page no range of used takes (engine.punBusy)
 // and with room for an absolute jmp (14 bytes) is taken. The idea is
 // E9Patch's instruction punning (Duck et al., PLDI 2020).
 func punTarget(rip uint64, code []byte, l int, used [][2]uint64) punned {

@@ -162,10 +162,15 @@ func (s ipSite) patchAt(sys uint64) uint64 {
 type inProcess struct {
 	buf   []byte   // the memfd, mapped here: the data, then each view's code
 	views []uint64 // where each view is in the process
-	// used: the ranges the window's maps and calls use, the stub, the
-	// views, and the pages of punned jmps (endsearch.go, punTarget).
-	used  [][2]uint64
-	sites map[uint64]ipSite // by address of the `syscall`
+	// used: the ranges the window's maps and calls use, the stub, and
+	// the views.
+	used [][2]uint64
+	// landings: the pages mapped for punned jmps to land on (endsearch.go,
+	// punTarget), which a later search may land on again once the one
+	// that mapped it is gone: a punned jmp at a given address has a
+	// single page within its reach where its rel32's fixed bytes put it.
+	landings map[uint64]bool
+	sites    map[uint64]ipSite // by address of the `syscall`
 	// The records in the data: those of owner from log position base on,
 	// armed of them, of which taken were done and accounted for. A stop
 	// that comes before they are all done leaves the rest for the next

@@ -2,6 +2,7 @@ package replayer
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -335,7 +336,9 @@ func (e *engine) makeThreads() error {
 			}
 		}
 	}
-	e.switchTo(e.startQ[0])
+	if err := e.switchTo(e.startQ[0]); err != nil {
+		return err
+	}
 	e.startQ = e.startQ[1:]
 	return nil
 }
@@ -428,7 +431,9 @@ func (e *engine) startAtEntry(rec *format.Syscall) error {
 		return err
 	}
 	a.state = threadHeld
-	e.switchTo(t)
+	if err := e.switchTo(t); err != nil {
+		return err
+	}
 	e.startQ = slices.DeleteFunc(e.startQ, func(x *rthread) bool { return x == t })
 	return nil
 }
@@ -650,7 +655,10 @@ func setThreadState(tid int, t format.Thread, from *proc.XSaveLayout) error {
 }
 
 // switchTo makes t the thread the engine runs.
-func (e *engine) switchTo(t *rthread) {
+func (e *engine) switchTo(t *rthread) error {
+	if err := e.softStops(e.cur, t); err != nil {
+		return err
+	}
 	if e.cur.state == threadRunning {
 		e.cur.state = threadParked
 	}
@@ -666,6 +674,40 @@ func (e *engine) switchTo(t *rthread) {
 	e.cur = t
 	t.state, t.atStop = threadRunning, false
 	e.stub.tid = t.tid
+	return nil
+}
+
+// softStops moves the int3 of a thread's stop, where the debug registers
+// do not work, from the thread that ran (from) to the one that runs now
+// (to): only the thread that runs needs its stop (replay runs one thread at
+// a time), and xz's two workers, stopped in the same compression loop, each
+// passed the other's int3 a hundred thousand times, every pass a ptrace
+// stop. A stop whose passes the process compares has its jmp there
+// instead (softStopInProcess).
+func (e *engine) softStops(from, to *rthread) error {
+	if e.hwbp || from == to {
+		return nil
+	}
+	if from != nil && from.stop != nil && e.stopThread != from {
+		if err := e.int3s.set(e.mem, from.stop.Rip, ownerStop, false); err != nil {
+			return err
+		}
+	}
+	if to.stop == nil || e.stopThread == to || e.underSearchJmp(to.stop.Rip) {
+		return nil
+	}
+	return e.int3s.set(e.mem, to.stop.Rip, ownerStop, true)
+}
+
+// underSearchJmp reports whether the jmp of a search in the process lies
+// over addr: an int3 there would take the jmp's byte for the program's.
+func (e *engine) underSearchJmp(addr uint64) bool {
+	for _, s := range []*endInProcess{e.bp.inproc, e.stopSearch} {
+		if s != nil && s.under(addr) {
+			return true
+		}
+	}
+	return false
 }
 
 // yieldAt is called at a syscall entry of the current thread, before it is
@@ -690,7 +732,9 @@ func (e *engine) yieldAt(nr int) (bool, *Result, error) {
 		t := e.startQ[0]
 		e.startQ = e.startQ[1:]
 		if t != e.cur {
-			e.switchTo(t)
+			if err := e.switchTo(t); err != nil {
+				return true, nil, err
+			}
 			return true, nil, e.startSignals(t)
 		}
 	}
@@ -711,7 +755,9 @@ func (e *engine) yieldAt(nr int) (bool, *Result, error) {
 // call or never run, meets the end of the log.
 func (e *engine) resumeThread(t *rthread) (*Result, error) {
 	was := t.state
-	e.switchTo(t)
+	if err := e.switchTo(t); err != nil {
+		return nil, err
+	}
 	regs, err := proc.GetRegs(t.tid)
 	if err != nil {
 		return nil, err
@@ -999,8 +1045,10 @@ func (e *engine) severalThreads() bool { return len(e.threads)+len(e.born)+e.end
 // registers are per thread), on the instruction it stood at; at every pass
 // its registers are compared with the recorded ones, and when they match it
 // waits there, held, as it did in the recording. Where the debug registers
-// do not work the breakpoint is an int3 in the shared code, which other
-// threads, and this one with other registers, step over (atSoftStop).
+// do not work the breakpoint is an int3 in the shared code, there while
+// the thread runs (softStops), which this thread with other registers, or
+// another that shares the address, steps over (atSoftStop), until the
+// process compares the passes itself (softStopInProcess).
 
 // dr7StopDR3 enables DR3 as an execution breakpoint (L3; RW3 and LEN3 0).
 const dr7StopDR3 = 1 << 6
@@ -1037,6 +1085,9 @@ func (e *engine) armStop(t *rthread) error {
 		return nil
 	}
 	t.stop = &r
+	if t != e.cur || e.underSearchJmp(r.Rip) {
+		return nil // set when t runs (softStops)
+	}
 	return e.int3s.set(e.mem, r.Rip, ownerStop, true)
 }
 
@@ -1146,7 +1197,7 @@ func (e *engine) atStop(ev event) (event, error) {
 // could move a jump into the others.
 func (e *engine) stopInProcess() error {
 	t := e.cur
-	if e.stopSearch != nil || e.bp.inproc != nil || e.dbg != nil || t.stop == nil || t.stopWhy != "" {
+	if !e.maySearchStop(t) {
 		return nil
 	}
 	// Not at a rep string instruction: the recording may have stopped it
@@ -1168,7 +1219,42 @@ func (e *engine) stopInProcess() error {
 	for _, d := range t.endDiffs {
 		e.watchWord(s, d, fmt.Sprintf("thread %d's stop search", t.rec.Tid))
 	}
+	if !e.hwbp {
+		return nil // the stop was an int3, which softStopInProcess took out
+	}
 	return e.setDR7(t)
+}
+
+// maySearchStop reports whether thread t's passes over its stop may be
+// compared in the process from now on (stopInProcess): one such search at a
+// time, not with the end search's, not under a debugger, and tried once.
+func (e *engine) maySearchStop(t *rthread) bool {
+	return e.stopSearch == nil && e.bp.inproc == nil && e.dbg == nil && t.stop != nil && t.stopWhy == ""
+}
+
+// softStopInProcess is stopInProcess where the debug registers do not work
+// and thread t's stop is an int3, at which t stands with other registers
+// than the recorded ones: the int3 makes room for the search's jmp, and
+// comes back when no jmp can be placed there. Not while another thread's
+// stop shares the int3. It reports whether the search runs.
+func (e *engine) softStopInProcess(t *rthread) (bool, error) {
+	at := t.stop.Rip
+	if !e.maySearchStop(t) {
+		return false, nil
+	}
+	for _, o := range e.threads {
+		if o != t && o.stop != nil && o.stop.Rip == at {
+			return false, nil
+		}
+	}
+	if err := e.int3s.set(e.mem, at, ownerStop, false); err != nil {
+		return false, err
+	}
+	err := e.stopInProcess()
+	if e.stopThread == t {
+		return true, err
+	}
+	return false, errors.Join(err, e.int3s.set(e.mem, at, ownerStop, true))
 }
 
 // stopJumpInside handles the stop search's thread at interior[k] of the
@@ -1185,6 +1271,7 @@ func (e *engine) stopJumpInside(s *endInProcess, k int, regs proc.Regs) error {
 		return s.redirect(t.tid, k, regs)
 	}
 	t.stopPasses += s.passes()
+	e.stopSearch = nil // one search at a time (patchInProcess): s leaves
 	moved, err := e.punInstead(s, regs.Rip)
 	if err != nil {
 		return err
@@ -1244,6 +1331,13 @@ func (e *engine) atSoftStop(ev event) (event, error) {
 	}
 	if e.atOwnStop(regs) {
 		return e.holdAtStop(ev)
+	}
+	if t := e.cur; t.stop != nil && t.stop.Rip == regs.Rip {
+		// A stop in the program's hot code: its passes are compared
+		// in the process from here on, when they can be.
+		if searching, err := e.softStopInProcess(t); searching || err != nil {
+			return ev, err
+		}
 	}
 	st, err := e.stepOver(e.cur.tid, regs.Rip)
 	if err != nil {
@@ -1306,10 +1400,8 @@ func (e *engine) holdNow(ev event) (event, error) {
 		if err := e.setDR7(t); err != nil {
 			return ev, err
 		}
-	} else if !e.stopAt(at) {
-		if err := e.int3s.set(e.mem, at, ownerStop, false); err != nil {
-			return ev, err
-		}
+	} else if err := e.int3s.set(e.mem, at, ownerStop, false); err != nil {
+		return ev, err // only the current thread's stop is set (softStops)
 	}
 	if e.opts.Verbose {
 		e.logf("thread %d waits at %#x, where the recording ended with it running (pass %d there)", t.rec.Tid, ev.regs.Rip, t.stopPasses)
@@ -1412,16 +1504,6 @@ func (e *engine) passOnFromStop(t *rthread) (bool, error) {
 	}
 	t.atStop = false
 	return true, e.armStop(t)
-}
-
-// stopAt reports whether a thread's stop is at addr.
-func (e *engine) stopAt(addr uint64) bool {
-	for _, t := range e.threads {
-		if t.stop != nil && t.stop.Rip == addr {
-			return true
-		}
-	}
-	return false
 }
 
 // lockFutex reports whether rec, the current thread's next record, which
