@@ -120,14 +120,16 @@ func (t *int3Table) forget(mem *proc.Mem) {
 }
 
 // readMem reads the program's memory as the program has it: without the
-// replayer's int3 bytes.
+// replayer's int3 bytes and the jmps of its searches in the process.
 func (e *engine) readMem(buf []byte, addr uint64) error {
 	if err := e.mem.ReadAt(buf, addr); err != nil {
 		return err
 	}
 	e.int3s.hide(buf, addr)
-	if s := e.bp.inproc; s != nil {
-		s.hide(buf, addr)
+	for _, s := range []*endInProcess{e.bp.inproc, e.stopSearch} {
+		if s != nil {
+			s.hide(buf, addr)
+		}
 	}
 	return nil
 }

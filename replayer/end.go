@@ -948,7 +948,10 @@ func (e *engine) digestsDiffer(digests []format.PageRef, rseqs []format.Rseq, rs
 			return err.Error()
 		}
 		if !lazy {
-			if err := e.mem.ReadAt(page, d.Addr); err != nil {
+			// The program's own bytes where an int3 or a search's jmp
+			// lies: a page of code the last intervals mapped is
+			// compared too (its pages count as written).
+			if err := e.readMem(page, d.Addr); err != nil {
 				return fmt.Sprintf("page %#x unreadable", d.Addr)
 			}
 			data = page
