@@ -289,7 +289,7 @@ func (e *engine) trackAddr(addr uint64, clean bool) error {
 		d.track[addr] = &tracker{clean: clean, search: s, off: s.passes()}
 		return nil
 	}
-	if s := e.bp.inproc; s != nil && underJmp(s.displaced[0], addr) {
+	if s := e.bp.inproc; s != nil && underJmp(s.displaced[0], s.size, addr) {
 		// A breakpoint under the end search's jmp, or on the bytes of the
 		// next instruction a punned one shares: the search stops at
 		// every pass from now on.
@@ -727,7 +727,7 @@ func (e *engine) endInProcessAgain(regs proc.Regs) error {
 	if s == nil {
 		// Failed for good, unless a breakpoint there is the reason: it
 		// may go.
-		e.bp.inprocFailed = !e.int3UnderJmp(e.bp.addr)
+		e.bp.inprocFailed = !e.int3UnderJmp(e.bp.addr, 5)
 		return e.armBreakpoint()
 	}
 	binary.LittleEndian.PutUint64(s.data[idEndPasses:], uint64(hits))

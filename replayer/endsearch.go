@@ -1,6 +1,7 @@
 package replayer
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -117,8 +118,10 @@ type endInProcess struct {
 	// a plain one.
 	punned uint64
 	// orig: the bytes the jmp overwrote, at displaced[0]; patched: the
-	// jmp's.
+	// jmp's; size: the bytes it takes or reads (a padded punned jmp's
+	// rel32 ends in the code after it).
 	orig, patched []byte
+	size          int
 	// code: where the search's code lies (a debugger never sees a thread
 	// stand there: leaveCode).
 	code [2]uint64
@@ -368,17 +371,12 @@ func (e *engine) patchInProcess(goal format.Regs, now uint64, d displacing) (*en
 	if insts == nil {
 		return nil, nil
 	}
-	for sys, site := range c.sites {
-		if at := site.patchAt(sys); rip < sys+2 && at < rip+uint64(n) {
-			return nil, nil
-		}
-	}
 	// A first instruction shorter than the jmp, displaced alone: a punned
 	// jmp, when a page is free where it can land.
 	var pun punned
 	mayPun := false
 	if l := insts[0].Len; l < 5 && punJumps {
-		pun = punTarget(rip, code[:5], l, e.punBusy())
+		pun = punTarget(rip, code, l, e.punBusy())
 		if mayPun = pun.to != 0; d == displaceOne && mayPun {
 			insts, n = insts[:1], l
 		} else {
@@ -388,12 +386,20 @@ func (e *engine) patchInProcess(goal format.Regs, now uint64, d displacing) (*en
 	if d == displaceOne && len(insts) > 1 {
 		return nil, nil
 	}
+	// The bytes the jmp takes or reads: its own, or for a padded punned
+	// one the code's after them that make its rel32.
+	size := max(n, 5+pun.pad)
+	for sys, site := range c.sites {
+		if at := site.patchAt(sys); rip < sys+2 && at < rip+uint64(size) {
+			return nil, nil
+		}
+	}
 	if len(insts) > 4 || now > rip && now < rip+uint64(n) {
 		// DR1-DR3 watch the instructions after the first; the thread must
 		// not stand among them.
 		return nil, nil
 	}
-	if e.int3UnderJmp(rip) {
+	if e.int3UnderJmp(rip, size) {
 		return nil, nil // a debugger's breakpoint, or a thread's stop
 	}
 	view, ok := c.viewNear(rip)
@@ -508,11 +514,11 @@ func (e *engine) patchInProcess(goal format.Regs, now uint64, d displacing) (*en
 		if err := e.mem.WriteAt(abs, pun.to); err != nil {
 			return nil, fmt.Errorf("end search: write %#x: %w", pun.to, err)
 		}
-		jmp = append([]byte{0xe9}, u32le(pun.rel)...)[:n]
+		jmp = pun.bytes(n)
 		s.punned = pun.to
-		e.logf("the jmp of the search in the process at %#x lands at %#x: its last %d bytes are the code's own", rip, pun.to, 5-n)
+		e.logf("the jmp of the search in the process at %#x lands at %#x: its last %d bytes are the code's own (%d prefixes)", rip, pun.to, 5+pun.pad-n, pun.pad)
 	}
-	s.orig, s.patched = slices.Clone(code[:len(jmp)]), jmp
+	s.orig, s.patched, s.size = slices.Clone(code[:len(jmp)]), jmp, size
 	s.code = [2]uint64{base, a.Here()}
 	if err := e.mem.WriteAt(jmp, rip); err != nil {
 		return nil, fmt.Errorf("end search: patch %#x: %w", rip, err)
@@ -606,15 +612,18 @@ func (e *engine) searchByBreakpoint(passes int) error {
 	return e.armBreakpoint()
 }
 
-// underJmp reports whether addr lies under the 5 bytes of a search's jmp
-// at rip (a punned one's last bytes are the next instruction's).
-func underJmp(rip, addr uint64) bool { return addr >= rip && addr < rip+5 }
+// underJmp reports whether addr lies under the size bytes of a search's
+// jmp at rip (5, more for a padded punned jmp; a punned one's last bytes
+// are the next instruction's).
+func underJmp(rip uint64, size int, addr uint64) bool {
+	return addr >= rip && addr < rip+uint64(size)
+}
 
-// int3UnderJmp reports whether an int3 of the table lies under the 5
+// int3UnderJmp reports whether an int3 of the table lies under the size
 // bytes of a jmp at rip.
-func (e *engine) int3UnderJmp(rip uint64) bool {
+func (e *engine) int3UnderJmp(rip uint64, size int) bool {
 	for a := range e.int3s.at {
-		if underJmp(rip, a) {
+		if underJmp(rip, size, a) {
 			return true
 		}
 	}
@@ -647,40 +656,62 @@ func (e *engine) punBusy() [][2]uint64 {
 var punJumps = true
 
 // punned is where a jmp at the end rip lands whose first bytes are its
-// own and whose last ones are the code's (to, 0 when none), and its rel32.
+// own and whose last ones are the code's (to, 0 when none), its rel32, and
+// the prefixes before its 0xe9 (pad).
 type punned struct {
 	to  uint64
 	rel uint32
+	pad int
+}
+
+// bytes returns the first l bytes of the punned jmp: its prefixes, 0xe9,
+// and the low bytes of its rel32.
+func (p punned) bytes(l int) []byte {
+	// Redundant prefixes, which a near jmp ignores in 64-bit mode: ES
+	// overrides, then REX.W (never 0x66, which AMD's processors honour
+	// there, cutting rip to 16 bits).
+	b := append(bytes.Repeat([]byte{0x26}, max(p.pad-1, 0)), []byte{0x48}[:min(p.pad, 1)]...)
+	return append(append(b, 0xe9), u32le(p.rel)...)[:l]
 }
 
 // punTarget finds a punned jmp for the end search at rip, whose first
-// instruction is l bytes long (code holds the 5 bytes there). The jmp
-// writes 0xe9 and the l-1 low bytes of its rel32 over that instruction; the
-// 5-l high bytes are those the code has after it, left as they are, so
-// that a jump there still finds its instructions, and nothing else is
-// displaced. That leaves 256^(l-1) places the jmp can land at, in a range
-// of up to 16 MiB; one whose page no range of used takes (engine.punBusy)
-// and with room for an absolute jmp (14 bytes) is taken. The idea is
-// E9Patch's instruction punning (Duck et al., PLDI 2020).
+// instruction is l bytes long (code holds the bytes there). The jmp writes
+// 0xe9 and the l-1 low bytes of its rel32 over that instruction; the 5-l
+// high bytes are those the code has after it, left as they are, so that a
+// jump there still finds its instructions, and nothing else is displaced.
+// That leaves 256^(l-1) places the jmp can land at, in a range of up to 16
+// MiB; one whose page no range of used takes (engine.punBusy) and with room
+// for an absolute jmp (14 bytes) is taken. When the code's bytes put that
+// range out of the address space (a high byte of 0x80 or more: below
+// zero), prefixes before the 0xe9 shift the rel32 onto later bytes of the
+// code, each at the cost of one free byte (python3.11's `test rcx, rcx`
+// before a `je`: 0x840f as the high bytes without a prefix, 0x53840f with
+// one). The ideas are E9Patch's instruction punning and padded jumps (Duck
+// et al., PLDI 2020).
 func punTarget(rip uint64, code []byte, l int, used [][2]uint64) punned {
-	free := uint(8 * (l - 1))
-	var high uint32
-	for i := 4; i >= l; i-- {
-		high = high<<8 | uint32(code[i])
-	}
-	high <<= free
-	span := uint64(1) << free
-	at := func(low uint64) uint64 { return rip + 5 + uint64(int64(int32(high|uint32(low)))) }
-	lo, hi := at(0), at(span-1)
-	for page := pageDown(lo); page <= hi; page += pageSize {
-		to := max(page, lo)
-		if to+14 > page+pageSize || to > hi || page < 1<<16 || page+pageSize > 0x7fff_ffff_f000 {
-			continue
+	for pad := 0; pad < l && pad+5 <= len(code); pad++ {
+		free := uint(8 * (l - 1 - pad))
+		var high uint32
+		for i := pad + 4; i >= l; i-- {
+			high = high<<8 | uint32(code[i])
 		}
-		if slices.ContainsFunc(used, func(u [2]uint64) bool { return page < u[1] && page+pageSize > u[0] }) {
-			continue
+		high <<= free
+		span := uint64(1) << free
+		at := func(low uint64) uint64 { return rip + uint64(pad) + 5 + uint64(int64(int32(high|uint32(low)))) }
+		lo, hi := at(0), at(span-1)
+		if hi < lo {
+			continue // the range wraps around zero
 		}
-		return punned{to: to, rel: high | uint32(to-lo)}
+		for page := pageDown(lo); page <= hi; page += pageSize {
+			to := max(page, lo)
+			if to+14 > page+pageSize || to > hi || page < 1<<16 || page+pageSize > 0x7fff_ffff_f000 {
+				continue
+			}
+			if slices.ContainsFunc(used, func(u [2]uint64) bool { return page < u[1] && page+pageSize > u[0] }) {
+				continue
+			}
+			return punned{to: to, rel: high | uint32(to-lo), pad: pad}
+		}
 	}
 	return punned{}
 }
