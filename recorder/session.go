@@ -1903,12 +1903,15 @@ func (s *session) start() error {
 // runOutTries bounds the rounds of proc.RunOut that take a thread out of
 // the vDSO or the clock log's code. A clock read lasts well under a
 // microsecond and a round at least 20 us, so the first round takes a
-// thread out unless the program does little else than read the clock;
-// one that does is then stepped out, at most vdsoStepMax instructions (a
-// clock read is a few hundred at most, a retry loop against a concurrent
-// clock update a few more).
+// thread out unless the program does little else than read the clock; one
+// that does is found inside at nine rounds in ten (testdata/slowalarm.c:
+// up to 93 rounds, 20 ms), and only after all of them stepped out, at most
+// vdsoStepMax instructions (a clock read is a few hundred at most, a retry
+// loop against a concurrent clock update a few more). With 30 rounds, a
+// fifth of slowalarm's run-outs ended in steps, and a tprec killed during
+// one killed the program with the step's SIGTRAP (1 kill in 10).
 const (
-	runOutTries = 30
+	runOutTries = 300
 	vdsoStepMax = 20000
 )
 
