@@ -233,7 +233,14 @@ func TestShadowTakesTheOOMKill(t *testing.T) {
 		rec := startTprec(t, "--pid", strconv.Itoa(pid), "--backend", backend, "-o", t.TempDir())
 		rec.waitRecording(t)
 		before := count()
-		time.Sleep(3 * time.Second)
+		start := time.Now()
+		// Where fresh pages are dear, boundaries of this target take
+		// 0.3-0.7 s and tprec makes intervals four times as long (a CI
+		// run on a PVM host had one boundary in 3 s, and no second shadow
+		// to refuse): the recording lasts until tprec refuses one, up to
+		// 30 s, and at least 3 s.
+		rec.saidWithin("no shadow: its memory cgroup has", 30*time.Second)
+		time.Sleep(3*time.Second - time.Since(start))
 		select {
 		case err := <-done:
 			t.Fatalf("the target died while recorded: %v; tprec:\n%s", err, rec.quit())
@@ -339,6 +346,9 @@ func TestShadowWaitsForMemoryRoom(t *testing.T) {
 			case <-time.After(50 * time.Millisecond):
 			}
 		}
+		// Boundaries that take long (fresh pages at 12 us on a PVM
+		// host: intervals of 1-3 s) may not have come to the growth yet.
+		rec.saidWithin("no shadow: its memory cgroup has", 20*time.Second)
 		log := interruptRecording(t, rec)
 		if !strings.Contains(log, "no shadow: its memory cgroup has") {
 			t.Errorf("want tprec to stop making shadows once they would not fit:\n%s", log)

@@ -218,6 +218,17 @@ func (r *recording) waitSaid(t *testing.T, what string, limit time.Duration, loo
 	}
 }
 
+// saidWithin waits up to limit for tprec to write what on its stderr and
+// reports whether it did.
+func (r *recording) saidWithin(what string, limit time.Duration) bool {
+	for deadline := time.Now().Add(limit); !strings.Contains(r.stderr.String(), what); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
+}
+
 // checkpoints lists the checkpoint files in dir.
 func checkpoints(t *testing.T, dir string) []string {
 	t.Helper()
