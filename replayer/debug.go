@@ -126,10 +126,8 @@ func (e *engine) readMem(buf []byte, addr uint64) error {
 		return err
 	}
 	e.int3s.hide(buf, addr)
-	for _, s := range []*endInProcess{e.bp.inproc, e.stopSearch} {
-		if s != nil {
-			s.hide(buf, addr)
-		}
+	for _, s := range e.searches() {
+		s.hide(buf, addr)
 	}
 	return nil
 }

@@ -638,13 +638,25 @@ func (s *endInProcess) redirect(tid, k int, regs proc.Regs) error {
 	return proc.SetRegs(tid, regs)
 }
 
+// searches returns the searches in the process whose jmp is in the code:
+// the end search's and a thread's stop search.
+func (e *engine) searches() []*endInProcess {
+	var live []*endInProcess
+	for _, s := range []*endInProcess{e.bp.inproc, e.stopSearch} {
+		if s != nil {
+			live = append(live, s)
+		}
+	}
+	return live
+}
+
 // punBusy returns the ranges a punned jmp may not land in: those the
 // window uses, and the landing pages of the searches that run (a page an
 // earlier search mapped and left is free to land on again).
 func (e *engine) punBusy() [][2]uint64 {
 	busy := slices.Clone(e.inproc.used)
-	for _, s := range []*endInProcess{e.bp.inproc, e.stopSearch} {
-		if s != nil && s.punned != 0 {
+	for _, s := range e.searches() {
+		if s.punned != 0 {
 			busy = append(busy, [2]uint64{pageDown(s.punned), pageDown(s.punned) + pageSize})
 		}
 	}

@@ -167,8 +167,8 @@ type inProcess struct {
 	used [][2]uint64
 	// landings: the pages mapped for punned jmps to land on (endsearch.go,
 	// punTarget), which a later search may land on again once the one
-	// that mapped it is gone: a punned jmp at a given address has a
-	// single page within its reach where its rel32's fixed bytes put it.
+	// that mapped it is gone: a punned jmp over a 2-byte instruction has a
+	// single page within its reach, where its rel32's fixed bytes put it.
 	landings map[uint64]bool
 	sites    map[uint64]ipSite // by address of the `syscall`
 	// The records in the data: those of owner from log position base on,

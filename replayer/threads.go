@@ -702,12 +702,7 @@ func (e *engine) softStops(from, to *rthread) error {
 // underSearchJmp reports whether the jmp of a search in the process lies
 // over addr: an int3 there would take the jmp's byte for the program's.
 func (e *engine) underSearchJmp(addr uint64) bool {
-	for _, s := range []*endInProcess{e.bp.inproc, e.stopSearch} {
-		if s != nil && s.under(addr) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(e.searches(), func(s *endInProcess) bool { return s.under(addr) })
 }
 
 // yieldAt is called at a syscall entry of the current thread, before it is

@@ -208,22 +208,21 @@ func (r *recording) waitRecording(t *testing.T) {
 // Meanwhile it calls each look, every few milliseconds.
 func (r *recording) waitSaid(t *testing.T, what string, limit time.Duration, look ...func()) {
 	t.Helper()
-	for deadline := time.Now().Add(limit); !strings.Contains(r.stderr.String(), what); time.Sleep(2 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("tprec did not say %q within %v:\n%s", what, limit, r.quit())
-		}
-		for _, f := range look {
-			f()
-		}
+	if !r.saidWithin(what, limit, look...) {
+		t.Fatalf("tprec did not say %q within %v:\n%s", what, limit, r.quit())
 	}
 }
 
 // saidWithin waits up to limit for tprec to write what on its stderr and
-// reports whether it did.
-func (r *recording) saidWithin(what string, limit time.Duration) bool {
-	for deadline := time.Now().Add(limit); !strings.Contains(r.stderr.String(), what); time.Sleep(20 * time.Millisecond) {
+// reports whether it did. Meanwhile it calls each look, every few
+// milliseconds.
+func (r *recording) saidWithin(what string, limit time.Duration, look ...func()) bool {
+	for deadline := time.Now().Add(limit); !strings.Contains(r.stderr.String(), what); time.Sleep(2 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			return false
+		}
+		for _, f := range look {
+			f()
 		}
 	}
 	return true
