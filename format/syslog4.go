@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"iter"
 	"slices"
+
+	"github.com/tprec/tprec/internal/prefault"
 )
 
 // The syscall log of version 4 keeps the record model of versions 2 and 3
@@ -471,6 +473,7 @@ func decodeSyscalls(d *dec, major uint16) []Syscall {
 		return nil
 	}
 	out := make([]Syscall, n)
+	prefault.Slice(out) // 136 bytes a record, fresh memory: one call
 	m := newLogModel(major, true)
 	// The streams every record may use, looked up once; those of a number
 	// once per number.

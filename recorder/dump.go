@@ -17,6 +17,7 @@ import (
 
 	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/internal/parallel"
+	"github.com/tprec/tprec/internal/prefault"
 	"github.com/tprec/tprec/proc"
 	"github.com/tprec/tprec/syscalls"
 	"golang.org/x/sys/unix"
@@ -287,6 +288,7 @@ func (s *session) collect(end format.EndState, reason string, t0 time.Time, clk 
 	// of the list (a quarter second for half a million calls on one CPU).
 	assemble := func() error {
 		c.Syscalls = make([]format.Syscall, n)
+		prefault.Slice(c.Syscalls)
 		parts := make([][]format.Syscall, len(views))
 		at := 0
 		for i := range views {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/internal/parallel"
+	"github.com/tprec/tprec/internal/prefault"
 	"github.com/tprec/tprec/proc"
 )
 
@@ -100,6 +101,7 @@ func (l *liveSource) freeze(refs []format.PageRef) bool {
 		return false
 	}
 	buf := make([]byte, len(addrs)*format.PageSize)
+	prefault.Slice(buf) // the process is held meanwhile
 	if err := proc.ReadPages(l.pid, addrs, buf); err != nil {
 		return false
 	}

@@ -272,7 +272,13 @@ func checkMapped(pid int, regs []region) error {
 // none zero) into the process, in runs of adjacent pages.
 func (e *engine) writePages(addrs []uint64, state map[uint64]format.Hash) error {
 	const maxRun = 64
-	buf := make([]byte, 0, maxRun*pageSize)
+	if len(addrs) == 0 {
+		return nil
+	}
+	// Sized for what it holds: a lazy rebuild calls this for every region,
+	// most with no page to write, and a buffer of maxRun pages each time
+	// came to 56 MB of a redis dump's allocations.
+	buf := make([]byte, 0, min(len(addrs), maxRun)*pageSize)
 	runStart := uint64(0)
 	flush := func() error {
 		if len(buf) == 0 {
