@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tprec/tprec/format"
+	"github.com/tprec/tprec/internal/prefault"
 	"github.com/tprec/tprec/proc"
 
 	"golang.org/x/sys/unix"
@@ -637,6 +638,7 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 				if cap(s.restBuf) < len(rest)*format.PageSize {
 					s.restBuf = nil
 					s.restBuf = make([]byte, (len(rest)+len(rest)/4)*format.PageSize)
+					prefault.Slice(s.restBuf)
 					s.noteKeptBuffers()
 				}
 				buf := s.restBuf[:len(rest)*format.PageSize]

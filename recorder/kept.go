@@ -7,6 +7,7 @@ import (
 
 	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/internal/parallel"
+	"github.com/tprec/tprec/internal/prefault"
 	"github.com/tprec/tprec/proc"
 )
 
@@ -171,6 +172,7 @@ func (s *session) divergedBuf(n int) []byte {
 	if cap(s.divBufs[s.divTurn]) < n*format.PageSize {
 		s.divBufs[s.divTurn] = nil
 		s.divBufs[s.divTurn] = make([]byte, (n+n/4)*format.PageSize)
+		prefault.Slice(s.divBufs[s.divTurn])
 		s.noteKeptBuffers()
 	}
 	return s.divBufs[s.divTurn][:n*format.PageSize]
@@ -187,8 +189,10 @@ func (s *session) growDivergedBuf(n int) {
 	if cap(s.divBufs[next]) < (n+n/8)*format.PageSize {
 		s.divBufs[next] = nil // the old one can go before the new one is touched
 		b := make([]byte, (n+n/4)*format.PageSize)
-		for i := 0; i < len(b); i += format.PageSize {
-			b[i] = 0 // fault it in now
+		if !prefault.Slice(b) { // at half the cost of a fault a page
+			for i := 0; i < len(b); i += format.PageSize {
+				b[i] = 0 // fault it in now
+			}
 		}
 		s.divBufs[next] = b
 		s.noteKeptBuffers()

@@ -12,6 +12,7 @@ import (
 	"github.com/pierrec/lz4/v4"
 	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/internal/pagedelta"
+	"github.com/tprec/tprec/internal/prefault"
 )
 
 // interval is one recording interval while it lives in the ring.
@@ -174,6 +175,7 @@ func (r *ring) originalsBuf(n int) []byte {
 		// A quarter more: the next boundaries write about as many
 		// pages, a few more or less each time.
 		b = make([]byte, size, (n+n/4)*format.PageSize)
+		prefault.Slice(b) // the read into it then takes no fault a page
 	} else {
 		r.spare = nil
 	}

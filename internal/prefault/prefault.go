@@ -21,20 +21,20 @@ import (
 
 const pageSize = 4096
 
-// Slice makes the memory of s resident. It changes no byte of it. Errors are
-// ignored: on a kernel without MADV_POPULATE_WRITE (before 5.14) the memory
-// is faulted in on first touch, as without it.
-func Slice[T any](s []T) {
-	if len(s) == 0 {
-		return
-	}
+// Slice makes the memory of s resident, and reports whether it did. It
+// changes no byte of it. It does not on a kernel without
+// MADV_POPULATE_WRITE (before 5.14), where the memory is faulted in on
+// first touch as without it, nor for less than 16 pages, whose faults cost
+// less than the call.
+func Slice[T any](s []T) bool {
 	var zero T
-	start := uintptr(unsafe.Pointer(unsafe.SliceData(s)))
 	n := uintptr(len(s)) * unsafe.Sizeof(zero)
 	if n < 16*pageSize {
-		return // a few faults cost less than the call
+		return false
 	}
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(s)))
 	lo, hi := start&^(pageSize-1), (start+n+pageSize-1)&^(pageSize-1)
-	unix.Syscall(unix.SYS_MADVISE, lo, hi-lo, unix.MADV_POPULATE_WRITE)
+	_, _, e := unix.Syscall(unix.SYS_MADVISE, lo, hi-lo, unix.MADV_POPULATE_WRITE)
 	runtime.KeepAlive(s)
+	return e == 0
 }
