@@ -762,6 +762,7 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 		n := len(next.addrs)
 		s.deferred = append(s.deferred, func() { s.growDivergedBuf(n) })
 	}
+	s.deferred = append(s.deferred, func() { s.ring.growSpare(min(len(written), maxDeltaSources)) })
 	return snap, nil
 }
 
