@@ -22,13 +22,20 @@ func resident(t *testing.T, b []byte) int {
 	return n
 }
 
-func TestSliceMakesResidentAndKeepsContent(t *testing.T) {
-	const pages = 256
+// anon maps pages of fresh anonymous memory for the test.
+func anon(t *testing.T, pages int) []byte {
+	t.Helper()
 	b, err := unix.Mmap(-1, 0, pages*pageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Munmap(b)
+	t.Cleanup(func() { unix.Munmap(b) })
+	return b
+}
+
+func TestSliceMakesResidentAndKeepsContent(t *testing.T) {
+	const pages = 256
+	b := anon(t, pages)
 	// A few pages written before, the rest never touched (a read would
 	// map the zero page, which counts as resident).
 	want := make([]byte, len(b))
@@ -55,11 +62,7 @@ func TestSliceMakesResidentAndKeepsContent(t *testing.T) {
 func TestSliceSmallOrEmpty(t *testing.T) {
 	Slice([]byte(nil))
 	Slice(make([]uint64, 3))
-	b, err := unix.Mmap(-1, 0, 4*pageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(b)
+	b := anon(t, 4)
 	if Slice(b) {
 		t.Error("Slice reported a 4-page slice made resident")
 	}
