@@ -76,6 +76,10 @@ func minimize(ctx context.Context, c *format.Checkpoint, store format.PageSource
 		logf("trial replay failed, keeping every present page: %v", err)
 		return
 	}
+	if debugStops {
+		logf("trial replay: %d piece(s) of %d calls (%d completed in the process), the slowest ready after %v; %d pages served, %d written first (summed over the pieces)",
+			pieces, res.Syscalls, res.InProcess, res.Ready.Round(time.Millisecond), len(res.Served), res.WrittenFirst)
+	}
 	start := slices.IndexFunc(c.Intervals, func(iv format.Interval) bool { return iv.Index == res.From })
 	if fp, ok := store.(filePager); ok && start >= 0 {
 		fp.addMappedPages(c, start, res.ServedMapped)
@@ -381,13 +385,16 @@ func trialReplay(ctx context.Context, c *format.Checkpoint, store format.PageSou
 		}
 	}
 	res := *results[0]
-	res.Intervals, res.Syscalls = 0, 0
+	res.Intervals, res.Syscalls, res.InProcess, res.WrittenFirst = 0, 0, 0, 0
 	seen := map[uint64]bool{}
 	res.Served = nil
 	res.ServedMapped = map[uint64][]uint64{}
 	for _, r := range results {
 		res.Intervals += r.Intervals
 		res.Syscalls += r.Syscalls
+		res.InProcess += r.InProcess
+		res.WrittenFirst += r.WrittenFirst
+		res.Ready = max(res.Ready, r.Ready)
 		for _, p := range r.Served {
 			if !seen[p] {
 				seen[p] = true

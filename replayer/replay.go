@@ -88,6 +88,9 @@ type Result struct {
 	// recorded executable is on this machine with the same build-id.
 	Symbol   string
 	Duration time.Duration
+	// Ready is the part of Duration before the program ran: the plan of
+	// the replay and the rebuild of its process.
+	Ready time.Duration
 	// Served lists, with Options.Lazy, the addresses of the pages the replay
 	// touched, in order.
 	Served []uint64
@@ -206,7 +209,8 @@ func Run(ctx context.Context, c *format.Checkpoint, pages format.PageSource, opt
 	if testHookReady != nil {
 		testHookReady(e.stub.pid)
 	}
-	e.logf("stub %d ready after %v, replaying %d syscalls", e.stub.pid, time.Since(start).Round(time.Microsecond), len(e.log))
+	ready := time.Since(start)
+	e.logf("stub %d ready after %v, replaying %d syscalls", e.stub.pid, ready.Round(time.Microsecond), len(e.log))
 
 	// The watchdog stops the stub with SIGSTOP (through its pidfd) when the
 	// deadline passes or ctx ends; the loop sees the stop and reports it.
@@ -259,7 +263,7 @@ func Run(ctx context.Context, c *format.Checkpoint, pages format.PageSource, opt
 		}
 		return nil, err
 	}
-	res.Duration = time.Since(start)
+	res.Duration, res.Ready = time.Since(start), ready
 	res.Symbol = Symbolize(c, res.Rip)
 	return res, nil
 }
