@@ -18,6 +18,10 @@
 #   on CPU 1: a machine with a CPU to spare for the recorder, where only the
 #   recording's work in the server's own threads (the eBPF programs, the
 #   boundaries' stops) can slow it.
+# WORKLOAD=dump: one redis-server checkpoint of scripts/bench/checkpoints.sh
+#   (crashed with SIGSEGV under load, TPREC_DEBUG=1); prints the time from
+#   the signal to the file, how long the process was held, and the dump's
+#   steps (assemble, trial replay, final pages, write). No unrecorded run.
 # Build an older commit with: git worktree add /tmp/old COMMIT && make -C /tmp/old build
 # Needs root.
 set -euo pipefail
@@ -75,11 +79,21 @@ run() { # run BIN|none: one measurement
 		kill "$load" "$p" 2>/dev/null || true
 		wait "$load" "$p" 2>/dev/null || true
 		;;
+	dump)
+		local logs=$WORK/logs
+		rm -rf "$logs"
+		BIN=$1 TPREC_DEBUG=1 LOGS=$logs RUNS=1 WORKLOADS=redis RAW=$WORK/raw DOC=$WORK/doc \
+			bash scripts/bench/checkpoints.sh >/dev/null 2>&1 || true
+		cat "$logs"/*.log 2>/dev/null | sed -nE \
+			-e 's/.*, in ([0-9.]+[mµ]?s) \(the process was held ([0-9.]+[mµ]?s)\).*/signal-to-file \1 held \2/p' \
+			-e 's/.*dump in the background: assemble, digests and loaded objects ([0-9.]+[mµ]?s).*trial replay ([0-9.]+[mµ]?s).*final pages ([0-9.]+[mµ]?s).*write ([0-9.]+[mµ]?s).*/assemble \1 trial \2 final \3 write \4/p' | tr '\n' ' '
+		echo
+		;;
 	*) echo "unknown WORKLOAD $WORKLOAD" >&2; exit 2 ;;
 	esac
 }
 for r in $(seq "$ROUNDS"); do
-	for b in none $BINS; do
+	for b in $([ "$WORKLOAD" = dump ] || echo none) $BINS; do
 		echo "round $r $WORKLOAD $b $(run "$b")"
 	done
 done
