@@ -7,9 +7,8 @@
 // runs on, 3-5 us on another (BENCHMARKS.md). Asked for at once, with
 // MADV_POPULATE_WRITE, a page costs about half that
 // (scripts/bench/pagefault.c). Huge pages would cost far less again (0.3 us
-// per 4 KiB there), but a range advised MADV_HUGEPAGE for the assembled log
-// made the trial replay that follows 60-180 ms slower in four redis dumps
-// out of four, for reasons not found, and a dump no faster in all.
+// per 4 KiB there), but with the ranges advised MADV_HUGEPAGE redis dumps
+// were no faster in all (BENCHMARKS.md, "Fresh memory in one call").
 package prefault
 
 import (
