@@ -189,11 +189,7 @@ func (s *session) growDivergedBuf(n int) {
 	if cap(s.divBufs[next]) < (n+n/8)*format.PageSize {
 		s.divBufs[next] = nil // the old one can go before the new one is touched
 		b := make([]byte, (n+n/4)*format.PageSize)
-		if !prefault.Slice(b) { // at half the cost of a fault a page
-			for i := 0; i < len(b); i += format.PageSize {
-				b[i] = 0 // fault it in now
-			}
-		}
+		prefault.Bytes(b) // fault it in now
 		s.divBufs[next] = b
 		s.noteKeptBuffers()
 	}

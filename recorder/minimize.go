@@ -77,7 +77,7 @@ func minimize(ctx context.Context, c *format.Checkpoint, store format.PageSource
 		return
 	}
 	if debugStops {
-		logf("trial replay: %d piece(s) of %d calls (%d completed in the process), the slowest ready after %v; %d pages served, %d written first (summed over the pieces)",
+		logf("trial replay: at most %d pieces, %d calls (%d completed in the process), the slowest ready after %v; %d pages served, %d written first (summed over the pieces)",
 			pieces, res.Syscalls, res.InProcess, res.Ready.Round(time.Millisecond), len(res.Served), res.WrittenFirst)
 	}
 	start := slices.IndexFunc(c.Intervals, func(iv format.Interval) bool { return iv.Index == res.From })

@@ -202,11 +202,7 @@ func (r *ring) growSpare(n int) {
 	}
 	r.spare = nil // the old one can go before the new one is touched
 	b := make([]byte, (n+n/4)*format.PageSize)
-	if !prefault.Slice(b) {
-		for i := 0; i < len(b); i += format.PageSize {
-			b[i] = 0
-		}
-	}
+	prefault.Bytes(b)
 	r.spare = b[:0]
 }
 

@@ -37,3 +37,15 @@ func Slice[T any](s []T) bool {
 	runtime.KeepAlive(s)
 	return e == 0
 }
+
+// Bytes makes the memory of b resident, with one call where the kernel
+// takes it, else by touching each page: for a buffer whose faults must be
+// taken now rather than where it is first used.
+func Bytes(b []byte) {
+	if Slice(b) {
+		return
+	}
+	for i := 0; i < len(b); i += pageSize {
+		b[i] = 0
+	}
+}

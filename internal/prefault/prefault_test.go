@@ -70,3 +70,11 @@ func TestSliceSmallOrEmpty(t *testing.T) {
 		t.Errorf("%d pages of a 4-page slice made resident: below 16 pages the faults are left to the first touch", got)
 	}
 }
+
+func TestBytesSmall(t *testing.T) {
+	b := anon(t, 4)
+	Bytes(b[:2*pageSize+1])
+	if got := resident(t, b); got != 3 {
+		t.Errorf("%d pages resident after Bytes of 2 pages and a byte, want 3: a slice too small for the call is touched", got)
+	}
+}
