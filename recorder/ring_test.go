@@ -668,3 +668,70 @@ func TestOriginalsBufReuse(t *testing.T) {
 		t.Fatalf("%d buffers used over 12 boundaries, want 2", len(seen))
 	}
 }
+
+// With growSpare after each boundary, as the session calls it while the
+// target runs, a boundary's read takes no new buffer unless its count
+// jumped by more than an eighth: the buffer it gets existed before it
+// began. Without it, the boundary after a jump took a new one too. Pages
+// still read back exactly, and a load that stops growing adds no buffer.
+func TestGrowSpareGivesTheNextReadItsBuffer(t *testing.T) {
+	r := newRing(8, 1<<30)
+	rng := rand.New(rand.NewSource(5))
+	var pages [][]byte
+	for k := range 60 {
+		pages = append(pages, noise(int64(k+1)))
+	}
+	// Two jumps, each followed by a boundary a little larger again: the
+	// buffer the rotation frees then is the one from before the jump.
+	counts := []int{20, 20, 20, 30, 31, 31, 45, 46, 46, 45, 46, 46}
+	held := map[format.Hash][]byte{}
+	made := map[*byte]int{} // buffer -> the boundary it was first used at
+	first := func(b []byte) *byte { return &b[:1][0] }
+	for i, n := range counts {
+		known := map[*byte]bool{}
+		for _, b := range [][]byte{r.spare, r.prevBuf, r.curBuf} {
+			if cap(b) > 0 {
+				known[first(b)] = true
+			}
+		}
+		r.beginOriginals(n)
+		buf := r.originalsBuf(n)
+		if _, ok := made[first(buf)]; !ok {
+			made[first(buf)] = i
+		}
+		if i > 0 && n <= counts[i-1]+counts[i-1]/8 && !known[first(buf)] {
+			t.Errorf("boundary %d (%d pages, %d before) read into a new buffer", i, n, counts[i-1])
+		}
+		for k := range buf {
+			buf[k] = 0xee
+		}
+		iv := &interval{meta: format.Interval{Index: i}}
+		for k, p := range pages[:n] {
+			copy(buf[k*format.PageSize:], p)
+			r.addPage(iv, uint64(k+1)<<12, buf[k*format.PageSize:(k+1)*format.PageSize])
+			held[r.key(p)] = slices.Clone(p)
+		}
+		r.push(iv, true)
+		r.growSpare(n)
+		if cap(r.spare) > 0 {
+			if _, ok := made[first(r.spare)]; !ok {
+				made[first(r.spare)] = i
+			}
+		}
+		for _, p := range pages {
+			p[rng.Intn(format.PageSize)] ^= 0x5a
+		}
+	}
+	for _, iv := range r.intervals {
+		for _, p := range iv.meta.Written {
+			if got, err := r.page(p.Hash); err != nil || !bytes.Equal(got, held[p.Hash]) {
+				t.Fatalf("interval %d page %#x does not read back: %v", iv.meta.Index, p.Addr, err)
+			}
+		}
+	}
+	for b, i := range made {
+		if i > 6 {
+			t.Errorf("a buffer was made at boundary %d, after the count stopped growing (%p)", i, b)
+		}
+	}
+}
