@@ -246,7 +246,9 @@ func TestShadowTakesTheOOMKill(t *testing.T) {
 			t.Fatalf("the target died while recorded: %v; tprec:\n%s", err, rec.quit())
 		default:
 		}
-		if after := count(); after < before+5 {
+		after := count()
+		t.Logf("the target rewrote its memory %d times in %v recorded", after-before, time.Since(start).Round(time.Millisecond))
+		if after < before+5 {
 			t.Fatalf("the target stopped rewriting (%d rounds, then %d); tprec:\n%s", before, after, rec.quit())
 		}
 		log := interruptRecording(t, rec)
