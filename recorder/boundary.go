@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/tprec/tprec/format"
-	"github.com/tprec/tprec/internal/prefault"
 	"github.com/tprec/tprec/proc"
 
 	"golang.org/x/sys/unix"
@@ -638,7 +637,6 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 				if cap(s.restBuf) < len(rest)*format.PageSize {
 					s.restBuf = nil
 					s.restBuf = make([]byte, (len(rest)+len(rest)/4)*format.PageSize)
-					prefault.Slice(s.restBuf)
 					s.noteKeptBuffers()
 				}
 				buf := s.restBuf[:len(rest)*format.PageSize]
@@ -762,7 +760,6 @@ func (s *session) closeIntervalSnap(now time.Time, later bool) (snap *pageSnapsh
 		n := len(next.addrs)
 		s.deferred = append(s.deferred, func() { s.growDivergedBuf(n) })
 	}
-	s.deferred = append(s.deferred, func() { s.ring.growSpare(min(len(written), maxDeltaSources)) })
 	return snap, nil
 }
 

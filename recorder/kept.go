@@ -172,7 +172,6 @@ func (s *session) divergedBuf(n int) []byte {
 	if cap(s.divBufs[s.divTurn]) < n*format.PageSize {
 		s.divBufs[s.divTurn] = nil
 		s.divBufs[s.divTurn] = make([]byte, (n+n/4)*format.PageSize)
-		prefault.Slice(s.divBufs[s.divTurn])
 		s.noteKeptBuffers()
 	}
 	return s.divBufs[s.divTurn][:n*format.PageSize]

@@ -12,7 +12,6 @@ import (
 	"github.com/pierrec/lz4/v4"
 	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/internal/pagedelta"
-	"github.com/tprec/tprec/internal/prefault"
 )
 
 // interval is one recording interval while it lives in the ring.
@@ -175,35 +174,11 @@ func (r *ring) originalsBuf(n int) []byte {
 		// A quarter more: the next boundaries write about as many
 		// pages, a few more or less each time.
 		b = make([]byte, size, (n+n/4)*format.PageSize)
-		prefault.Slice(b) // the read into it then takes no fault a page
 	} else {
 		r.spare = nil
 	}
 	r.curBuf = b[:size]
 	return r.curBuf
-}
-
-// growSpare makes sure, after a boundary that read n originals and while
-// the target runs, that the next one finds a spare buffer for about as
-// many, its memory resident. One made in the next read takes a fault a
-// page there, and a dump's close reads in the stop that holds the crashed
-// process: a redis-server's 2,200 originals took 39 ms of a 50 ms close,
-// 2,700 of its faults in a new buffer. The next beginOriginals frees the
-// previous boundary's buffer (and this one's, when it kept no delta
-// source) and keeps the larger of what it frees and the spare: while
-// those are large enough, as under a steady load, no buffer is added.
-func (r *ring) growSpare(n int) {
-	next := r.prevBuf
-	if r.cur == nil {
-		next = larger(next, r.curBuf)
-	}
-	if n == 0 || cap(larger(r.spare, next)) >= (n+n/8)*format.PageSize {
-		return
-	}
-	r.spare = nil // the old one can go before the new one is touched
-	b := make([]byte, (n+n/4)*format.PageSize)
-	prefault.Bytes(b)
-	r.spare = b[:0]
 }
 
 func larger(a, b []byte) []byte {
