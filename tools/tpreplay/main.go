@@ -150,7 +150,7 @@ func replay(ctx context.Context, path string, opts replayer.Options, timing bool
 		if res.EndPasses > 0 {
 			endSearch = fmt.Sprintf("; the end found at pass %d over its rip, compared in the process", res.EndPasses)
 		}
-		fmt.Fprintf(w, "tpreplay: timing: load %v, replay %v (rebuild %v, then re-execution of %d syscalls from interval %d%s%s), recorded %v (%s)\n",
+		fmt.Fprintf(w, "tpreplay: timing: load %v, replay %v (ready to run after %v: plan and rebuild; then re-execution of %d syscalls from interval %d%s%s), recorded %v (%s)\n",
 			load.Round(time.Microsecond), res.Duration.Round(time.Microsecond), res.Ready.Round(time.Microsecond), res.Syscalls, res.From, inProcess, endSearch, recorded.Round(time.Millisecond), ratio)
 	}
 	return res, err
