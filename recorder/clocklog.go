@@ -839,6 +839,7 @@ func (s *session) clockSignalRunOut(t *thread, sig int, rip uint64, info []byte)
 		return s.heldOn(t, st)
 	})
 	s.sendAgain(t, again)
+	s.clockSignals++
 	if serr != nil && err == nil && !proc.Gone(serr) {
 		err = fmt.Errorf("clock log: %w", serr)
 	}

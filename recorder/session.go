@@ -67,6 +67,9 @@ type session struct {
 	// resent: by thread, the signals runOut held back and sent again, with
 	// the siginfo each first came with (giveSiginfoBack).
 	resent map[int][]proc.HeldSignal
+	// clockSignals counts the signals that came inside a clock read of
+	// the log and were moved to where it returns (clockSignalRunOut).
+	clockSignals int
 	// detachHeld: the signals the leader met on its way to the detach's
 	// stop, given with the detach (stopForDetach).
 	detachHeld []proc.HeldSignal
@@ -324,6 +327,11 @@ func Record(ctx context.Context, o Options, requests <-chan struct{}) error {
 		return err
 	}
 	defer s.src.close()
+	defer func() {
+		if s.clockSignals > 0 {
+			s.logf("%d signals came inside a clock read of the clock log: each delivered where the read returns", s.clockSignals)
+		}
+	}()
 	if release != nil {
 		if err := release(); err != nil {
 			return err

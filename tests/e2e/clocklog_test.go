@@ -13,6 +13,8 @@ import (
 
 var clockReadsRe = regexp.MustCompile(`(\d+) clock reads recorded in the process without a syscall`)
 
+var clockSignalsRe = regexp.MustCompile(`(\d+) signals came inside a clock read of the clock log`)
+
 // clockLoopScript reads the clock through every function of the time
 // module a server uses, in a loop, and now and then makes a syscall.
 const clockLoopScript = `
@@ -91,27 +93,51 @@ while True:
 func TestClockLogTimerSignals(t *testing.T) {
 	requireRoot(t)
 	prog := pythonScript(t, "clocktimer.py", clockTimerScript)
-	target, out, done := startTarget(t, "/usr/bin/python3", "-S", prog)
-	waitReady(t, out)
-	// 600 ms: python3 reads the clock 1.5-3 million times a second here,
-	// and every read is a line of tpreplay -v below.
-	ck, log := crashWith(t, target, done, 600*time.Millisecond, func(pid int) error { return syscall.Kill(pid, syscall.SIGSEGV) }, "--backend", "ebpf")
-	m := clockReadsRe.FindStringSubmatch(log)
-	if m == nil {
-		t.Fatalf("tprec did not say it recorded clock reads in the process:\n%s", log)
-	}
-	if n, _ := strconv.Atoi(m[1]); n < 10000 {
-		t.Fatalf("only %d clock reads recorded in the process", n)
+	// The case itself: tprec counts the signals it took out of a clock
+	// read. On a machine other work keeps busy the log falls behind and
+	// the reads become syscalls (the stubs' fallback), where signals are
+	// delivered on the way out of the call: a CI run's replay delivered 12
+	// SIGALRMs in user code; by hand, with three CPU hogs on this
+	// machine's two CPUs, 1-9 signals came inside a read and one
+	// recording logged under 10,000 reads. Such a recording is made
+	// again, at most 3 times.
+	var ck, log string
+	moved := 0
+	for try := 1; ; try++ {
+		target, out, done := startTarget(t, "/usr/bin/python3", "-S", prog)
+		waitReady(t, out)
+		// 600 ms: python3 reads the clock 1.5-3 million times a second
+		// here, and every read is a line of tpreplay -v below.
+		ck, log = crashWith(t, target, done, 600*time.Millisecond, func(pid int) error { return syscall.Kill(pid, syscall.SIGSEGV) }, "--backend", "ebpf")
+		m := clockReadsRe.FindStringSubmatch(log)
+		if m == nil {
+			t.Fatalf("tprec did not say it recorded clock reads in the process:\n%s", log)
+		}
+		reads, _ := strconv.Atoi(m[1])
+		moved = 0
+		if m := clockSignalsRe.FindStringSubmatch(log); m != nil {
+			moved, _ = strconv.Atoi(m[1])
+		}
+		if reads >= 10000 && moved > 0 {
+			break
+		}
+		if try == 3 {
+			t.Fatalf("in 3 recordings, none logged 10,000 clock reads with a signal inside one (the test would prove nothing); the last:\n%s", log)
+		}
+		t.Logf("recording %d: %d clock reads logged, %d signals inside one; recorded again", try, reads, moved)
 	}
 	allReplayable(t, ck)
 	res := replay(t, ck, "-v")
-	if n := strings.Count(res, "SIGALRM: delivery point found in user code"); n < 20 {
-		t.Fatalf("the replay delivered %d SIGALRM in user code; want about one per 4 ms of the window:\n%s", n, res)
+	inUser := strings.Count(res, "SIGALRM: delivery point found in user code")
+	afterCalls := strings.Count(res, "SIGALRM delivered after #")
+	if inUser == 0 || inUser+afterCalls < 10 {
+		t.Fatalf("the replay delivered %d SIGALRM in user code and %d after calls; want one every 4 ms of the window, some in user code (%d came inside a clock read):\n%s", inUser, afterCalls, moved, res)
 	}
+	t.Logf("%d SIGALRM delivered in user code, %d signals of the recording came inside a clock read", inUser, moved)
 	// -v logs every call and still lets the process complete the reads
 	// itself: a replay of a million reads, one ptrace stop each, took 21 s
 	// here and ran past tpreplay's 30 s on a busy CI machine.
-	m = verboseSummaryRe.FindStringSubmatch(res)
+	m := verboseSummaryRe.FindStringSubmatch(res)
 	if m == nil {
 		t.Fatalf("no timing line with calls completed in the process:\n%s", res[max(0, len(res)-3000):])
 	}
