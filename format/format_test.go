@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -450,5 +451,51 @@ func TestSyscallLogRepeatedOutputs(t *testing.T) {
 	decodeSyscalls(d, VersionMajor)
 	if d.fail == nil || !strings.Contains(d.fail.Error(), "repeats the last one of its number and descriptor, which had 0 bytes") {
 		t.Errorf("a repeat without a compared output: got %v", d.fail)
+	}
+}
+
+// A payload given as pieces (the syscall log's streams and blocks) packs to
+// the same bytes as the pieces joined, whatever their sizes: chunks within
+// one piece, chunks gathered from many, a piece longer than a chunk, and
+// incompressible chunks stored as they are; both codecs.
+func TestPackPieces(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	var p pieces
+	for p.n < 3*packChunk+packChunk/3 {
+		var b []byte
+		switch r.IntN(4) {
+		case 0:
+			b = make([]byte, packChunk+r.IntN(packChunk)) // longer than a chunk
+		case 1:
+			b = make([]byte, 1+r.IntN(64))
+		default:
+			b = make([]byte, 1+r.IntN(200<<10))
+		}
+		if r.IntN(3) == 0 {
+			for i := range b {
+				b[i] = byte(r.Uint32()) // incompressible
+			}
+		} else {
+			for i := range b {
+				b[i] = byte(i / 97)
+			}
+		}
+		p.add(b)
+		p.add(nil) // empty pieces are left out
+	}
+	raw := p.join()
+	if len(raw) != p.n {
+		t.Fatalf("joined %d bytes of %d", len(raw), p.n)
+	}
+	for _, c := range []*codec{{}, newWriterCodec()} {
+		var want, got enc
+		pack(&want, c, raw)
+		packPieces(&got, c, p)
+		if !bytes.Equal(got.b, want.b) {
+			t.Fatalf("zstd %v: packed from pieces: %d bytes, from the joined bytes: %d, not the same", c.zstd, len(got.b), len(want.b))
+		}
+		if back := unpack(&dec{b: got.b, sec: "TEST"}, c); !bytes.Equal(back, raw) {
+			t.Fatalf("zstd %v: unpacked %d bytes, not the %d packed", c.zstd, len(back), len(raw))
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
@@ -106,26 +107,24 @@ func (c *codec) compress(enc *zstd.Encoder, src []byte) []byte {
 	return dst[:n]
 }
 
-// compressEach compresses every src (compress), pieces of a payload of
-// total bytes, side by side on the CPUs for zstd, whose EncodeAll is safe for
-// concurrent use.
-func (c *codec) compressEach(srcs [][]byte, total int) [][]byte {
-	out := make([][]byte, len(srcs))
+// compressEach calls do for each of the n chunks of a payload of total
+// bytes with the function that compresses one (compress), side by side on
+// the CPUs for zstd, whose EncodeAll is safe for concurrent use.
+func (c *codec) compressEach(n, total int, do func(i int, compress func([]byte) []byte)) {
 	if !c.zstd {
-		for i, src := range srcs {
-			out[i] = c.compress(nil, src)
+		for i := range n {
+			do(i, func(src []byte) []byte { return c.compress(nil, src) })
 		}
-		return out
+		return
 	}
 	enc := c.small
 	if total > smallUpTo {
 		enc = c.large
 	}
-	parallel.Each(len(srcs), func(i int) error {
-		out[i] = c.compress(enc, srcs[i])
+	parallel.Each(n, func(i int) error {
+		do(i, func(src []byte) []byte { return c.compress(enc, src) })
 		return nil
 	})
-	return out
 }
 
 // decompress fills dst, exactly, from z.
@@ -154,18 +153,120 @@ func (c *codec) decompress(z, dst []byte) error {
 
 // pack appends the packed form of raw to e.
 func pack(e *enc, c *codec, raw []byte) {
-	e.u64(uint64(len(raw)))
+	var p pieces
+	p.add(raw)
+	packPieces(e, c, p)
+}
+
+// packPieces appends the packed form of the bytes p holds to e. A chunk
+// that lies within one piece is compressed where it is; one that spans
+// pieces is gathered first, into a buffer reused for the next such chunk.
+func packPieces(e *enc, c *codec, p pieces) {
+	e.u64(uint64(p.n))
 	e.u32(packChunk)
-	var chunks [][]byte
-	for off := 0; off < len(raw); off += packChunk {
-		chunks = append(chunks, raw[off:min(off+packChunk, len(raw))])
-	}
-	for i, z := range c.compressEach(chunks, len(raw)) {
-		if z != nil {
-			e.bytes(z)
-		} else {
-			e.bytes(chunks[i])
+	n := (p.n + packChunk - 1) / packChunk
+	out := make([][]byte, n)
+	var bufs sync.Pool
+	c.compressEach(n, p.n, func(i int, compress func([]byte) []byte) {
+		off := i * packChunk
+		src, whole := p.slice(off, min(packChunk, p.n-off))
+		var buf *[]byte
+		if !whole {
+			buf, _ = bufs.Get().(*[]byte)
+			if buf == nil {
+				b := make([]byte, packChunk)
+				buf = &b
+			}
+			src = p.gather(off, (*buf)[:min(packChunk, p.n-off)])
 		}
+		if out[i] = compress(src); out[i] == nil {
+			out[i] = src
+			if buf != nil {
+				out[i] = append([]byte(nil), src...) // stored as is, the buffer reused
+			}
+		}
+		if buf != nil {
+			bufs.Put(buf)
+		}
+	})
+	for _, z := range out {
+		e.bytes(z)
+	}
+}
+
+// pieces are byte slices that stand for their concatenation, n bytes.
+type pieces struct {
+	list [][]byte
+	at   []int // at[i] is the offset of list[i]
+	n    int
+}
+
+func (p *pieces) add(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	p.list = append(p.list, b)
+	p.at = append(p.at, p.n)
+	p.n += len(b)
+}
+
+// find returns the piece that holds offset off (< p.n).
+func (p *pieces) find(off int) int {
+	i, found := slices.BinarySearch(p.at, off)
+	if !found {
+		i--
+	}
+	return i
+}
+
+// slice returns the n bytes at off and true when one piece holds them all.
+func (p *pieces) slice(off, n int) ([]byte, bool) {
+	i := p.find(off)
+	if rel := off - p.at[i]; rel+n <= len(p.list[i]) {
+		return p.list[i][rel : rel+n : rel+n], true
+	}
+	return nil, false
+}
+
+// gather copies the len(dst) bytes at off into dst and returns it.
+func (p *pieces) gather(off int, dst []byte) []byte {
+	got := 0
+	for i := p.find(off); got < len(dst); i++ {
+		got += copy(dst[got:], p.list[i][off+got-p.at[i]:])
+	}
+	return dst
+}
+
+// join returns the bytes in one slice.
+func (p pieces) join() []byte {
+	out := make([]byte, 0, p.n)
+	for _, b := range p.list {
+		out = append(out, b...)
+	}
+	return out
+}
+
+// blockBuf collects bytes in blocks of blockBufSize: unlike a slice that
+// grows, it never copies what it holds, and touches only the memory its
+// bytes fill.
+type blockBuf struct {
+	blocks [][]byte
+	n      int
+}
+
+const blockBufSize = 256 << 10
+
+func (b *blockBuf) write(p []byte) {
+	b.n += len(p)
+	for len(p) > 0 {
+		k := len(b.blocks) - 1
+		if k < 0 || len(b.blocks[k]) == cap(b.blocks[k]) {
+			b.blocks = append(b.blocks, make([]byte, 0, blockBufSize))
+			k++
+		}
+		m := min(len(p), cap(b.blocks[k])-len(b.blocks[k]))
+		b.blocks[k] = append(b.blocks[k], p[:m]...)
+		p = p[m:]
 	}
 }
 

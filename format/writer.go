@@ -398,7 +398,9 @@ func encodePages(z *codec, c *Checkpoint, pages PageSource) (idx, store []byte, 
 	// Blocks are read, then compressed side by side, a batch at a time.
 	batch := make([][]byte, 0, 4*runtime.GOMAXPROCS(0))
 	flush := func() {
-		for i, stored := range z.compressEach(batch, len(order)*PageSize) {
+		out := make([][]byte, len(batch))
+		z.compressEach(len(batch), len(order)*PageSize, func(i int, compress func([]byte) []byte) { out[i] = compress(batch[i]) })
+		for i, stored := range out {
 			if stored == nil {
 				stored = batch[i]
 			}
