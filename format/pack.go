@@ -166,18 +166,20 @@ func packPieces(e *enc, c *codec, p pieces) {
 	e.u32(packChunk)
 	n := (p.n + packChunk - 1) / packChunk
 	out := make([][]byte, n)
-	var bufs sync.Pool
+	// At most one buffer per CPU: a sync.Pool, emptied by every collection
+	// (frequent while a dump's memory grows), made most chunks a fresh MiB.
+	bufs := make(chan []byte, runtime.GOMAXPROCS(0))
 	c.compressEach(n, p.n, func(i int, compress func([]byte) []byte) {
 		off := i * packChunk
 		src, whole := p.slice(off, min(packChunk, p.n-off))
-		var buf *[]byte
+		var buf []byte
 		if !whole {
-			buf, _ = bufs.Get().(*[]byte)
-			if buf == nil {
-				b := make([]byte, packChunk)
-				buf = &b
+			select {
+			case buf = <-bufs:
+			default:
+				buf = make([]byte, packChunk)
 			}
-			src = p.gather(off, (*buf)[:min(packChunk, p.n-off)])
+			src = p.gather(off, buf[:min(packChunk, p.n-off)])
 		}
 		if out[i] = compress(src); out[i] == nil {
 			out[i] = src
@@ -186,7 +188,10 @@ func packPieces(e *enc, c *codec, p pieces) {
 			}
 		}
 		if buf != nil {
-			bufs.Put(buf)
+			select {
+			case bufs <- buf:
+			default:
+			}
 		}
 	})
 	for _, z := range out {
