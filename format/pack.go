@@ -251,9 +251,10 @@ func (p pieces) join() []byte {
 	return out
 }
 
-// blockBuf collects bytes in blocks of blockBufSize: unlike a slice that
-// grows, it never copies what it holds, and touches only the memory its
-// bytes fill.
+// blockBuf collects bytes in blocks, each twice the size of the one before
+// up to blockBufSize: unlike a slice that grows, it never copies what it
+// holds, and touches little more memory than its bytes fill (a small log,
+// which the recorder packs while recording, takes small blocks).
 type blockBuf struct {
 	blocks [][]byte
 	n      int
@@ -266,7 +267,11 @@ func (b *blockBuf) write(p []byte) {
 	for len(p) > 0 {
 		k := len(b.blocks) - 1
 		if k < 0 || len(b.blocks[k]) == cap(b.blocks[k]) {
-			b.blocks = append(b.blocks, make([]byte, 0, blockBufSize))
+			size := 4096
+			if k >= 0 {
+				size = min(2*cap(b.blocks[k]), blockBufSize)
+			}
+			b.blocks = append(b.blocks, make([]byte, 0, size))
 			k++
 		}
 		m := min(len(p), cap(b.blocks[k])-len(b.blocks[k]))
