@@ -21,6 +21,18 @@ var isaPrefixes = []string{
 	"pclmulqdq", "gfni", "amx", "sse", "ssse3", "movbe", "popcnt", "abm",
 	"lzcnt", "rdrand", "rdseed", "erms", "fsrm", "xsave", "clflushopt", "clwb",
 	"movdir", "serialize", "rdpid", "fsgsbase",
+	// TSX: glibc's string functions end in xtest where the CPU has RTM
+	// (its *_rtm variants), and xtest faults on a CPU with neither.
+	"rtm", "hle",
+}
+
+// insnExtensions name, for instructions of an extension whose name is not
+// theirs, the CPU flags of the extensions they need.
+var insnExtensions = map[string][]string{
+	"xtest":  {"rtm", "hle"},
+	"xbegin": {"rtm"},
+	"xend":   {"rtm"},
+	"xabort": {"rtm"},
 }
 
 func isaFlag(f string) bool {
@@ -102,6 +114,8 @@ func illegalHint(code []byte, missing []string) string {
 		// An instruction named as its extension is (xsavec, which the
 		// loader's lazy binding uses where the CPU has it; xsavec64).
 		missing = missing[i : i+1]
+	} else if need, ok := insnExtensions[kind]; ok {
+		missing = slices.DeleteFunc(slices.Clone(missing), func(f string) bool { return !slices.Contains(need, f) })
 	} else if family != nil {
 		missing = slices.DeleteFunc(slices.Clone(missing), func(f string) bool {
 			return !slices.ContainsFunc(family, func(p string) bool { return strings.HasPrefix(f, p) })

@@ -31,7 +31,7 @@ func TestIllegalHint(t *testing.T) {
 	// The missing extensions named are those of the instruction's
 	// encoding only, or the one of its name.
 	evex := []byte{0x62, 0xe1, 0xfe, 0x28, 0x6f, 0x06}
-	missing := []string{"avx2", "avx512bw", "avx512f", "sha_ni", "xsavec"}
+	missing := []string{"avx2", "avx512bw", "avx512f", "hle", "rtm", "sha_ni", "xsavec"}
 	for _, c := range []struct {
 		code []byte
 		want string
@@ -42,8 +42,13 @@ func TestIllegalHint(t *testing.T) {
 		// with REX.W.
 		{[]byte{0x0f, 0xc7, 0x64, 0x24, 0x40}, "the instruction is xsavec, and this CPU lacks xsavec, which"},
 		{[]byte{0x48, 0x0f, 0xc7, 0x64, 0x24, 0x40}, "the instruction is xsavec64, and this CPU lacks xsavec, which"},
+		// xtest, which glibc's *_rtm string functions end in: RTM (or
+		// HLE), not the rest.
+		{[]byte{0x0f, 0x01, 0xd6}, "the instruction is xtest, and this CPU lacks hle, rtm, which"},
+		// xbegin rel32: RTM alone.
+		{[]byte{0xc7, 0xf8, 0x10, 0x00, 0x00, 0x00}, "the instruction is xbegin, and this CPU lacks rtm, which"},
 		// rdseed eax, unknown to the decoder: every missing extension.
-		{[]byte{0x0f, 0xc7, 0xf8}, "this CPU lacks avx2, avx512bw, avx512f, sha_ni, xsavec, which"},
+		{[]byte{0x0f, 0xc7, 0xf8}, "this CPU lacks avx2, avx512bw, avx512f, hle, rtm, sha_ni, xsavec, which"},
 	} {
 		if got := illegalHint(c.code, missing); !strings.Contains(got, c.want) {
 			t.Errorf("% x: %q, want %q", c.code, got, c.want)
