@@ -129,6 +129,7 @@ func (e *engine) readMem(buf []byte, addr uint64) error {
 	for _, s := range e.searches() {
 		s.hide(buf, addr)
 	}
+	e.hideXTests(buf, addr)
 	return nil
 }
 

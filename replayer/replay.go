@@ -105,6 +105,9 @@ type Result struct {
 	// InProcess counts the calls the replayed process completed itself,
 	// without a ptrace stop (inprocess.go).
 	InProcess int
+	// XTests counts the xtest instructions this CPU, without TSX, ran as
+	// patched (xtest.go).
+	XTests int
 	// WrittenFirst counts the pages of Served written before the replay
 	// started (Options.WrittenFirst).
 	WrittenFirst int
@@ -371,7 +374,8 @@ type engine struct {
 	pend         *pending
 	bp           breakpoint
 	int3s        int3Table
-	dbg          *debugState // nil unless a debugger drives the engine (Session)
+	xtests       map[uint64]bool // the xtests patched (xtest.go)
+	dbg          *debugState     // nil unless a debugger drives the engine (Session)
 	// writtenFirst counts the pages written before the replay started
 	// (Options.WrittenFirst).
 	writtenFirst int
@@ -758,6 +762,7 @@ type trapIntercept func(regs proc.Regs, sig int, info []byte) bool
 // emulated, signals go through onSignal. Run and Session share it.
 func (e *engine) advance(req int, intercept trapIntercept) (event, error) {
 	pid := e.stub.tid
+	asked := req
 	ev := event{next: unix.PTRACE_SYSCALL}
 	// An emulated call costs one stop instead of two when the stub runs
 	// under PTRACE_SYSEMU: the kernel stops at the entry and skips the call
@@ -869,6 +874,16 @@ func (e *engine) advance(req int, intercept trapIntercept) (event, error) {
 		return ev, err
 	case st.Signal() != 0:
 		sig := st.Signal()
+		if sig == int(unix.SIGILL) {
+			// An xtest this CPU lacks: patched, it runs again, as the
+			// same request asked (xtest.go).
+			if patched, err := e.patchXTest(regs.Rip); err != nil || patched {
+				if err != nil {
+					return ev, err
+				}
+				return e.advance(asked, intercept)
+			}
+		}
 		if s := e.bp.inproc; sig == int(unix.SIGTRAP) && e.dbg != nil && s != nil && regs.Rip == s.trap+1 && s.countStopDue() {
 			ev.kind, ev.counted = evOther, true
 			ev.regs, err = e.standAtPass(s, regs)
@@ -1370,6 +1385,7 @@ func (e *engine) verified(rip uint64) *Result {
 		Served:       e.servedPages(),
 		ServedMapped: e.servedMappedPages(),
 		InProcess:    e.inproc.completed(),
+		XTests:       len(e.xtests),
 		WrittenFirst: e.writtenFirst,
 		Schedule:     e.sched,
 	}

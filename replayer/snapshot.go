@@ -136,6 +136,7 @@ func (e *engine) fork() (*engine, error) {
 	c.lazy = maps.Clone(e.lazy)
 	c.served = maps.Clone(e.served)
 	c.guards = guardSet{g: append([]guard(nil), e.guards.g...)}
+	c.xtests = maps.Clone(e.xtests)
 	c.int3s = int3Table{}
 	if e.int3s.at != nil {
 		c.int3s.at = make(map[uint64]*int3, len(e.int3s.at))

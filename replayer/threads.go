@@ -1361,6 +1361,15 @@ func (e *engine) stepOver(tid int, rip uint64) (proc.Stop, error) {
 	if err == nil {
 		st, err = proc.Wait(tid)
 	}
+	if err == nil && st.Signal() == int(unix.SIGILL) {
+		// An xtest this CPU lacks: patched, stepped again (xtest.go).
+		var patched bool
+		if patched, err = e.patchXTest(rip); patched && err == nil {
+			if err = proc.Resume(unix.PTRACE_SINGLESTEP, tid, 0); err == nil {
+				st, err = proc.Wait(tid)
+			}
+		}
+	}
 	if derr := e.int3s.drop(e.mem); err == nil {
 		err = derr
 	}

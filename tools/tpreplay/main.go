@@ -130,6 +130,9 @@ func replay(ctx context.Context, path string, opts replayer.Options, timing bool
 	if err == nil && opts.From >= 0 && res.From != opts.From {
 		fromNote(w, opts.From, res.From)
 	}
+	if err == nil && res.XTests > 0 {
+		fmt.Fprintf(w, "tpreplay: this CPU has no TSX: %d xtest instructions of the recorded code ran as cmp eax, eax (not in a transaction, as when recorded)\n", res.XTests)
+	}
 	if timing && err == nil {
 		c := f.Checkpoint
 		var recorded time.Duration
