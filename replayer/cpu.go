@@ -75,7 +75,7 @@ func localCPUFlags() (map[string]bool, error) {
 // CheckCPU returns an error naming the instruction-set extensions the
 // recording CPU had and this one lacks, but those the replay does without.
 func CheckCPU(recorded []string) error {
-	missing, err := lackedISA(recorded)
+	missing, err := missingISA(recorded)
 	if err != nil {
 		return err
 	}
@@ -86,9 +86,10 @@ func CheckCPU(recorded []string) error {
 	return nil
 }
 
-// lackedISA lists, sorted, the instruction-set extensions the recording CPU
-// had and this one lacks.
-func lackedISA(recorded []string) ([]string, error) {
+// missingISA lists, sorted, the instruction-set extensions the recording CPU
+// had (a checkpoint's CPU flags) and this one lacks, those CheckCPU lets
+// pass too.
+func missingISA(recorded []string) ([]string, error) {
 	if len(recorded) == 0 {
 		return nil, nil
 	}
@@ -142,13 +143,6 @@ func illegalHint(code []byte, missing []string) string {
 		return "the instruction is " + kind
 	}
 	return fmt.Sprintf("the instruction is %s, and this CPU lacks %s, which the recording CPU had: replay on a CPU with them", kind, strings.Join(missing, ", "))
-}
-
-// missingISA lists the extensions of recorded (a checkpoint's CPU flags)
-// this CPU lacks, those CheckCPU lets pass too.
-func missingISA(recorded []string) []string {
-	missing, _ := lackedISA(recorded)
-	return missing
 }
 
 // instructionKind names the x86-64 instruction whose first bytes are code,

@@ -845,7 +845,8 @@ func (e *engine) onSignal(regs proc.Regs, sig int) (*Result, int, error) {
 		// may not be mapped).
 		inst := make([]byte, min(15, pageSize-regs.Rip%pageSize))
 		if e.mem.ReadAt(inst, regs.Rip) == nil {
-			d.Hint = illegalHint(inst, missingISA(e.c.Header.CPUFlags))
+			missing, _ := missingISA(e.c.Header.CPUFlags)
+			d.Hint = illegalHint(inst, missing)
 		}
 	}
 	return nil, 0, d
