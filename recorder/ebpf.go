@@ -476,6 +476,7 @@ func (e *ebpfSource) read() {
 	e.low.lower()
 	const batch = 1024
 	period := pollPeriod
+	var pass schedPass
 	for !e.stop.Load() {
 		asked := false
 		select {
@@ -501,6 +502,7 @@ func (e *ebpfSource) read() {
 			return
 		}
 		if !asked {
+			pass.due()
 			// The programs send without waking the reader (unless the
 			// ring is more than half full): look again soon.
 			if err := e.ring.wait(period); err != nil {
@@ -510,6 +512,29 @@ func (e *ebpfSource) read() {
 				return
 			}
 		}
+	}
+}
+
+// schedPass takes a goroutine locked to its thread through the Go
+// scheduler every few milliseconds. The runtime's monitor thread (sysmon)
+// takes the P of a goroutine it finds on the same scheduling tick for 10
+// ms, in a syscall or not, and each time it takes one it goes back to
+// waking every 20 us for a while. The reader never parks: it drains, then
+// waits in epoll_wait for 2 ms, again and again, so under a busy target it
+// was taken about 80 times a second, the monitor woke 1,500-2,000 times a
+// second instead of about 100, and those wakeups were a fifth of tprec's
+// CPU under redis-server (BENCHMARKS.md, "The Go runtime's monitor"). A
+// pass (runtime.Gosched) of a locked goroutine hands its P to another
+// thread and back, two thread switches, every schedPassEvery.
+type schedPass struct{ last time.Time }
+
+const schedPassEvery = 4 * time.Millisecond
+
+// due makes a pass when the last one is schedPassEvery old.
+func (p *schedPass) due() {
+	if now := time.Now(); now.Sub(p.last) >= schedPassEvery {
+		runtime.Gosched()
+		p.last = time.Now()
 	}
 }
 
