@@ -502,9 +502,7 @@ func (e *ebpfSource) read() {
 			return
 		}
 		if !asked {
-			if period == pollPeriod {
-				pass.due()
-			}
+			pass.look(period <= 2*pollPeriod)
 			// The programs send without waking the reader (unless the
 			// ring is more than half full): look again soon.
 			if err := e.ring.wait(period); err != nil {
@@ -518,27 +516,44 @@ func (e *ebpfSource) read() {
 }
 
 // schedPass takes a goroutine locked to its thread through the Go
-// scheduler every few milliseconds. The runtime's monitor thread (sysmon)
-// takes the P of a goroutine it finds on the same scheduling tick for 10
-// ms, in a syscall or not, and each time it takes one it goes back to
-// waking every 20 us for a while. The reader never parks: it drains, then
-// waits in epoll_wait for 2 ms, again and again, so under a busy target it
-// was taken about 80 times a second, the monitor woke 1,500-2,000 times a
-// second instead of about 100, and those wakeups were a fifth of tprec's
-// CPU under redis-server (BENCHMARKS.md, "The Go runtime's monitor"). A
-// pass (runtime.Gosched) of a locked goroutine hands its P to another
-// thread and back, two thread switches, every schedPassEvery. Only while
-// records come: a reader waiting up to idlePollPeriod is taken in its
-// epoll_wait anyway, and a pass of the only busy goroutine wakes the
-// monitor from its deep sleep, back to 20 us (a sleeping target cost
-// tprec 5% of a CPU with a pass at every look instead of 1.4% without).
-type schedPass struct{ last time.Time }
+// scheduler every few milliseconds while it is busy. The runtime's monitor
+// thread (sysmon) takes the P of a goroutine it finds on the same
+// scheduling tick for 10 ms, in a syscall or not, and each time it takes
+// one it goes back to waking every 20 us for a while. The reader never
+// parks: it drains, then waits in epoll_wait for 2 ms, again and again, so
+// under a busy target it was taken about 80 times a second, the monitor
+// woke 1,500-2,000 times a second instead of about 100, and those wakeups
+// were a fifth of tprec's CPU under redis-server (BENCHMARKS.md, "The Go
+// runtime's monitor"). A pass (runtime.Gosched) of a locked goroutine
+// hands its P to another thread and back, two thread switches.
+//
+// Only in a streak of frequent looks (records found, or not at the one
+// look before): a pass of the only busy goroutine wakes the monitor from
+// the deep sleep it takes while every P is idle, back to 20 us. With a
+// pass at every look, a sleeping target cost tprec 5% of a CPU instead of
+// 1.4%, and with a pass at every look that found records, a redis-server
+// woken by its timer ten times a second 4.3-5.5% instead of 3.7-4.1. A
+// reader waiting longer is taken in its epoll_wait anyway.
+type schedPass struct {
+	last time.Time // the last pass
+	busy time.Time // the first look of the streak; zero after an empty one
+}
 
 const schedPassEvery = 4 * time.Millisecond
 
-// due makes a pass when the last one is schedPassEvery old.
-func (p *schedPass) due() {
-	if now := time.Now(); now.Sub(p.last) >= schedPassEvery {
+// look notes whether the reader looks often (its next wait is short), and
+// makes a pass when the streak is two schedPassEvery long and the last
+// pass one old.
+func (p *schedPass) look(often bool) {
+	if !often {
+		p.busy = time.Time{}
+		return
+	}
+	now := time.Now()
+	if p.busy.IsZero() {
+		p.busy = now
+	}
+	if now.Sub(p.busy) >= 2*schedPassEvery && now.Sub(p.last) >= schedPassEvery {
 		runtime.Gosched()
 		p.last = time.Now()
 	}
