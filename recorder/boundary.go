@@ -26,6 +26,7 @@ func (s *session) boundary() error {
 	t1 := time.Now()
 	err = s.openIntervalFrom(now, snap)
 	s.lastStop = time.Since(now)
+	s.heldAll += s.lastStop
 	if debugStops {
 		s.logf("boundary: close %v, open %v", t1.Sub(now), time.Since(t1))
 	}

@@ -246,13 +246,19 @@ type session struct {
 	lastWritten        int
 	costStop, costSave time.Duration
 	costPages          int
-	gone               bool
-	exitStatus         unix.WaitStatus
-	dumps              []string
-	lostDumps          int            // checkpoints that could not be written anywhere
-	mu                 sync.Mutex     // guards dumps and deadShadows (checkpoints finish in the background)
-	deadShadows        []int          // killed dump shadows to collect
-	pending            sync.WaitGroup // checkpoints being finished
+
+	// heldAll is how long the boundaries held the target in all; mark is
+	// what the last status line counted from (costSince).
+	heldAll time.Duration
+	mark    costMark
+
+	gone        bool
+	exitStatus  unix.WaitStatus
+	dumps       []string
+	lostDumps   int            // checkpoints that could not be written anywhere
+	mu          sync.Mutex     // guards dumps and deadShadows (checkpoints finish in the background)
+	deadShadows []int          // killed dump shadows to collect
+	pending     sync.WaitGroup // checkpoints being finished
 	// hurry ends when Options.Hurry is closed: the trial replays of the
 	// checkpoints being finished stop (minimize).
 	hurry context.Context
@@ -972,7 +978,8 @@ func (s *session) loop(ctx context.Context, tick <-chan time.Time, requests <-ch
 			}
 		case <-status:
 			if s.state == stateRecording {
-				s.logf("%s", s.statusLine(time.Now()))
+				now := time.Now()
+				s.logf("%s%s", s.statusLine(now), s.costSince(now, ownCPU()))
 			}
 		case <-tick:
 			if dying(s.pid) {
@@ -1900,6 +1907,7 @@ func (s *session) start() error {
 		s.memDirs, s.memV2 = memoryCgroup(string(b), "/sys/fs/cgroup")
 	}
 	s.state = stateRecording
+	s.mark = costMark{at: time.Now(), cpu: ownCPU(), held: s.heldAll}
 	if s.crashed != 0 {
 		s.logf("process %d goes on after its %v (a handler, or threads not dead yet): recording it afresh", s.pid, unix.SignalName(unix.Signal(s.crashed)))
 	} else {
@@ -2490,6 +2498,37 @@ func (s *session) statusLine(now time.Time) string {
 		line += fmt.Sprintf(", %d shadows killed (out of memory)", s.shadowsDied)
 	}
 	return line
+}
+
+// costMark is where the cost a status line gives starts: the time, tprec's
+// CPU time and session.heldAll then.
+type costMark struct {
+	at        time.Time
+	cpu, held time.Duration
+}
+
+// costSince says what the recording cost since the last status line (or
+// the start), given tprec's CPU time now: tprec's CPU in percent of one,
+// and the share of the time the boundaries held the process. An engineer
+// deciding whether to keep a recorder on a loaded server asks that first.
+func (s *session) costSince(now time.Time, cpu time.Duration) string {
+	m := s.mark
+	s.mark = costMark{now, cpu, s.heldAll}
+	wall := now.Sub(m.at)
+	if m.at.IsZero() || wall <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("; over the last %v tprec took %.1f%% of a CPU and its boundaries held the process %.1f%% of the time",
+		wall.Round(time.Second), 100*float64(cpu-m.cpu)/float64(wall), 100*float64(s.heldAll-m.held)/float64(wall))
+}
+
+// ownCPU is the CPU time tprec used so far, all its threads (0 if unknown).
+func ownCPU() time.Duration {
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // residentBytes is tprec's own resident memory (0 if unknown).

@@ -806,6 +806,24 @@ func TestMemoryWithinBudget(t *testing.T) {
 	if !strings.Contains(rec.stderr.String(), "history in") {
 		t.Errorf("no status line:\n%s", rec.stderr)
 	}
+	// Each line also says what the recording cost: tprec works under
+	// this load, and its boundaries hold the server some of the time.
+	costs := regexp.MustCompile(`tprec took ([0-9.]+)% of a CPU and its boundaries held the process ([0-9.]+)% of the time`).FindAllStringSubmatch(rec.stderr.String(), -1)
+	if len(costs) < 3 {
+		t.Fatalf("%d status lines give the recording's cost, want 3 or more:\n%s", len(costs), rec.stderr)
+	}
+	held := 0.0
+	for _, c := range costs {
+		cpu, _ := strconv.ParseFloat(c[1], 64)
+		h, _ := strconv.ParseFloat(c[2], 64)
+		if cpu <= 0 || cpu > 200 || h >= 50 {
+			t.Errorf("implausible cost on a 2-CPU machine: %q", c[0])
+		}
+		held = max(held, h)
+	}
+	if held == 0 {
+		t.Errorf("no status line saw the boundaries hold redis-server under load:\n%s", rec.stderr)
+	}
 }
 
 // An operator who interrupts tprec while it is still writing a crash's
