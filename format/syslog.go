@@ -2,7 +2,6 @@ package format
 
 import (
 	"encoding/binary"
-	"iter"
 )
 
 // The syscall log (SYSCL) of version 2 is a stream of varints (FORMAT.md,
@@ -185,37 +184,4 @@ func decodeSyscallsV2(d *dec, major uint16) []Syscall {
 		}
 	}
 	return out
-}
-
-// PackSyscalls encodes calls as a SYSCL payload compressed with lz4 (fast
-// enough to run while recording): the recorder keeps the logs of older
-// intervals packed when its ring runs short of memory. UnpackSyscalls
-// reverses it.
-func PackSyscalls(calls []Syscall) []byte {
-	return encodeSyscalls(&codec{}, calls)
-}
-
-// PackSyscallSeq is PackSyscalls for the n records calls yields, which may
-// be one variable reused for every record (the encoder keeps copies of what
-// it compares with; output bytes must not change): the recorder packs its
-// logs without making a record per call.
-func PackSyscallSeq(n int, calls iter.Seq[*Syscall]) []byte {
-	return packed(&codec{}, encodeSyscallsRaw(n, calls, false))
-}
-
-// UnpackSyscalls decodes what PackSyscalls encoded.
-func UnpackSyscalls(b []byte) ([]Syscall, error) {
-	c := &codec{}
-	d := &dec{b: b, sec: "SYSCL"}
-	raw := unpack(d, c)
-	if d.fail != nil {
-		return nil, d.fail
-	}
-	d2 := &dec{b: raw, base: -1, sec: "SYSCL"}
-	calls := decodeSyscalls(d2, VersionMajor)
-	d2.end(true)
-	if d2.fail != nil {
-		return nil, d2.fail
-	}
-	return calls, nil
 }

@@ -79,18 +79,14 @@ const (
 
 // logModel finds the records a record is compared with: the previous one
 // with its number, and the previous one with its number and first argument.
-// Unless the records stay where they are (stable: a slice being written
-// or decoded), it keeps copies of them (their output bytes are not copied),
-// so a writer may hand it every record in the same reused variable: the
-// recorder packs its logs without making a record per call. A record's
-// slots are looked up once (slots) and serve the comparison, the repeated
-// outputs and note.
+// It keeps pointers to the records, which stay where they are (a slice
+// being written or decoded). A record's slots are looked up once (slots)
+// and serve the comparison, the repeated outputs and note.
 type logModel struct {
-	major  uint16
-	stable bool
-	low    [modelLowNr]*modelSlot // by number, for small numbers
-	byNr   map[int]*modelSlot     // ... for the others
-	byKey  map[int64]*modelSlot   // by number and first argument (modelKey)
+	major uint16
+	low   [modelLowNr]*modelSlot // by number, for small numbers
+	byNr  map[int]*modelSlot     // ... for the others
+	byKey map[int64]*modelSlot   // by number and first argument (modelKey)
 }
 
 // modelSlot holds the last record of a number, or of a number and first
@@ -111,14 +107,13 @@ func modelKey(nr int, a0 uint64) int64 { return int64(nr)<<16 | int64(a0) }
 
 var zeroSyscall Syscall
 
-// newLogModel is the model of a log of format version major.
-// A stable model keeps pointers to the records it is handed, which must
-// then not move or change while it is used; otherwise it keeps copies.
-// Copying a record costs as much as the rest of its encoding: the write of
-// a redis-server checkpoint's 600,000 calls spent a quarter of its log's
-// time there, most of it in the collector's write barriers.
-func newLogModel(major uint16, stable bool) *logModel {
-	return &logModel{major: major, stable: stable, byNr: map[int]*modelSlot{}, byKey: map[int64]*modelSlot{}}
+// newLogModel is the model of a log of format version major. The records
+// it is handed must not move or change while it is used: copying each
+// would cost as much as the rest of its encoding (the write of a
+// redis-server checkpoint's 600,000 calls spent a quarter of its log's
+// time there when it did, most of it in the collector's write barriers).
+func newLogModel(major uint16) *logModel {
+	return &logModel{major: major, byNr: map[int]*modelSlot{}, byKey: map[int64]*modelSlot{}}
 }
 
 // number is the slot of number nr.
@@ -208,16 +203,9 @@ func (m *logModel) note(s *Syscall, num, key *modelSlot) {
 			noteOutputs(key, s)
 		}
 	}
-	if m.stable {
-		num.rec = s
-		if key != nil {
-			key.rec = s
-		}
-		return
-	}
-	num.rec = kept(num.rec, s)
+	num.rec = s
 	if key != nil {
-		key.rec = kept(key.rec, s)
+		key.rec = s
 	}
 }
 
@@ -234,17 +222,6 @@ func noteOutputs(p *modelSlot, s *Syscall) {
 	}
 }
 
-// kept copies s into p (a new record if nil), reusing p's output list.
-func kept(p, s *Syscall) *Syscall {
-	if p == nil {
-		p = &Syscall{}
-	}
-	outs := p.Out[:0]
-	*p = *s
-	p.Out = append(outs, s.Out...)
-	return p
-}
-
 // timeWords reports whether output j of s, of n bytes, is stored as word
 // differences from output j of p: 8 or 16 bytes after an output of the
 // same length.
@@ -254,7 +231,7 @@ func timeWords(p *Syscall, j, n int) bool {
 
 func encodeSyscalls(z *codec, calls []Syscall) []byte {
 	var e enc
-	packPieces(&e, z, encodeSyscallPieces(len(calls), slicePointers(calls), true))
+	packPieces(&e, z, encodeSyscallPieces(len(calls), slicePointers(calls)))
 	return e.b
 }
 
@@ -270,18 +247,17 @@ func slicePointers(calls []Syscall) iter.Seq[*Syscall] {
 }
 
 // encodeSyscallsRaw is the log before compression: the n records calls
-// yields. Their output bytes must not change while it runs; stable says the
-// records themselves do not move or change either (each is its own
-// variable, as in a slice), so that the model need not copy them.
-func encodeSyscallsRaw(n int, calls iter.Seq[*Syscall], stable bool) []byte {
-	return encodeSyscallPieces(n, calls, stable).join()
+// yields, which must not move or change while it runs (each is its own
+// variable, as in a slice).
+func encodeSyscallsRaw(n int, calls iter.Seq[*Syscall]) []byte {
+	return encodeSyscallPieces(n, calls).join()
 }
 
 // encodeSyscallPieces is encodeSyscallsRaw as the pieces that make it up,
 // in order, which the packing compresses without joining them first: a
 // redis-server window of 876,000 calls is an 18.6 MB log, which joined
 // was as much fresh memory again (12 us a page on this project's VM).
-func encodeSyscallPieces(n int, calls iter.Seq[*Syscall], stable bool) pieces {
+func encodeSyscallPieces(n int, calls iter.Seq[*Syscall]) pieces {
 	streams := map[streamID]*enc{}
 	st := func(kind uint64, key int64) *enc {
 		id := streamID{kind, key}
@@ -309,7 +285,7 @@ func encodeSyscallPieces(n int, calls iter.Seq[*Syscall], stable bool) pieces {
 		data  *blockBuf
 	}
 	byNr := map[int]perNr{}
-	m := newLogModel(VersionMajor, stable)
+	m := newLogModel(VersionMajor)
 	var seq, tid uint64
 	count := 0
 	for s := range calls {
@@ -480,7 +456,7 @@ func decodeSyscalls(d *dec, major uint16) []Syscall {
 	}
 	out := make([]Syscall, n)
 	prefault.Slice(out) // 136 bytes a record, fresh memory: one call
-	m := newLogModel(major, true)
+	m := newLogModel(major)
 	// The streams every record may use, looked up once; those of a number
 	// once per number.
 	var values [8]*dec

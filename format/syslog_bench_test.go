@@ -56,14 +56,14 @@ func BenchmarkEncodeServerLog(b *testing.B) {
 	calls := serverLog(100000)
 	var n int
 	for b.Loop() {
-		n = len(encodeSyscallsRaw(len(calls), slicePointers(calls), true))
+		n = len(encodeSyscallsRaw(len(calls), slicePointers(calls)))
 	}
 	b.ReportMetric(float64(n)/float64(len(calls)), "rawB/call")
 }
 
 func BenchmarkDecodeServerLog(b *testing.B) {
 	calls := serverLog(100000)
-	raw := encodeSyscallsRaw(len(calls), slicePointers(calls), true)
+	raw := encodeSyscallsRaw(len(calls), slicePointers(calls))
 	b.ReportAllocs()
 	for b.Loop() {
 		d := &dec{b: raw}

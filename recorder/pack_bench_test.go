@@ -21,9 +21,9 @@ func ddInterval() callLog {
 
 func BenchmarkPackDDInterval(b *testing.B) {
 	l := ddInterval()
-	var n int
+	var n int64
 	for b.Loop() {
-		n = len(format.PackSyscallSeq(l.len(), l.each()))
+		n = l.pack().bytes
 	}
 	b.ReportMetric(float64(l.bytes), "logbytes")
 	b.ReportMetric(float64(n), "packedbytes")

@@ -19,11 +19,9 @@ type interval struct {
 	meta     format.Interval
 	present  []pageRun // pages present in memory at the interval start
 	syscalls callLog
-	// packed is the log encoded and lz4-compressed (format.PackSyscalls)
-	// when the ring ran short of memory; syscalls is then empty and ncalls
-	// says how many calls it holds.
-	packed    []byte
-	ncalls    int
+	// packed is the log with its chunks compressed (callLog.pack) when the
+	// ring ran short of memory; syscalls is then empty.
+	packed    *packedLog
 	packTried bool
 	signals   []format.SignalEvent
 	logBytes  int64                  // memory held by the syscall log
@@ -373,7 +371,7 @@ func (r *ring) settle() {
 type packJob struct {
 	iv     *interval
 	log    callLog
-	packed []byte
+	packed *packedLog
 }
 
 // startPack marks iv's log as tried and, when packing it can pay, packs it
@@ -389,7 +387,7 @@ func (r *ring) startPack(iv *interval) {
 	j := &packJob{iv: iv, log: iv.syscalls}
 	r.busy = j
 	go func() {
-		j.packed = format.PackSyscallSeq(j.log.len(), j.log.each())
+		j.packed = j.log.pack()
 		r.done <- j
 	}()
 }
@@ -413,14 +411,14 @@ func (r *ring) collect(wait bool) {
 	}
 	r.busy = nil
 	iv := j.iv
-	if !slices.Contains(r.intervals, iv) || int64(len(j.packed)) >= iv.logBytes {
+	if !slices.Contains(r.intervals, iv) || j.packed.bytes >= iv.logBytes {
 		// Dropped meanwhile, or not worth it.
 		return
 	}
-	iv.packed, iv.ncalls = j.packed, j.log.len()
+	iv.packed = j.packed
 	iv.syscalls = callLog{}
-	r.bytes += int64(len(j.packed)) - iv.logBytes
-	iv.logBytes = int64(len(j.packed))
+	r.bytes += j.packed.bytes - iv.logBytes
+	iv.logBytes = j.packed.bytes
 }
 
 // unpacked returns the oldest interval whose log was not packed yet.
@@ -437,18 +435,23 @@ func (r *ring) unpacked() *interval {
 // that do not compress (a program reading compressed or random data), judged
 // on a sample: packing 60 MB of it took a third of a second for nothing, on
 // the tracer's thread, and held up the next boundary (an interval of
-// sha256sum grew to over a second).
+// sha256sum grew to over a second). The sample is the first outputs: the
+// log counts its output bytes as it grows, and decoding all of it to count
+// them took 8% of tprec's CPU under redis-server with --max-memory 32M,
+// where every interval is packed.
 func incompressible(iv *interval) bool {
 	const sampleMax, piece = 256 << 10, 16 << 10
-	var out int64
+	if iv.syscalls.out*2 < iv.logBytes {
+		return false
+	}
 	var sample []byte
 	for d := range iv.syscalls.outputs() {
-		out += int64(len(d))
-		if len(sample) < sampleMax {
-			sample = append(sample, d[:min(len(d), piece)]...)
+		sample = append(sample, d[:min(len(d), piece)]...)
+		if len(sample) >= sampleMax {
+			break
 		}
 	}
-	if out*2 < iv.logBytes || len(sample) < 64<<10 {
+	if len(sample) < 64<<10 {
 		return false
 	}
 	z := make([]byte, lz4.CompressBlockBound(len(sample)))
@@ -459,7 +462,7 @@ func incompressible(iv *interval) bool {
 // calls returns how many calls the interval's log holds.
 func (iv *interval) calls() int {
 	if iv.packed != nil {
-		return iv.ncalls
+		return iv.packed.log.len()
 	}
 	return iv.syscalls.len()
 }
@@ -469,7 +472,7 @@ func (iv *interval) calls() int {
 // replaces its fields but changes nothing they pointed to).
 type logView struct {
 	calls  callLog
-	packed []byte
+	packed *packedLog
 }
 
 func (iv *interval) view() logView { return logView{iv.syscalls, iv.packed} }
@@ -477,11 +480,11 @@ func (iv *interval) view() logView { return logView{iv.syscalls, iv.packed} }
 // appendTo appends the log's calls to dst, in order.
 func (v logView) appendTo(dst []format.Syscall) ([]format.Syscall, error) {
 	if v.packed != nil {
-		calls, err := format.UnpackSyscalls(v.packed)
+		l, err := v.packed.unpack()
 		if err != nil {
 			return dst, fmt.Errorf("unpack a syscall log of the ring: %w", err)
 		}
-		return append(dst, calls...), nil
+		return l.appendTo(dst), nil
 	}
 	return v.calls.appendTo(dst), nil
 }

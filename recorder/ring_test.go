@@ -440,8 +440,17 @@ func TestCallLogRoundTrip(t *testing.T) {
 	if len(copied) != len(want)+1 || len(each) != len(want) {
 		t.Fatalf("appendTo gave %d calls, each %d, want %d", len(copied)-1, len(each), len(want))
 	}
+	// Packed (the ring short of memory) and unpacked, the same calls.
+	u, err := l.pack().unpack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	unpacked := u.appendTo(nil)
+	if len(unpacked) != len(want) {
+		t.Fatalf("the unpacked log has %d calls, want %d", len(unpacked), len(want))
+	}
 	for i := range want {
-		for _, got := range []*format.Syscall{&each[i], l.at(i), &copied[i+1]} {
+		for _, got := range []*format.Syscall{&each[i], l.at(i), &copied[i+1], &unpacked[i]} {
 			w := want[i]
 			if got.Seq != w.Seq || got.Tid != w.Tid || got.Nr != w.Nr || got.Args != w.Args || got.Ret != w.Ret || got.Rip != w.Rip || len(got.Out) != len(w.Out) {
 				t.Fatalf("call %d: got %+v, want %+v", i, *got, w)
@@ -498,6 +507,25 @@ func TestCallLogSharesRepeatedOutputs(t *testing.T) {
 	// slab and the blocks of records and outputs (2.5 MB).
 	if l.bytes > 4<<20 {
 		t.Errorf("log holds %d bytes, want under 4 MiB", l.bytes)
+	}
+	// Packed, the log holds a few times less and reads back the same
+	// (repeats refer to other chunks); a damaged chunk is an error.
+	p := l.pack()
+	if p.bytes*4 > l.bytes {
+		t.Errorf("packed, the log holds %d bytes of %d", p.bytes, l.bytes)
+	}
+	u, err := p.unpack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		if got := u.at(i).Out[0].Data; !bytes.Equal(got, want[i]) {
+			t.Fatalf("unpacked, call %d: %d bytes differ from the %d logged", i, len(got), len(want[i]))
+		}
+	}
+	p.log.chunks[0] = p.log.chunks[0][:len(p.log.chunks[0])/2]
+	if _, err := p.unpack(); err == nil {
+		t.Error("a packed log with a truncated chunk unpacked")
 	}
 }
 

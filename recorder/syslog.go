@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/klauspost/compress/s2"
 	"github.com/tprec/tprec/format"
 	"github.com/tprec/tprec/proc"
 	"github.com/tprec/tprec/syscalls"
@@ -205,7 +206,8 @@ func (v *vforkCaptures) replayProblem(rec *format.Syscall, problem string) strin
 // the ring holds the log of several intervals within --max-memory: at 88
 // bytes of fixed record and 24 of output reference a call, redis's intervals
 // outgrew the budget and the ring packed every one of them
-// (format.PackSyscallSeq), a quarter of the recorder's CPU under that load.
+// (then with the checkpoint's encoding), a quarter of the recorder's CPU
+// under that load.
 // Appending never moves a call. A call comes back out as a format.Syscall
 // whose outputs alias the chunks: a log is never changed once its interval
 // is closed.
@@ -218,6 +220,7 @@ type callLog struct {
 	last   logState // the encoder's state: the last call appended
 	n      int
 	nouts  int
+	out    int64 // the outputs' bytes, as the calls returned them
 	bytes  int64 // memory held: chunks and tables
 }
 
@@ -272,6 +275,7 @@ func (l *callLog) append(rec *format.Syscall) {
 	need := logCallMax + len(rec.Out)*logOutMax
 	for _, o := range rec.Out {
 		need += len(o.Data)
+		l.out += int64(len(o.Data))
 	}
 	l.room(need)
 	k := len(l.chunks) - 1
@@ -538,6 +542,56 @@ func (l *callLog) appendTo(dst []format.Syscall) []format.Syscall {
 		dst = append(dst, rec)
 	}
 	return dst
+}
+
+// packedLog is a closed interval's call log with its chunks compressed
+// with s2, kept so when the ring runs short of memory (ring.budget); its
+// marks and tables stay as they were. Until 2026-12-02 a packed log was
+// the checkpoint's SYSCL encoding compressed with lz4: a third smaller
+// for a redis-server interval (311 KB against 549 for 90,000 calls), but
+// seven times the CPU (28 ms against 4), and under redis-server with
+// --max-memory 32M, where the ring packs every interval, it was a tenth of
+// a CPU. Unpacking gives the log back as it was.
+type packedLog struct {
+	log   callLog // chunks: the compressed chunks
+	sizes []int   // each chunk's length before compression
+	bytes int64   // memory held: the compressed chunks and the tables
+}
+
+// pack returns the log with its chunks compressed. The log must not grow
+// afterwards (its interval is closed).
+func (l *callLog) pack() *packedLog {
+	p := &packedLog{log: *l, sizes: make([]int, len(l.chunks))}
+	p.log.chunks = make([][]byte, len(l.chunks))
+	p.log.seen = nil // only appending looks at it
+	p.bytes = l.bytes
+	var scratch []byte
+	for i, c := range l.chunks {
+		// Encoded into a buffer of the worst case, then copied: kept,
+		// that buffer held seven times what the ring counted, and the
+		// heap ran at the memory limit (a collection every 30 ms).
+		if n := s2.MaxEncodedLen(len(c)); cap(scratch) < n {
+			scratch = make([]byte, n)
+		}
+		z := bytes.Clone(s2.Encode(scratch[:cap(scratch)], c))
+		p.log.chunks[i], p.sizes[i] = z, len(c)
+		p.bytes += int64(len(z)) - int64(cap(c))
+	}
+	return p
+}
+
+// unpack returns the log that was packed.
+func (p *packedLog) unpack() (callLog, error) {
+	l := p.log
+	l.chunks = make([][]byte, len(p.log.chunks))
+	for i, z := range p.log.chunks {
+		b, err := s2.Decode(make([]byte, p.sizes[i]), z)
+		if err != nil || len(b) != p.sizes[i] {
+			return callLog{}, fmt.Errorf("chunk %d of %d: %d bytes of %d, %v", i, len(p.log.chunks), len(b), p.sizes[i], err)
+		}
+		l.chunks[i] = b
+	}
+	return l, nil
 }
 
 // outputs yields the bytes of every output, in order.

@@ -17,7 +17,8 @@
 #   added latency. PIN=1 runs the server and its client on CPU 0 and tprec
 #   on CPU 1: a machine with a CPU to spare for the recorder, where only the
 #   recording's work in the server's own threads (the eBPF programs, the
-#   boundaries' stops) can slow it.
+#   boundaries' stops) can slow it. TPREC_ARGS adds options to tprec
+#   (TPREC_ARGS="--max-memory 32M": a ring that packs every interval).
 # WORKLOAD=dump: one redis-server checkpoint of scripts/bench/checkpoints.sh
 #   (crashed with SIGSEGV under load, TPREC_DEBUG=1); prints the time from
 #   the signal to the file, how long the process was held, and the dump's
@@ -68,7 +69,7 @@ run() { # run BIN|none: one measurement
 		redis_load $port "${CLIENTS:-10}"
 		local p=$SRV load=$LOAD
 		sleep 1
-		if [ "$1" != none ]; then "${pin[@]}" "$1/tprec" -q --pid "$p" -o "$ck" 2>/dev/null & r=$!; fi
+		if [ "$1" != none ]; then "${pin[@]}" "$1/tprec" -q ${TPREC_ARGS:-} --pid "$p" -o "$ck" 2>/dev/null & r=$!; fi
 		sleep 2
 		cpu() { [ -n "$r" ] && awk '{print $14 + $15}' "/proc/$r/stat"; }
 		c0=$(redis_requests $port) t0=$(cpu)
