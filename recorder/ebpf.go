@@ -527,8 +527,8 @@ func (e *ebpfSource) read() {
 // runtime's monitor"). A pass (runtime.Gosched) of a locked goroutine
 // hands its P to another thread and back, two thread switches.
 //
-// Only in a streak of frequent looks (records found, or not at the one
-// look before): a pass of the only busy goroutine wakes the monitor from
+// Only in a streak of frequent looks (waits of at most 4 ms: records were
+// found at that look or the one before): a pass of the only busy goroutine wakes the monitor from
 // the deep sleep it takes while every P is idle, back to 20 us. With a
 // pass at every look, a sleeping target cost tprec 5% of a CPU instead of
 // 1.4%, and with a pass at every look that found records, a redis-server
@@ -536,7 +536,7 @@ func (e *ebpfSource) read() {
 // reader waiting longer is taken in its epoll_wait anyway.
 type schedPass struct {
 	last time.Time // the last pass
-	busy time.Time // the first look of the streak; zero after an empty one
+	busy time.Time // the first look of the streak; zero after a longer wait
 }
 
 const schedPassEvery = 4 * time.Millisecond
