@@ -502,7 +502,9 @@ func (e *ebpfSource) read() {
 			return
 		}
 		if !asked {
-			pass.look(period <= 2*pollPeriod)
+			if pass.due(period <= 2*pollPeriod, time.Now()) {
+				runtime.Gosched()
+			}
 			// The programs send without waking the reader (unless the
 			// ring is more than half full): look again soon.
 			if err := e.ring.wait(period); err != nil {
@@ -541,22 +543,22 @@ type schedPass struct {
 
 const schedPassEvery = 4 * time.Millisecond
 
-// look notes whether the reader looks often (its next wait is short), and
-// makes a pass when the streak is two schedPassEvery long and the last
-// pass one old.
-func (p *schedPass) look(often bool) {
+// due notes a look at time now and whether the reader looks often (its
+// next wait is short), and reports whether to pass: the streak is two
+// schedPassEvery long and the last pass one old.
+func (p *schedPass) due(often bool, now time.Time) bool {
 	if !often {
 		p.busy = time.Time{}
-		return
+		return false
 	}
-	now := time.Now()
 	if p.busy.IsZero() {
 		p.busy = now
 	}
-	if now.Sub(p.busy) >= 2*schedPassEvery && now.Sub(p.last) >= schedPassEvery {
-		runtime.Gosched()
-		p.last = time.Now()
+	if now.Sub(p.busy) < 2*schedPassEvery || now.Sub(p.last) < schedPassEvery {
+		return false
 	}
+	p.last = now
+	return true
 }
 
 // drainRing consumes every committed record, batch records per hold of e.mu,

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -262,4 +263,48 @@ func TestTrialStubFollowsYield(t *testing.T) {
 	trialStub(pid, true)
 	want("listed outside a yield", own)
 	trialStub(pid, false)
+}
+
+// The reader passes through the scheduler every schedPassEvery once it has
+// looked often for twice that, and not while it waits longer: a look every
+// 2 ms for 40 ms makes a pass at 8 ms and every 4 ms after; a long wait
+// ends the streak, and the next one starts from nothing.
+func TestSchedPass(t *testing.T) {
+	var p schedPass
+	t0 := time.Unix(1000, 0)
+	var at []time.Duration
+	look := func(d time.Duration, often bool) {
+		if p.due(often, t0.Add(d)) {
+			at = append(at, d)
+		}
+	}
+	for d := time.Duration(0); d <= 40*time.Millisecond; d += 2 * time.Millisecond {
+		look(d, true)
+	}
+	want := []time.Duration{8, 12, 16, 20, 24, 28, 32, 36, 40}
+	for i := range want {
+		want[i] *= time.Millisecond
+	}
+	if !slices.Equal(at, want) {
+		t.Fatalf("passes at %v, want %v", at, want)
+	}
+	at = nil
+	look(50*time.Millisecond, false) // a wait of 8 ms or more
+	for d := 60 * time.Millisecond; d <= 66*time.Millisecond; d += 2 * time.Millisecond {
+		look(d, true)
+	}
+	if len(at) != 0 {
+		t.Fatalf("passes at %v within 8 ms of a new streak", at)
+	}
+	look(68*time.Millisecond, true)
+	if len(at) != 1 {
+		t.Fatalf("no pass 8 ms into the new streak: %v", at)
+	}
+	at = nil
+	for d := 100 * time.Millisecond; d <= 200*time.Millisecond; d += 64 * time.Millisecond {
+		look(d, false) // an idle reader
+	}
+	if len(at) != 0 {
+		t.Fatalf("an idle reader passed at %v", at)
+	}
 }
