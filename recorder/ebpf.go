@@ -530,12 +530,13 @@ func (e *ebpfSource) read() {
 // hands its P to another thread and back, two thread switches.
 //
 // Only in a streak of frequent looks (waits of at most 4 ms: records were
-// found at that look or the one before): a pass of the only busy goroutine wakes the monitor from
-// the deep sleep it takes while every P is idle, back to 20 us. With a
-// pass at every look, a sleeping target cost tprec 5% of a CPU instead of
-// 1.4%, and with a pass at every look that found records, a redis-server
-// woken by its timer ten times a second 4.3-5.5% instead of 3.7-4.1. A
-// reader waiting longer is taken in its epoll_wait anyway.
+// found at that look or the one before): a pass of the only busy
+// goroutine wakes the monitor from the deep sleep it takes while every P
+// is idle, back to 20 us. With a pass at every look, a sleeping target
+// cost tprec 5% of a CPU instead of 1.4%, and with a pass at every look
+// that found records, a redis-server woken by its timer ten times a second
+// 4.3-5.5% instead of 3.7-4.1. A reader waiting longer is taken in its
+// epoll_wait anyway.
 type schedPass struct {
 	last time.Time // the last pass
 	busy time.Time // the first look of the streak; zero after a longer wait

@@ -978,8 +978,8 @@ func (s *session) loop(ctx context.Context, tick <-chan time.Time, requests <-ch
 			}
 		case <-status:
 			if s.state == stateRecording {
-				now := time.Now()
-				s.logf("%s%s", s.statusLine(now), s.costSince(now, ownCPU()))
+				now, cpu := time.Now(), cpuNow()
+				s.logf("%s%s", s.statusLine(now), s.costSince(now, cpu))
 			}
 		case <-tick:
 			if dying(s.pid) {
@@ -1907,7 +1907,7 @@ func (s *session) start() error {
 		s.memDirs, s.memV2 = memoryCgroup(string(b), "/sys/fs/cgroup")
 	}
 	s.state = stateRecording
-	s.mark = costMark{at: time.Now(), cpu: ownCPU(), held: s.heldAll}
+	s.mark = costMark{at: time.Now(), cpu: cpuNow(), held: s.heldAll}
 	if s.crashed != 0 {
 		s.logf("process %d goes on after its %v (a handler, or threads not dead yet): recording it afresh", s.pid, unix.SignalName(unix.Signal(s.crashed)))
 	} else {
@@ -2500,6 +2500,12 @@ func (s *session) statusLine(now time.Time) string {
 	return line
 }
 
+// cpuNow is cpuUsed's total.
+func cpuNow() time.Duration {
+	cpu, _, _ := cpuUsed()
+	return cpu
+}
+
 // costMark is where the cost a status line gives starts: the time, tprec's
 // CPU time and session.heldAll then.
 type costMark struct {
@@ -2508,7 +2514,8 @@ type costMark struct {
 }
 
 // costSince says what the recording cost since the last status line (or
-// the start), given tprec's CPU time now: tprec's CPU in percent of one,
+// the start), given tprec's CPU time now (cpuNow: with the trial replays
+// it waited for): tprec's CPU in percent of one,
 // and the share of the time the boundaries held the process. An engineer
 // deciding whether to keep a recorder on a loaded server asks that first.
 func (s *session) costSince(now time.Time, cpu time.Duration) string {
@@ -2520,15 +2527,6 @@ func (s *session) costSince(now time.Time, cpu time.Duration) string {
 	}
 	return fmt.Sprintf("; over the last %v tprec took %.1f%% of a CPU and its boundaries held the process %.1f%% of the time",
 		wall.Round(time.Second), 100*float64(cpu-m.cpu)/float64(wall), 100*float64(s.heldAll-m.held)/float64(wall))
-}
-
-// ownCPU is the CPU time tprec used so far, all its threads (0 if unknown).
-func ownCPU() time.Duration {
-	var ru unix.Rusage
-	if unix.Getrusage(unix.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // residentBytes is tprec's own resident memory (0 if unknown).
