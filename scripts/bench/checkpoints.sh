@@ -39,7 +39,7 @@ RAW=${RAW:-bench-checkpoints.txt}
 # writes its table there only when DOC is given.
 DOC_GIVEN=${DOC:+yes}
 DOC=${DOC:-BENCHMARKS.md}
-ALL_WORKLOADS="redis python gzip"
+ALL_WORKLOADS="redis redis1 python gzip"
 WORKLOADS=${WORKLOADS:-$ALL_WORKLOADS}
 for w in $WORKLOADS; do
 	[[ " $ALL_WORKLOADS " == *" $w "* ]] || { echo "checkpoints: no workload $w (there are: $ALL_WORKLOADS)" >&2; exit 2; }
@@ -97,6 +97,9 @@ start() {
 	case $1 in
 	redis)
 		start_redis "$PORT"
+		;;
+	redis1)
+		REDIS_KEYS=1 start_redis "$PORT"
 		;;
 	python)
 		rm -f "$WORK/py.out"
@@ -226,6 +229,7 @@ table() {
 		ver="$(awk -v w="$w" '$1 == w && $12 == "yes"' "$RAW" | wc -l)/$(awk -v w="$w" '$1 == w' "$RAW" | wc -l)"
 		case $w in
 		redis) name="redis-server 7, redis-benchmark -c 10 -r 100000 set,get (loopback)" ;;
+		redis1) name="redis-server 7, the same on one key (-r 1)" ;;
 		python) name="python3, ${HEAP_MB} MB heap, file read + time.time() loop" ;;
 		gzip) name="gzip -c, ${GZIP_MB} MB of text" ;;
 		esac
