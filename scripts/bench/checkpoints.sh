@@ -10,9 +10,10 @@
 #   - how long tpreplay takes to load the file and to replay it (tpreplay
 #     --time), against the recorded time it covers;
 # then, on a fresh process of the same kind at the same point (same load,
-# same time since start, unrecorded), a full image with gdb's gcore: its size
-# and how long it took. CRIU would be the natural full checkpoint; it is
-# tried first and its failure is reported.
+# same time since start, unrecorded), a full image with CRIU (criu dump
+# --leave-running; scripts/bench/criu.sh finds one that runs on this
+# kernel) and one with gdb's gcore: their size and how long each took. A
+# CRIU dump that fails is reported with CRIU's error.
 # Medians of the runs go to BENCHMARKS.md between the "checkpoints" markers;
 # every run's figures go to $RAW.
 # BIN names the directory of the tprec to run (default ./bin); LOGS, a
@@ -51,6 +52,8 @@ CKS=${CKS:-}
 PY=/usr/bin/python3
 WORK=$(mktemp -d)
 . scripts/lib/targets.sh
+. scripts/bench/criu.sh
+criu_find
 [ -x "$BIN/tprec" ] || make -s build
 
 median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
@@ -180,6 +183,23 @@ print("%.3f" % w, m.group(1) if m else "0s")')
 	# a full image with gcore.
 	start "$w"
 	sleep "$since"
+	local criu_bytes=0 criu_ms=0
+	if [ -n "$CRIU" ]; then
+		rm -rf "$WORK/criu" && mkdir "$WORK/criu"
+		local c0=$(date +%s.%N)
+		if $CRIU dump --leave-running --shell-job --tcp-established -t "$TPID" -D "$WORK/criu" -o dump.log >/dev/null 2>&1; then
+			local c1=$(date +%s.%N)
+			criu_ms=$(awk -v a="$c0" -v b="$c1" 'BEGIN {printf "%.1f", (b - a) * 1000}')
+			criu_bytes=$(du -sb "$WORK/criu" | awk '{print $1}')
+		else
+			# The first error that made the dump fail (the one about
+			# CRIU's own open-file limit is only a warning).
+			local why
+			why=$(grep -v 'RLIMIT_NOFILE' "$WORK/criu/dump.log" 2>/dev/null | grep -m1 '^Error' | sed -E 's/^Error \([^)]*\): //' || true)
+			echo "# criu-failed $w ${why:-no error in its log}" >>"$RAW"
+		fi
+		rm -rf "$WORK/criu"
+	fi
 	local g0=$(date +%s.%N)
 	gcore -o "$WORK/core" "$TPID" >/dev/null 2>&1 || true
 	local g1=$(date +%s.%N)
@@ -187,39 +207,36 @@ print("%.3f" % w, m.group(1) if m else "0s")')
 	[ -f "$WORK/core.$TPID" ] && core=$(stat -c %s "$WORK/core.$TPID")
 	rm -f "$WORK"/core.*
 	stop
-	printf '%s %d %.3f %d %d %.0f %s %s %s %s %s %s %d %s %s\n' "$w" "$run" "$window" "$sys" "$bytes" \
+	printf '%s %d %.3f %d %d %.0f %s %s %s %s %s %s %d %s %s %d %s %s\n' "$w" "$run" "$window" "$sys" "$bytes" \
 		"$(awk -v b="$bytes" -v w="$window" 'BEGIN {print b / w}')" "$(ms "$held")" "$(ms "$dump")" "$(ms "$trial")" \
 		"$(ms "$load")" "$(ms "$replay")" "$verified" "$core" \
 		"$(awk -v a="$g0" -v b="$g1" 'BEGIN {printf "%.1f", (b - a) * 1000}')" \
-		"$(awk -v c="$core" -v b="$bytes" 'BEGIN {printf "%.2f", c / b}')" | tee -a "$RAW"
+		"$(awk -v c="$core" -v b="$bytes" 'BEGIN {printf "%.2f", c / b}')" \
+		"$criu_bytes" "$criu_ms" "$(awk -v c="$criu_bytes" -v b="$bytes" 'BEGIN {printf "%.2f", c / b}')" | tee -a "$RAW"
 }
 
 # TABLE_ONLY=1 makes the table from an existing $RAW without running anything.
 if [ -z "${TABLE_ONLY:-}" ]; then
 {
 	echo "# $(date -u +%FT%TZ) $(uname -r) $(nproc) CPUs, runs=$RUNS, secs=$SECS, interval=$INTERVAL, keep=$KEEP, heap=${HEAP_MB}MB, gzip input=${GZIP_MB}MB"
-	echo "# workload run window_s syscalls bytes bytes_per_s held_ms dump_ms trial_ms load_ms replay_ms verified gcore_bytes gcore_ms gcore_over_checkpoint"
+	echo "# workload run window_s syscalls bytes bytes_per_s held_ms dump_ms trial_ms load_ms replay_ms verified gcore_bytes gcore_ms gcore_over_checkpoint criu_bytes criu_ms criu_over_checkpoint (0: the dump failed, a criu-failed line says why)"
 } >"$RAW"
 for w in $WORKLOADS; do
 	for i in $(seq "$RUNS"); do record "$w" "$i"; done
 done
 fi
 
-criu_note="CRIU is not installed"
-if command -v criu >/dev/null; then
-	out=$(criu check 2>&1 || true)
-	line=$(grep -m1 -E 'Unexpected|Looks good' <<<"$out" || grep -m1 Error <<<"$out" || true)
-	criu_note="\`criu check\` ($(criu --version | awk '/Version/ {print $2}')) fails: $(sed -E 's/^Error \([^)]*\): //' <<<"$line")"
-fi
-
 col() { awk -v w="$1" -v c="$2" '$1 == w {print $c}' "$RAW" | median; }
+# okcol W C: the median of column C over the runs of W whose CRIU dump
+# succeeded.
+okcol() { awk -v w="$1" -v c="$2" '$1 == w && $16 > 0 {print $c}' "$RAW" | median; }
 table() {
 	echo "Measured $(date -u +%F) on $(uname -r), $(nproc) CPUs: median of $RUNS runs, each recorded"
 	echo "for ${SECS} s with --interval $INTERVAL --keep $KEEP (default backend), then crashed with"
 	echo "SIGSEGV to its main thread. Raw figures: \`$RAW\`."
 	echo
-	echo "| workload | history | syscalls | checkpoint | per second of history | held | signal to file | of which trial replay | load | replay (rebuild + re-execution) | replay / history | verified | gcore image | gcore time | gcore / checkpoint |"
-	echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+	echo "| workload | history | syscalls | checkpoint | per second of history | held | signal to file | of which trial replay | load | replay (rebuild + re-execution) | replay / history | verified | CRIU image | CRIU time | CRIU / checkpoint | gcore image | gcore time | gcore / checkpoint |"
+	echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 	for w in $WORKLOADS; do
 		grep -q "^$w " "$RAW" || continue
 		local win sys bytes bps held dump trial load replay core gms ratio ver
@@ -227,6 +244,12 @@ table() {
 		dump=$(col "$w" 8) trial=$(col "$w" 9) load=$(col "$w" 10) replay=$(col "$w" 11)
 		core=$(col "$w" 13) gms=$(col "$w" 14) ratio=$(col "$w" 15)
 		ver="$(awk -v w="$w" '$1 == w && $12 == "yes"' "$RAW" | wc -l)/$(awk -v w="$w" '$1 == w' "$RAW" | wc -l)"
+		local criu="failed | | "
+		if [ "$(awk -v w="$w" '$1 == w && $16 > 0' "$RAW" | wc -l)" -gt 0 ]; then
+			criu=$(awk -v b="$(okcol "$w" 16)" -v t="$(okcol "$w" 17)" -v r="$(okcol "$w" 18)" 'BEGIN {printf "%.1f MB | %.0f ms | %.2fx", b / 1e6, t, r}')
+		elif [ -z "$CRIU" ]; then
+			criu="- | | "
+		fi
 		case $w in
 		redis) name="redis-server 7, redis-benchmark -c 10 -r 100000 set,get (loopback)" ;;
 		redis1) name="redis-server 7, the same on one key (-r 1)" ;;
@@ -234,13 +257,18 @@ table() {
 		gzip) name="gzip -c, ${GZIP_MB} MB of text" ;;
 		esac
 		awk -v n="$name" -v win="$win" -v sys="$sys" -v b="$bytes" -v bps="$bps" -v held="$held" -v dump="$dump" \
-			-v trial="$trial" -v ld="$load" -v rep="$replay" -v ver="$ver" -v core="$core" -v gms="$gms" -v ratio="$ratio" 'BEGIN {
-			printf "| %s | %.2f s | %d | %.2f MB | %.2f MB/s | %.0f ms | %.0f ms | %.0f ms | %.0f ms | %.0f ms | %.2fx | %s | %.1f MB | %.0f ms | %.2fx |\n",
-				n, win, sys, b / 1e6, bps / 1e6, held, dump, trial, ld, rep, rep / 1000 / win, ver, core / 1e6, gms, ratio
+			-v trial="$trial" -v ld="$load" -v rep="$replay" -v ver="$ver" -v core="$core" -v gms="$gms" -v ratio="$ratio" -v criu="$criu" 'BEGIN {
+			printf "| %s | %.2f s | %d | %.2f MB | %.2f MB/s | %.0f ms | %.0f ms | %.0f ms | %.0f ms | %.0f ms | %.2fx | %s | %s | %.1f MB | %.0f ms | %.2fx |\n",
+				n, win, sys, b / 1e6, bps / 1e6, held, dump, trial, ld, rep, rep / 1000 / win, ver, criu, core / 1e6, gms, ratio
 		}'
 	done
 	echo
-	echo "Full image: $criu_note; gcore (gdb) is used instead."
+	echo "Full images: $CRIU_NOTE; gdb's gcore beside it."
+	local w why
+	for w in $WORKLOADS; do
+		why=$(awk -v w="$w" '$1 == "#" && $2 == "criu-failed" && $3 == w {$1 = $2 = $3 = ""; sub(/^ +/, ""); print; exit}' "$RAW")
+		[ -z "$why" ] || echo "CRIU's dump of $w failed: $why."
+	done
 }
 
 block=$(table)

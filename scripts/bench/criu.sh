@@ -1,0 +1,70 @@
+# criu_find: finds a CRIU that works on this kernel, for the checkpoints'
+# comparison with a full image (scripts/bench/checkpoints.sh sources this).
+# It sets CRIU to the command that runs it (empty when there is none) and
+# CRIU_NOTE to what was used, or why nothing was.
+#
+# Debian 12's criu (3.17.1) cannot start on the 6.x kernels of this
+# project's machines ("vdso: Failed to fill self vdso symtable"). Debian
+# 13's (4.1.1) can, but needs its own C library (2.38 or later, where
+# Debian 12 has 2.36). So, when the installed criu fails its check, the
+# packages of trixie's criu and of its dependencies are downloaded (apt, with
+# a configuration of its own: the machine's sources and state are left
+# alone), unpacked in CRIU_DIR (default /opt/criu-trixie) and run through
+# their own loader. Nothing is installed in the system's directories. Needs
+# network the first time. Run from the top of the source tree.
+CRIU_DIR=${CRIU_DIR:-/opt/criu-trixie}
+
+criu_loader() {
+	echo "$CRIU_DIR/usr/lib64/ld-linux-x86-64.so.2" --library-path "$CRIU_DIR/usr/lib/x86_64-linux-gnu" "$CRIU_DIR/usr/sbin/criu"
+}
+
+# criu_fetch: unpacks trixie's criu and the packages it needs into
+# CRIU_DIR (with the apt configuration of scripts/lib/apt-suite.sh); fails
+# when the repository cannot be reached.
+criu_fetch() {
+	local work=$CRIU_DIR.apt
+	(
+		set -e
+		. scripts/lib/apt-suite.sh
+		aptSuite "$work" trixie >/dev/null 2>&1
+		local pkgs
+		pkgs=$(apt-cache "${APT_OPTS[@]}" depends --recurse --no-recommends --no-suggests --no-conflicts \
+			--no-breaks --no-replaces --no-enhances criu 2>/dev/null | grep '^[a-z0-9]' | sort -u)
+		rm -f "$work"/deb/*.deb
+		cd "$work/deb"
+		apt-get "${APT_OPTS[@]}" download -qq $pkgs >/dev/null 2>&1
+	) || return 1
+	rm -rf "$CRIU_DIR"
+	mkdir -p "$CRIU_DIR"
+	local d
+	for d in "$work"/deb/*.deb; do dpkg-deb -x "$d" "$CRIU_DIR"; done
+	rm -rf "$work"
+}
+
+criu_find() {
+	CRIU=
+	local why="CRIU is not installed" out line
+	if command -v criu >/dev/null; then
+		if out=$(criu check 2>&1); then
+			CRIU=criu
+			CRIU_NOTE="CRIU $(criu --version | awk '/Version/ {print $2}') (installed)"
+			return
+		fi
+		line=$(grep -m1 Unexpected <<<"$out" || grep -v 'exited, status' <<<"$out" | grep -m1 Error || true)
+		why="\`criu check\` ($(criu --version | awk '/Version/ {print $2}')) fails: $(sed -E 's/^Error \([^)]*\): //' <<<"$line")"
+	fi
+	if [ ! -x "$CRIU_DIR/usr/sbin/criu" ] && ! criu_fetch; then
+		CRIU_NOTE="$why, and Debian 13's criu could not be downloaded"
+		return
+	fi
+	local c version
+	c=$(criu_loader)
+	version=$($c --version 2>/dev/null | awk '/Version/ {print $2}')
+	if out=$($c check 2>&1); then
+		CRIU=$c
+		CRIU_NOTE="CRIU $version from Debian 13, run with its own C library ($why)"
+		return
+	fi
+	line=$(grep -m1 Unexpected <<<"$out" || grep -v 'exited, status' <<<"$out" | grep -m1 Error || true)
+	CRIU_NOTE="$why; Debian 13's criu $version fails too: $(sed -E 's/^Error \([^)]*\): //' <<<"$line")"
+}
