@@ -4,7 +4,7 @@
 # CRIU_NOTE to what was used, or why nothing was.
 #
 # Debian 12's criu (3.17.1) cannot start on the 6.x kernels of this
-# project's machines ("vdso: Failed to fill self vdso symtable"). Debian
+# project's machines ("vdso: Unexpected rt vDSO area bounds"). Debian
 # 13's (4.1.1) can, but needs its own C library (2.38 or later, where
 # Debian 12 has 2.36). So, when the installed criu fails its check, the
 # packages of trixie's criu and of its dependencies are downloaded (apt, with
@@ -22,22 +22,20 @@ criu_loader() {
 # CRIU_DIR (with the apt configuration of scripts/lib/apt-suite.sh); fails
 # when the repository cannot be reached.
 criu_fetch() {
-	local work=$CRIU_DIR.apt
-	(
-		set -e
-		. scripts/lib/apt-suite.sh
-		aptSuite "$work" trixie >/dev/null 2>&1
-		local pkgs
+	local work=$CRIU_DIR.apt pkgs d
+	. scripts/lib/apt-suite.sh
+	aptSuite "$work" trixie >/dev/null 2>&1 &&
 		pkgs=$(apt-cache "${APT_OPTS[@]}" depends --recurse --no-recommends --no-suggests --no-conflicts \
-			--no-breaks --no-replaces --no-enhances criu 2>/dev/null | grep '^[a-z0-9]' | sort -u)
-		rm -f "$work"/deb/*.deb
-		cd "$work/deb"
-		apt-get "${APT_OPTS[@]}" download -qq $pkgs >/dev/null 2>&1
-	) || return 1
-	rm -rf "$CRIU_DIR"
-	mkdir -p "$CRIU_DIR"
-	local d
-	for d in "$work"/deb/*.deb; do dpkg-deb -x "$d" "$CRIU_DIR"; done
+			--no-breaks --no-replaces --no-enhances criu 2>/dev/null | grep '^[a-z0-9]' | sort -u) &&
+		[ -n "$pkgs" ] && rm -f "$work"/deb/*.deb &&
+		(cd "$work/deb" && apt-get "${APT_OPTS[@]}" download -qq $pkgs >/dev/null 2>&1) || {
+		rm -rf "$work"
+		return 1
+	}
+	rm -rf "$CRIU_DIR" && mkdir -p "$CRIU_DIR" || return 1
+	for d in "$work"/deb/*.deb; do
+		dpkg-deb -x "$d" "$CRIU_DIR" || return 1
+	done
 	rm -rf "$work"
 }
 
