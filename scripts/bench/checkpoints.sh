@@ -192,10 +192,8 @@ print("%.3f" % w, m.group(1) if m else "0s")')
 			criu_ms=$(awk -v a="$c0" -v b="$c1" 'BEGIN {printf "%.1f", (b - a) * 1000}')
 			criu_bytes=$(du -sb "$WORK/criu" | awk '{print $1}')
 		else
-			# The first error that made the dump fail (the one about
-			# CRIU's own open-file limit is only a warning).
 			local why
-			why=$(grep -v 'RLIMIT_NOFILE' "$WORK/criu/dump.log" 2>/dev/null | grep -m1 '^Error' | sed -E 's/^Error \([^)]*\): //' || true)
+			why=$({ criu_error <"$WORK/criu/dump.log"; } 2>/dev/null || true)
 			echo "# criu-failed $w ${why:-no error in its log}" >>"$RAW"
 		fi
 		rm -rf "$WORK/criu"

@@ -1,7 +1,8 @@
 # criu_find: finds a CRIU that works on this kernel, for the checkpoints'
 # comparison with a full image (scripts/bench/checkpoints.sh sources this).
 # It sets CRIU to the command that runs it (empty when there is none) and
-# CRIU_NOTE to what was used, or why nothing was.
+# CRIU_NOTE to what was used, or why nothing was. CRIU_DIR must hold no
+# space (CRIU is a command line to be split into words).
 #
 # Debian 12's criu (3.17.1) cannot start on the 6.x kernels of this
 # project's machines ("vdso: Unexpected rt vDSO area bounds"). Debian
@@ -14,8 +15,11 @@
 # network the first time. Run from the top of the source tree.
 CRIU_DIR=${CRIU_DIR:-/opt/criu-trixie}
 
-criu_loader() {
-	echo "$CRIU_DIR/usr/lib64/ld-linux-x86-64.so.2" --library-path "$CRIU_DIR/usr/lib/x86_64-linux-gnu" "$CRIU_DIR/usr/sbin/criu"
+# criu_error: the first error in CRIU's output (standard input) that says
+# what went wrong, without its source location. Left out: the exit
+# statuses of CRIU's helpers, and its own open-file limit (a warning).
+criu_error() {
+	grep '^Error' | grep -v -E 'exited, status|RLIMIT_NOFILE' | head -1 | sed -E 's/^Error \([^)]*\): //'
 }
 
 # criu_fetch: unpacks trixie's criu and the packages it needs into
@@ -41,28 +45,26 @@ criu_fetch() {
 
 criu_find() {
 	CRIU=
-	local why="CRIU is not installed" out line
+	local why="CRIU is not installed" out
 	if command -v criu >/dev/null; then
 		if out=$(criu check 2>&1); then
 			CRIU=criu
 			CRIU_NOTE="CRIU $(criu --version | awk '/Version/ {print $2}') (installed)"
 			return
 		fi
-		line=$(grep -m1 Unexpected <<<"$out" || grep -v 'exited, status' <<<"$out" | grep -m1 Error || true)
-		why="\`criu check\` ($(criu --version | awk '/Version/ {print $2}')) fails: $(sed -E 's/^Error \([^)]*\): //' <<<"$line")"
+		why="\`criu check\` ($(criu --version | awk '/Version/ {print $2}')) fails: $(criu_error <<<"$out")"
 	fi
 	if [ ! -x "$CRIU_DIR/usr/sbin/criu" ] && ! criu_fetch; then
 		CRIU_NOTE="$why, and Debian 13's criu could not be downloaded"
 		return
 	fi
 	local c version
-	c=$(criu_loader)
+	c="$CRIU_DIR/usr/lib64/ld-linux-x86-64.so.2 --library-path $CRIU_DIR/usr/lib/x86_64-linux-gnu $CRIU_DIR/usr/sbin/criu"
 	version=$($c --version 2>/dev/null | awk '/Version/ {print $2}')
 	if out=$($c check 2>&1); then
 		CRIU=$c
 		CRIU_NOTE="CRIU $version from Debian 13, run with its own C library ($why)"
 		return
 	fi
-	line=$(grep -m1 Unexpected <<<"$out" || grep -v 'exited, status' <<<"$out" | grep -m1 Error || true)
-	CRIU_NOTE="$why; Debian 13's criu $version fails too: $(sed -E 's/^Error \([^)]*\): //' <<<"$line")"
+	CRIU_NOTE="$why; Debian 13's criu $version fails too: $(criu_error <<<"$out")"
 }
